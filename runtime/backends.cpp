@@ -1,0 +1,82 @@
+// The registry of backends and "auto" selection. Selection fails closed: a policy that demands
+// isolation never lands on the unisolated local backend, and the error says what is missing.
+#include <algorithm>
+
+#include "local/local_backend.hpp"
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/error.hpp"
+
+namespace rlm {
+namespace {
+
+bool is_known(std::string_view name) {
+  const auto names = known_backend_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : std::string(separator)) + item;
+  return text;
+}
+
+std::string policy_label(const Policy& policy) {
+  return policy.name.empty() ? std::string("this policy") : "policy '" + policy.name + "'";
+}
+
+// Why `backend` cannot run `policy`, or "" when it can.
+std::string refusal(const Backend& backend, const Policy& policy) {
+  if (!backend.isolated() && !policy.backend.allow_unisolated)
+    return "the " + std::string(backend.name()) + " backend gives no isolation and " +
+           policy_label(policy) +
+           " requires it (backend.allow_unisolated is false); use an isolating backend, or a "
+           "policy that allows unisolated runs such as --policy trusted-local";
+  Health health = backend.health();
+  if (!health.available)
+    return health.detail + (health.fix.empty() ? "" : "; to fix: " + health.fix);
+  return "";
+}
+
+}  // namespace
+
+
+nlohmann::json Health::to_json() const {
+  return {{"backend", backend},   {"available", available}, {"isolated", isolated},
+          {"detail", detail},     {"fix", fix},             {"enforced", enforced},
+          {"unenforced", unenforced}};
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name) {
+  if (name == "local") return local::make_local_backend();
+  return nullptr;
+}
+
+std::unique_ptr<Backend> select_backend(const Policy& policy, std::string_view requested) {
+  if (requested != "auto") {
+    if (!is_known(requested))
+      throw Error("unknown backend '" + std::string(requested) + "'; choose auto or one of " +
+                  join(known_backend_names(), ", "));
+    auto backend = make_backend(requested);
+    if (!backend)
+      throw BackendUnavailable("the " + std::string(requested) +
+                               " backend is not part of this build of rlm-sandbox yet");
+    if (auto why = refusal(*backend, policy); !why.empty()) throw BackendUnavailable(why);
+    return backend;
+  }
+
+  std::vector<std::string> reasons;
+  for (const auto& name : policy.backend.prefer) {
+    auto backend = make_backend(name);
+    if (!backend) {
+      reasons.push_back(name + ": not part of this build of rlm-sandbox yet");
+      continue;
+    }
+    auto why = refusal(*backend, policy);
+    if (why.empty()) return backend;
+    reasons.push_back(name + ": " + why);
+  }
+  throw BackendUnavailable("no backend can run " + policy_label(policy) + " here (backend.prefer: " +
+                           join(policy.backend.prefer, ", ") + ")\n  " + join(reasons, "\n  "));
+}
+
+}  // namespace rlm

@@ -1,0 +1,49 @@
+// Backends behind one interface, and the registry that picks one for a policy (fail closed).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
+#include "rlm_sandbox/result.hpp"
+
+namespace rlm {
+
+struct Health {
+  std::string backend;
+  bool available = false;
+  bool isolated = false;       // does it isolate the payload from the host at all
+  std::string detail;          // what works or what is missing, in words
+  std::string fix;             // the command or step that fixes it; "" when nothing to fix
+  std::vector<std::string> enforced;    // policy limits this backend enforces here
+  std::vector<std::string> unenforced;  // and those it cannot, so a caller is never misled
+
+  nlohmann::json to_json() const;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool isolated() const = 0;
+  virtual Health health() const = 0;
+  // A failing payload is a Result; so is a sandbox that could not be set up at run time
+  // (Status::sandbox_error). Throws Error only for a request that is invalid for the policy.
+  virtual Result run(const Request& request, const Policy& policy) = 0;
+};
+
+// The backend with this name, or nullptr when this build has none by that name.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+
+// `requested` is "auto" or a backend name. "auto" walks policy.backend.prefer and takes the first
+// available backend that meets the policy. Never falls back to an unisolated backend unless the
+// policy sets backend.allow_unisolated. Throws BackendUnavailable naming what is missing and how to
+// fix it, or Error for an unknown name.
+std::unique_ptr<Backend> select_backend(const Policy& policy, std::string_view requested = "auto");
+
+}  // namespace rlm

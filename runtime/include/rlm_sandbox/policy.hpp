@@ -1,0 +1,156 @@
+// The policy model: one JSON document selects backend, limits, namespaces, mounts, network,
+// seccomp rules, capabilities and environment. docs/policy.md documents every field.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace rlm {
+
+struct BackendPreference {
+  // Tried in order by "auto" selection. Names: "namespace", "docker", "local".
+  std::vector<std::string> prefer{"namespace", "docker"};
+  // The only switch that lets the unisolated local backend run this policy.
+  bool allow_unisolated = false;
+};
+
+struct Limits {
+  std::chrono::milliseconds wall_time{10'000};
+  std::chrono::milliseconds cpu_time{10'000};
+  std::uint64_t memory_bytes = 256ull << 20;
+  std::uint32_t pids = 64;
+  std::uint64_t output_bytes = 1ull << 20;  // per stream: stdout and stderr each
+  std::uint64_t file_size_bytes = 16ull << 20;
+  std::uint32_t open_files = 256;
+  std::uint64_t tmpfs_bytes = 64ull << 20;
+  // After the wall timeout (or an output overflow) the payload gets SIGTERM, then SIGKILL once
+  // this grace has passed.
+  std::chrono::milliseconds kill_grace{200};
+};
+
+struct Namespaces {
+  bool user = true, pid = true, net = true, mount = true, ipc = true, uts = true, cgroup = true;
+};
+
+struct Mount {
+  enum class Type { bind, tmpfs };
+  std::string source;  // bind only
+  std::string target;  // absolute path inside the sandbox
+  Type type = Type::bind;
+  bool readonly = true;                    // binds default read-only; tmpfs defaults writable
+  std::optional<std::uint64_t> size_bytes;  // tmpfs only; default limits.tmpfs_bytes
+  bool optional = false;  // bind only: skipped when the source does not exist on the host
+};
+
+struct Filesystem {
+  std::vector<Mount> mounts;  // the shipped "default" policy lists the usual read-only system binds
+  // Absolute path inside the sandbox; "" means the caller's current directory (local backend) or
+  // the sandbox root (isolating backends).
+  std::string workdir = "/tmp";
+};
+
+enum class Network { none, host };
+
+// Docker/OCI seccomp profile format, so one profile serves libseccomp and Docker alike.
+struct SeccompArg {
+  unsigned index = 0;
+  std::uint64_t value = 0;
+  std::uint64_t value_two = 0;
+  std::string op;  // SCMP_CMP_EQ, SCMP_CMP_NE, SCMP_CMP_LT, SCMP_CMP_LE, SCMP_CMP_GT, SCMP_CMP_GE, SCMP_CMP_MASKED_EQ
+};
+struct SeccompRule {
+  std::vector<std::string> names;
+  std::string action;  // SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_TRAP, SCMP_ACT_LOG
+  std::optional<int> errno_ret;  // SCMP_ACT_ERRNO only; default EPERM
+  std::vector<SeccompArg> args;
+};
+struct Seccomp {
+  std::string default_action = "SCMP_ACT_ALLOW";
+  std::vector<SeccompRule> syscalls;
+};
+
+struct Environment {
+  bool clear = true;                        // start from an empty environment
+  std::map<std::string, std::string> set;   // then set these
+  std::vector<std::string> pass;            // and copy these from the host when present
+};
+
+struct User {
+  std::uint32_t uid = 1000;
+  std::uint32_t gid = 1000;
+};
+
+struct DockerSettings {
+  std::string image = "python:3.12-slim";
+};
+
+struct Policy {
+  std::string name;  // shipped name or file path it was loaded from; "" when built in code
+  std::string description;  // one human sentence, shown by `policy show`
+
+  BackendPreference backend;
+  Limits limits;
+  Namespaces namespaces;
+  Filesystem filesystem;
+  Network network = Network::none;
+  Seccomp seccomp;
+  std::vector<std::string> capabilities;  // canonical "CAP_NET_BIND_SERVICE" form
+  Environment env;
+  User user;
+  std::string hostname = "sandbox";
+  DockerSettings docker;
+
+  // The effective policy, every field explicit (what `policy show` prints). Round-trips through
+  // policy_from_json.
+  nlohmann::json to_json() const;
+};
+
+// ---- Loading -----------------------------------------------------------------------------------
+// Every loader resolves "extends" (a shipped name or a file path relative to the including file;
+// objects merge key by key, every other value -- arrays included -- replaces), then validates the
+// merged document and reports every problem at once as a PolicyError.
+
+// A shipped policy name ("default", "strict", ...) or a path to a JSON file. A name is looked up
+// in $RLM_SANDBOX_POLICY_PATH (colon-separated directories) first, then among the shipped ones.
+Policy load_policy(std::string_view name_or_path);
+
+// A document already in memory. `origin` names it in messages; `base_dir` resolves a relative
+// "extends" path.
+Policy load_policy_text(std::string_view json_text, std::string origin, std::string base_dir = ".");
+
+// Validates and converts an already merged document (no "extends" left). Throws PolicyError.
+Policy policy_from_json(const nlohmann::json& document, std::string origin);
+
+// Every problem in a document after "extends" resolution; empty when valid. Used by
+// `rlm-sandbox policy check` (which must list them all, never stop at the first).
+std::vector<Diagnostic> check_policy(std::string_view name_or_path);
+
+// Names of the policies shipped in policies/ (embedded in the library at build time), sorted.
+std::vector<std::string> shipped_policy_names();
+
+// ---- Tightening ---------------------------------------------------------------------------------
+// What a caller may narrow for one run (CLI --timeout/--cpu-time/--memory/--pids).
+struct LimitOverrides {
+  std::optional<std::chrono::milliseconds> wall_time;
+  std::optional<std::chrono::milliseconds> cpu_time;
+  std::optional<std::uint64_t> memory_bytes;
+  std::optional<std::uint32_t> pids;
+};
+
+// Applies overrides that tighten; throws Error naming the field when one would loosen the policy.
+void tighten(Policy& policy, const LimitOverrides& overrides);
+
+// Every backend name a policy may mention, in documentation order: namespace, docker, local.
+std::vector<std::string> known_backend_names();
+
+std::string_view to_string(Network network);
+std::string_view to_string(Mount::Type type);
+
+}  // namespace rlm

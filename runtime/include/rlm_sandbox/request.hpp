@@ -1,0 +1,40 @@
+// One execution: a command (argv) or a piece of code in a language.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rlm {
+
+struct Request {
+  std::vector<std::string> argv;  // either this,
+  std::string code;               // or code in a language:
+  std::string language;           // "python" (python3 -c), "bash" (bash -c), "sh" (sh -c)
+
+  std::string stdin_data;  // fed to the payload's stdin, then EOF
+  int stdin_fd = -1;       // when >= 0, read until EOF and forwarded instead (never closed)
+  std::map<std::string, std::string> env;  // set on top of the policy's environment
+
+  std::optional<std::chrono::milliseconds> timeout;  // may only tighten the policy's wall time
+
+  // When set, output is delivered here as it arrives instead of being kept in the Result (the
+  // policy's output cap still applies). Called on the thread that called run().
+  std::function<void(std::string_view)> on_stdout;
+  std::function<void(std::string_view)> on_stderr;
+};
+
+// The argv a request runs: `argv` itself, or the interpreter for `language` with `code`.
+// Throws Error for a request with neither, both, or an unknown language.
+std::vector<std::string> resolve_argv(const Request& request);
+
+struct Policy;
+// The wall time this request runs under: the policy's, or the request's tighter one. Throws Error
+// when the request asks for more than the policy allows.
+std::chrono::milliseconds effective_wall_time(const Request& request, const Policy& policy);
+
+}  // namespace rlm

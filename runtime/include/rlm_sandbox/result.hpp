@@ -1,0 +1,52 @@
+// What happened to one execution, in the one JSON shape every backend, the CLI and tests share.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace rlm {
+
+enum class Status {
+  ok,                 // exited 0
+  exit_nonzero,       // exited with another code
+  signaled,           // died of a signal we did not send
+  timeout,            // wall time ran out; we stopped it
+  cpu_limit,          // CPU time ran out
+  memory_limit,       // killed or starved by the memory limit
+  pids_limit,         // process limit reached
+  output_limit,       // stdout or stderr exceeded the cap; we stopped it
+  seccomp_violation,  // killed by the seccomp filter
+  sandbox_error,      // the sandbox could not be set up
+};
+
+std::string_view to_string(Status status);
+std::optional<Status> status_from_string(std::string_view text);
+
+struct Result {
+  Status status = Status::sandbox_error;
+  int exit_code = -1;  // the payload's exit code, -1 when it did not exit normally
+  int signal = 0;      // the signal that ended it, 0 when none
+  std::string detail;  // why, in words: "wall time limit 1s exceeded", "execve(foo): not found"
+  std::string stdout_data, stderr_data;
+  bool stdout_truncated = false, stderr_truncated = false;
+  std::chrono::microseconds wall{0}, cpu{0};
+  std::uint64_t peak_memory_bytes = 0;
+  std::string backend;
+  std::string policy;
+
+  // {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms", "peak_memory_bytes",
+  //  "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy"}.
+  // Output that is not valid UTF-8 has the offending bytes replaced with U+FFFD.
+  nlohmann::json to_json() const;
+
+  // The CLI's exit status for this result: 0; the payload's code; 128+N for signal N; 124 for a
+  // timeout; 125 when the sandbox could not be set up.
+  int cli_exit_code() const;
+};
+
+}  // namespace rlm

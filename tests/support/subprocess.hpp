@@ -1,0 +1,55 @@
+// Runs a program the way a user or script would, for tests that exercise binaries end to end.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rlm::test {
+
+struct ProcessOutcome {
+  int exit_code = -1;  // when it exited
+  int term_signal = 0;  // when a signal ended it
+  std::string out, err;
+  std::chrono::milliseconds wall{0};
+  std::uint64_t max_rss_bytes = 0;  // peak RSS of the process and the descendants it reaped
+};
+
+struct ProcessOptions {
+  std::string stdin_data;
+  std::map<std::string, std::string> extra_env;  // added to the test's own environment
+  std::string workdir;                           // "" keeps the current one
+  std::chrono::milliseconds kill_after{120'000};  // a hung binary fails the test, never hangs it
+};
+
+ProcessOutcome run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
+
+// Built binaries: bin_path("rlm-sandbox"), bin_path("rlm-sandbox-init").
+std::string bin_path(const std::string& name);
+// Files of the source tree: source_path("policies/default.json").
+std::string source_path(const std::string& relative);
+
+// True when a process with this pid exists (zombies count as gone).
+bool process_alive(pid_t pid);
+
+// A fresh directory under /tmp, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  void write(const std::string& name, const std::string& content) const;
+  std::string read(const std::string& name) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace rlm::test
