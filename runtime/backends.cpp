@@ -39,11 +39,10 @@ std::string refusal(const Backend& backend, const Policy& policy) {
 
 }  // namespace
 
-
 nlohmann::json Health::to_json() const {
-  return {{"backend", backend},   {"available", available}, {"isolated", isolated},
-          {"detail", detail},     {"fix", fix},             {"enforced", enforced},
-          {"unenforced", unenforced}};
+  return {
+      {"backend", backend}, {"available", available}, {"isolated", isolated},    {"detail", detail},
+      {"fix", fix},         {"enforced", enforced},   {"unenforced", unenforced}};
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
@@ -75,8 +74,9 @@ std::unique_ptr<Backend> select_backend(const Policy& policy, std::string_view r
     if (why.empty()) return backend;
     reasons.push_back(name + ": " + why);
   }
-  throw BackendUnavailable("no backend can run " + policy_label(policy) + " here (backend.prefer: " +
-                           join(policy.backend.prefer, ", ") + ")\n  " + join(reasons, "\n  "));
+  throw BackendUnavailable("no backend can run " + policy_label(policy) +
+                           " here (backend.prefer: " + join(policy.backend.prefer, ", ") + ")\n  " +
+                           join(reasons, "\n  "));
 }
 
 }  // namespace rlm

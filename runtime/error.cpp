@@ -13,7 +13,9 @@ std::string summarize(const std::string& origin, const std::vector<Diagnostic>& 
 
 }  // namespace
 
-std::string Diagnostic::to_string() const { return path.empty() ? message : path + ": " + message; }
+std::string Diagnostic::to_string() const {
+  return path.empty() ? message : path + ": " + message;
+}
 
 PolicyError::PolicyError(std::string origin, std::vector<Diagnostic> diagnostics)
     : Error(summarize(origin, diagnostics)),

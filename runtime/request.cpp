@@ -25,7 +25,8 @@ std::chrono::milliseconds effective_wall_time(const Request& request, const Poli
   if (*request.timeout > policy.limits.wall_time)
     throw Error("request timeout " + format_duration(*request.timeout) +
                 " exceeds the policy's limits.wall_time_ms (" +
-                format_duration(policy.limits.wall_time) + "); a request may only tighten a policy");
+                format_duration(policy.limits.wall_time) +
+                "); a request may only tighten a policy");
   return *request.timeout;
 }
 

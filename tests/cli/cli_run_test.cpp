@@ -12,7 +12,8 @@ namespace {
 using nlohmann::json;
 
 TEST(CliRun, JsonReportsExitNonzeroWithOutput) {
-  auto out = cli({"run", "--policy", "trusted-local", "--json", "--", "sh", "-c", "echo hi; exit 3"});
+  auto out =
+      cli({"run", "--policy", "trusted-local", "--json", "--", "sh", "-c", "echo hi; exit 3"});
   EXPECT_EQ(out.exit_code, 3) << out.err;
   auto result = json::parse(out.out);
   EXPECT_EQ(result["status"], "exit_nonzero");
@@ -21,15 +22,16 @@ TEST(CliRun, JsonReportsExitNonzeroWithOutput) {
   EXPECT_EQ(result["stdout"], "hi\n");
   EXPECT_EQ(result["backend"], "local");
   EXPECT_EQ(result["policy"], "trusted-local");
-  for (const char* key : {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms",
-                          "peak_memory_bytes", "stdout", "stderr", "stdout_truncated",
-                          "stderr_truncated", "backend", "policy"})
+  for (const char* key :
+       {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms", "peak_memory_bytes",
+        "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy"})
     EXPECT_TRUE(result.contains(key)) << key;
   EXPECT_EQ(result.size(), 13u) << result.dump();
 }
 
 TEST(CliRun, PlainModeStreamsOutputAndExitsWithThePayloadsCode) {
-  auto out = cli({"run", "--policy", "trusted-local", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"});
+  auto out =
+      cli({"run", "--policy", "trusted-local", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"});
   EXPECT_EQ(out.exit_code, 3);
   EXPECT_EQ(out.out, "hi\n");
   EXPECT_EQ(out.err, "oops\n");
@@ -52,8 +54,8 @@ TEST(CliRun, StdinIsForwarded) {
 TEST(CliRun, EnvFlagSetsVariablesOnAClearedEnvironment) {
   ProcessOptions options;
   options.extra_env["RLM_TEST_SECRET"] = "host-only";
-  auto out = cli({"run", "--policy", "trusted-local", "--env", "GREETING=hello", "--", "env"},
-                 options);
+  auto out =
+      cli({"run", "--policy", "trusted-local", "--env", "GREETING=hello", "--", "env"}, options);
   EXPECT_EQ(out.exit_code, 0) << out.err;
   EXPECT_NE(out.out.find("GREETING=hello\n"), std::string::npos) << out.out;
   EXPECT_EQ(out.out.find("RLM_TEST_SECRET"), std::string::npos) << "host variable leaked";
@@ -82,8 +84,8 @@ TEST(CliRun, MissingCommandExits127AndUnexecutableExits126) {
 // A payload that double-forks a setsid() grandchild must not outlive its timeout.
 TEST(CliRun, TimeoutKillsASetsidGrandchild) {
   TempDir dir;
-  const std::string script = "setsid sh -c 'echo $$ > " + dir.file("grandchild.pid") +
-                             "; exec sleep 60' & sleep 60";
+  const std::string script =
+      "setsid sh -c 'echo $$ > " + dir.file("grandchild.pid") + "; exec sleep 60' & sleep 60";
   auto out = cli({"run", "--policy", "trusted-local", "--timeout", "1s", "--", "sh", "-c", script});
   EXPECT_EQ(out.exit_code, 124) << out.err;
   EXPECT_LT(out.wall.count(), 2000) << "the CLI took " << out.wall.count() << " ms";
@@ -104,14 +106,14 @@ TEST(CliRun, OutputFloodIsCutAtTheCapWithBoundedMemory) {
   EXPECT_EQ(result["stderr_truncated"], false);
   // Promptly: far less than writing 1 GiB through a pipe and JSON would take.
   EXPECT_LT(out.wall.count(), 10'000);
-  EXPECT_LT(out.max_rss_bytes, 64u << 20) << "the CLI (or its payload) grew to "
-                                          << out.max_rss_bytes << " bytes";
+  EXPECT_LT(out.max_rss_bytes, 64u << 20)
+      << "the CLI (or its payload) grew to " << out.max_rss_bytes << " bytes";
 }
 
 TEST(CliRun, ResultFileStreamsOutputAndWritesTheResult) {
   TempDir dir;
-  auto out = cli({"run", "--policy", "trusted-local", "--result-file", dir.file("result.json"), "--",
-                  "sh", "-c", "echo streamed; exit 5"});
+  auto out = cli({"run", "--policy", "trusted-local", "--result-file", dir.file("result.json"),
+                  "--", "sh", "-c", "echo streamed; exit 5"});
   EXPECT_EQ(out.exit_code, 5);
   EXPECT_EQ(out.out, "streamed\n");
   auto result = json::parse(dir.read("result.json"));
@@ -143,8 +145,8 @@ TEST(CliRun, LimitFlagsMayOnlyTighten) {
   EXPECT_TRUE(one_line(looser.err)) << looser.err;
   EXPECT_NE(looser.err.find("wall_time_ms"), std::string::npos) << looser.err;
 
-  auto tighter = cli({"run", "--policy", "trusted-local", "--json", "--timeout", "300ms", "--",
-                      "sleep", "5"});
+  auto tighter =
+      cli({"run", "--policy", "trusted-local", "--json", "--timeout", "300ms", "--", "sleep", "5"});
   EXPECT_EQ(tighter.exit_code, 124);
   EXPECT_EQ(json::parse(tighter.out)["status"], "timeout");
 }
@@ -160,12 +162,14 @@ TEST(CliRun, BadInputGivesOneLineAndTheRightStatus) {
   const std::vector<Case> cases = {
       {{"run", "--no-such-flag", "--", "true"}, 2, "no-such-flag"},
       {{"run", "--policy", "trusted-local"}, 2, "no command"},
-      {{"run", "--policy", "trusted-local", "--json", "--result-file", "x", "--", "true"}, 2,
+      {{"run", "--policy", "trusted-local", "--json", "--result-file", "x", "--", "true"},
+       2,
        "--result-file"},
       {{"run", "--policy", "trusted-local", "--memory", "12X", "--", "true"}, 125, "12X"},
       {{"run", "--policy", "trusted-local", "--timeout", "soon", "--", "true"}, 125, "soon"},
       {{"run", "--policy", "trusted-local", "--pids", "-1", "--", "true"}, 125, "--pids"},
-      {{"run", "--policy", "trusted-local", "--bind", "/no/such/path", "--", "true"}, 125,
+      {{"run", "--policy", "trusted-local", "--bind", "/no/such/path", "--", "true"},
+       125,
        "/no/such/path"},
       {{"run", "--policy", "trusted-local", "--env", "NOEQUALS", "--", "true"}, 125, "NOEQUALS"},
       {{"run", "--policy", "trusted-local", "--language", "cobol", "--code", "x"}, 125, "cobol"},

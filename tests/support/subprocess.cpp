@@ -19,7 +19,9 @@ extern char** environ;
 namespace rlm::test {
 namespace {
 
-void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 }  // namespace
 
@@ -117,7 +119,9 @@ ProcessOutcome run_process(const std::vector<std::string>& argv, const ProcessOp
   return outcome;
 }
 
-std::string bin_path(const std::string& name) { return std::string(RLM_TEST_BIN_DIR) + "/" + name; }
+std::string bin_path(const std::string& name) {
+  return std::string(RLM_TEST_BIN_DIR) + "/" + name;
+}
 
 std::string source_path(const std::string& relative) {
   return std::string(RLM_TEST_SOURCE_DIR) + "/" + relative;

@@ -12,7 +12,7 @@
 namespace rlm::test {
 
 struct ProcessOutcome {
-  int exit_code = -1;  // when it exited
+  int exit_code = -1;   // when it exited
   int term_signal = 0;  // when a signal ended it
   std::string out, err;
   std::chrono::milliseconds wall{0};
@@ -21,12 +21,13 @@ struct ProcessOutcome {
 
 struct ProcessOptions {
   std::string stdin_data;
-  std::map<std::string, std::string> extra_env;  // added to the test's own environment
-  std::string workdir;                           // "" keeps the current one
+  std::map<std::string, std::string> extra_env;   // added to the test's own environment
+  std::string workdir;                            // "" keeps the current one
   std::chrono::milliseconds kill_after{120'000};  // a hung binary fails the test, never hangs it
 };
 
-ProcessOutcome run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
+ProcessOutcome run_process(const std::vector<std::string>& argv,
+                           const ProcessOptions& options = {});
 
 // Built binaries: bin_path("rlm-sandbox"), bin_path("rlm-sandbox-init").
 std::string bin_path(const std::string& name);

@@ -16,12 +16,13 @@ po::variables_map parse_options(const std::vector<std::string>& args,
   try {
     po::positional_options_description positional;
     if (positional_name) positional.add(positional_name, -1);
-    po::store(po::command_line_parser(args)
-                  .options(options)
-                  .positional(positional)
-                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-                  .run(),
-              values);
+    po::store(
+        po::command_line_parser(args)
+            .options(options)
+            .positional(positional)
+            .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+            .run(),
+        values);
     po::notify(values);
   } catch (const po::error& e) {
     throw UsageError(e.what(), command);
@@ -29,7 +30,9 @@ po::variables_map parse_options(const std::vector<std::string>& args,
   return values;
 }
 
-void print_error(const std::string& message) { std::cerr << "rlm-sandbox: " << message << "\n"; }
+void print_error(const std::string& message) {
+  std::cerr << "rlm-sandbox: " << message << "\n";
+}
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {

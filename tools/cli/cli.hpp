@@ -10,7 +10,7 @@
 namespace rlm::cli {
 
 // DESIGN.md §8: these exit statuses are a contract with scripts; never change them silently.
-inline constexpr int kExitUsage = 2;         // unknown flag, missing argument
+inline constexpr int kExitUsage = 2;          // unknown flag, missing argument
 inline constexpr int kExitPolicyInvalid = 1;  // `policy check` found problems
 inline constexpr int kExitTimeout = 124;
 inline constexpr int kExitSetup = 125;  // the sandbox could not be set up; stderr says why
@@ -31,8 +31,9 @@ int policy_command(const std::vector<std::string>& args);
 // Parses `args` against `options` (plus positional words, collected into "args" when
 // `positional_name` is set); Boost's errors become UsageError for `command`.
 boost::program_options::variables_map parse_options(
-    const std::vector<std::string>& args, const boost::program_options::options_description& options,
-    const std::string& command, const char* positional_name = nullptr);
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& options, const std::string& command,
+    const char* positional_name = nullptr);
 
 // Prints "rlm-sandbox: MESSAGE" on stderr.
 void print_error(const std::string& message);

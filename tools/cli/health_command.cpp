@@ -44,8 +44,8 @@ void print_list(const char* label, const std::vector<std::string>& items) {
 
 int health_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()                                                      //
-      ("help,h", "show this help")                                            //
+  options.add_options()                                                     //
+      ("help,h", "show this help")                                          //
       ("json", po::bool_switch(), "print one JSON object instead of text")  //
       ("policy,p", po::value<std::string>(), "also tell which backend would run this policy");
   auto values = parse_options(args, options, "health");
@@ -69,8 +69,8 @@ int health_command(const std::vector<std::string>& args) {
     try {
       auto backend = select_backend(policy);
       selection["backend"] = std::string(backend->name());
-      selection_line = "policy " + policy.name + " runs on the " + std::string(backend->name()) +
-                       " backend";
+      selection_line =
+          "policy " + policy.name + " runs on the " + std::string(backend->name()) + " backend";
     } catch (const BackendUnavailable& e) {
       selection["backend"] = nullptr;
       selection["error"] = e.what();

@@ -52,8 +52,8 @@ int check(const std::vector<std::string>& targets) {
 
 int policy_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()("help,h", "show this help")(
-      "words", po::value<std::vector<std::string>>(), "");
+  options.add_options()("help,h", "show this help")("words", po::value<std::vector<std::string>>(),
+                                                    "");
   auto values = parse_options(args, options, "policy", "words");
   std::vector<std::string> words;
   if (values.count("words")) words = values["words"].as<std::vector<std::string>>();

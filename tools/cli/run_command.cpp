@@ -139,7 +139,9 @@ Policy apply_policy_flags(Policy policy, const std::vector<MountFlag>& mounts,
   return checked;
 }
 
-bool stdin_is_open() { return fcntl(STDIN_FILENO, F_GETFD) != -1; }
+bool stdin_is_open() {
+  return fcntl(STDIN_FILENO, F_GETFD) != -1;
+}
 
 void write_result_file(const std::string& path, const Result& result) {
   const std::string temporary = path + ".tmp";
@@ -172,26 +174,26 @@ int run_command(const std::vector<std::string>& args) {
   if (dashdash != args.end()) payload.assign(dashdash + 1, args.end());
 
   po::options_description options("options");
-  options.add_options()                                                                //
-      ("help,h", "show this help")                                                      //
+  options.add_options()             //
+      ("help,h", "show this help")  //
       ("policy,p", po::value<std::string>()->default_value("default"),
        "shipped policy name (default, strict, python-repl, ci, trusted-local) or a JSON file")  //
       ("backend,b", po::value<std::string>()->default_value("auto"),
        "auto, namespace, docker or local; auto tries the policy's backend.prefer in order")  //
-      ("timeout,t", po::value<std::string>(), "wall-clock limit, e.g. 10s, 500ms")         //
-      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")                    //
-      ("memory,m", po::value<std::string>(), "memory limit, e.g. 256M")                    //
-      ("pids", po::value<std::string>(), "process limit")                                  //
+      ("timeout,t", po::value<std::string>(), "wall-clock limit, e.g. 10s, 500ms")           //
+      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")                      //
+      ("memory,m", po::value<std::string>(), "memory limit, e.g. 256M")                      //
+      ("pids", po::value<std::string>(), "process limit")                                    //
       ("bind", po::value<std::vector<std::string>>()->composing(),
        "SRC[:DST] bind a host path read-write (repeatable)")  //
       ("bind-ro", po::value<std::vector<std::string>>()->composing(),
        "SRC[:DST] bind a host path read-only (repeatable)")  //
       ("tmpfs", po::value<std::vector<std::string>>()->composing(),
-       "DST[:SIZE] a fresh tmpfs at DST (repeatable)")                         //
+       "DST[:SIZE] a fresh tmpfs at DST (repeatable)")                                 //
       ("workdir,w", po::value<std::string>(), "working directory inside the sandbox")  //
       ("env,e", po::value<std::vector<std::string>>()->composing(),
-       "K=V set an environment variable for the payload (repeatable)")  //
-      ("image", po::value<std::string>(), "the docker backend's image")  //
+       "K=V set an environment variable for the payload (repeatable)")       //
+      ("image", po::value<std::string>(), "the docker backend's image")      //
       ("code,c", po::value<std::string>(), "run CODE instead of a command")  //
       ("language,l", po::value<std::string>()->default_value("python"),
        "language of --code: python, bash or sh")  //
@@ -212,9 +214,9 @@ int run_command(const std::vector<std::string>& args) {
   }
   if (values.count("args")) {
     if (!payload.empty())
-      throw UsageError("unexpected '" + values["args"].as<std::vector<std::string>>().front() +
-                           "' before '--'",
-                       "run");
+      throw UsageError(
+          "unexpected '" + values["args"].as<std::vector<std::string>>().front() + "' before '--'",
+          "run");
     payload = values["args"].as<std::vector<std::string>>();
   }
   const bool as_json = values["json"].as<bool>();
@@ -275,7 +277,8 @@ int run_command(const std::vector<std::string>& args) {
     std::cout << result.to_json().dump() << std::endl;
     if (result.status == Status::sandbox_error) print_error(result.detail);
   } else {
-    if (values.count("result-file")) write_result_file(values["result-file"].as<std::string>(), result);
+    if (values.count("result-file"))
+      write_result_file(values["result-file"].as<std::string>(), result);
     report_outcome(result);
   }
   return result.cli_exit_code();

@@ -17,9 +17,9 @@ namespace rlm {
 struct Health {
   std::string backend;
   bool available = false;
-  bool isolated = false;       // does it isolate the payload from the host at all
-  std::string detail;          // what works or what is missing, in words
-  std::string fix;             // the command or step that fixes it; "" when nothing to fix
+  bool isolated = false;                // does it isolate the payload from the host at all
+  std::string detail;                   // what works or what is missing, in words
+  std::string fix;                      // the command or step that fixes it; "" when nothing to fix
   std::vector<std::string> enforced;    // policy limits this backend enforces here
   std::vector<std::string> unenforced;  // and those it cannot, so a caller is never misled
 

@@ -44,7 +44,7 @@ struct Mount {
   std::string source;  // bind only
   std::string target;  // absolute path inside the sandbox
   Type type = Type::bind;
-  bool readonly = true;                    // binds default read-only; tmpfs defaults writable
+  bool readonly = true;                     // binds default read-only; tmpfs defaults writable
   std::optional<std::uint64_t> size_bytes;  // tmpfs only; default limits.tmpfs_bytes
   bool optional = false;  // bind only: skipped when the source does not exist on the host
 };
@@ -63,11 +63,13 @@ struct SeccompArg {
   unsigned index = 0;
   std::uint64_t value = 0;
   std::uint64_t value_two = 0;
-  std::string op;  // SCMP_CMP_EQ, SCMP_CMP_NE, SCMP_CMP_LT, SCMP_CMP_LE, SCMP_CMP_GT, SCMP_CMP_GE, SCMP_CMP_MASKED_EQ
+  std::string op;  // SCMP_CMP_EQ, SCMP_CMP_NE, SCMP_CMP_LT, SCMP_CMP_LE, SCMP_CMP_GT, SCMP_CMP_GE,
+                   // SCMP_CMP_MASKED_EQ
 };
 struct SeccompRule {
   std::vector<std::string> names;
-  std::string action;  // SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_TRAP, SCMP_ACT_LOG
+  std::string action;  // SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL, SCMP_ACT_KILL_PROCESS,
+                       // SCMP_ACT_KILL_THREAD, SCMP_ACT_TRAP, SCMP_ACT_LOG
   std::optional<int> errno_ret;  // SCMP_ACT_ERRNO only; default EPERM
   std::vector<SeccompArg> args;
 };
@@ -77,9 +79,9 @@ struct Seccomp {
 };
 
 struct Environment {
-  bool clear = true;                        // start from an empty environment
-  std::map<std::string, std::string> set;   // then set these
-  std::vector<std::string> pass;            // and copy these from the host when present
+  bool clear = true;                       // start from an empty environment
+  std::map<std::string, std::string> set;  // then set these
+  std::vector<std::string> pass;           // and copy these from the host when present
 };
 
 struct User {
@@ -92,7 +94,7 @@ struct DockerSettings {
 };
 
 struct Policy {
-  std::string name;  // shipped name or file path it was loaded from; "" when built in code
+  std::string name;         // shipped name or file path it was loaded from; "" when built in code
   std::string description;  // one human sentence, shown by `policy show`
 
   BackendPreference backend;
