@@ -1,0 +1,192 @@
+#include "seccomp/seccomp.hpp"
+
+#include <linux/seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "seccomp/model.hpp"
+
+namespace rlm::seccomp {
+namespace {
+
+using detail::Filter;
+
+Filter layered(const Seccomp& policy_rules) {
+  std::vector<Diagnostic> problems;
+  Filter filter = detail::layer(policy_rules, problems);
+  if (problems.empty()) return filter;
+  std::string message = "seccomp rules cannot be compiled:";
+  for (const auto& p : problems) message += "\n  " + p.to_string();
+  throw Error(message);
+}
+
+// The Docker/OCI name of the native architecture; throws when the preamble does not know its
+// argument layout.
+std::string_view native_architecture() {
+  switch (seccomp_arch_native()) {
+    case SCMP_ARCH_X86_64:
+      return "SCMP_ARCH_X86_64";
+    case SCMP_ARCH_AARCH64:
+      return "SCMP_ARCH_AARCH64";
+    default:
+      throw Error(
+          "seccomp: this architecture is not supported (rlm-sandbox's seccomp preamble knows "
+          "x86_64 and aarch64); use the docker or local backend");
+  }
+}
+
+struct ContextDeleter {
+  void operator()(void* ctx) const { seccomp_release(ctx); }
+};
+using Context = std::unique_ptr<void, ContextDeleter>;
+
+void check_rc(int rc, const std::string& what) {
+  if (rc < 0) throw Error("seccomp: " + what + ": " + std::strerror(-rc));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+Program compile(const Seccomp& policy_rules) {
+  const Filter filter = layered(policy_rules);
+  native_architecture();
+
+  // seccomp_init adds only the native architecture; every other ABI (int 0x80 and x32 on
+  // x86_64, AArch32 on aarch64) takes the bad-architecture action.
+  Context ctx(seccomp_init(detail::to_libseccomp(filter.default_action)));
+  if (!ctx) throw Error("seccomp: seccomp_init failed");
+  check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS),
+           "setting the bad-architecture action");
+  // apply() sets no_new_privs itself; the filter is never loaded through libseccomp.
+  check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "clearing the NNP attribute");
+  // A binary search over syscall numbers instead of a linear scan.
+  check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2), "enabling optimization");
+
+  for (const auto& rule : filter.rules) {
+    const auto nr = detail::resolve_syscall(rule.syscall);
+    if (!nr) throw Error("seccomp: unknown syscall \"" + rule.syscall + "\"");
+    if (*nr < 0) continue;  // not a syscall of this architecture: nothing can call it
+    std::vector<scmp_arg_cmp> args;
+    for (const auto& c : rule.conditions) args.push_back({c.arg, c.op, c.a, c.b});
+    // _exact: fail rather than let libseccomp rewrite the rule.
+    check_rc(seccomp_rule_add_exact_array(ctx.get(), detail::to_libseccomp(rule.action), *nr,
+                                          static_cast<unsigned>(args.size()), args.data()),
+             "adding the " + detail::describe(rule.action) + " rule for \"" + rule.syscall +
+                 "\" (" + rule.origin + ")");
+  }
+
+  // libseccomp 2.5 exports BPF only to a file descriptor.
+  const Fd fd(memfd_create("rlm-seccomp-bpf", MFD_CLOEXEC));
+  if (fd.get() < 0) throw Error(std::string("seccomp: memfd_create: ") + std::strerror(errno));
+  check_rc(seccomp_export_bpf(ctx.get(), fd.get()), "exporting BPF");
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0)
+    throw Error(std::string("seccomp: fstat: ") + std::strerror(errno));
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size == 0 || size % sizeof(sock_filter) != 0)
+    throw Error("seccomp: libseccomp exported a malformed filter of " + std::to_string(size) +
+                " bytes");
+
+  Program program;
+  program.instructions.resize(size / sizeof(sock_filter));
+  for (std::size_t done = 0; done < size;) {
+    const ssize_t n = pread(fd.get(), reinterpret_cast<char*>(program.instructions.data()) + done,
+                            size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(std::string("seccomp: reading the filter back: ") +
+                  (n < 0 ? std::strerror(errno) : "short read"));
+    done += static_cast<std::size_t>(n);
+  }
+  if (program.instructions.size() > BPF_MAXINSNS)
+    throw Error("seccomp: the filter has " + std::to_string(program.instructions.size()) +
+                " instructions, more than the kernel's limit of " + std::to_string(BPF_MAXINSNS) +
+                "; use fewer rules (an allow-list with fewer argument checks)");
+  return program;
+}
+
+int apply(const Program& program) noexcept {
+  const std::size_t count = program.instructions.size();
+  if (count == 0 || count > BPF_MAXINSNS) return -EINVAL;
+  // Lets an unprivileged process install a filter, and keeps execve from gaining privileges
+  // (setuid, file capabilities) the filter's author did not plan for.
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
+  sock_fprog prog{static_cast<unsigned short>(count),
+                  const_cast<sock_filter*>(program.instructions.data())};
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return -errno;
+  return 0;
+}
+
+nlohmann::json docker_profile(const Seccomp& policy_rules) {
+  const Filter filter = layered(policy_rules);
+
+  // One entry per distinct (action, args), naming every syscall it applies to, in first-seen
+  // order: the preamble's argument-less denials become a single entry.
+  nlohmann::json entries = nlohmann::json::array();
+  std::vector<std::pair<const detail::Rule*, std::size_t>> groups;
+  for (const auto& rule : filter.rules) {
+    // Like compile(): the profile lists one architecture, and this one has no such syscall.
+    if (detail::resolve_syscall(rule.syscall).value_or(-1) < 0) continue;
+    const auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+      return g.first->action == rule.action && g.first->conditions == rule.conditions;
+    });
+    if (same != groups.end()) {
+      entries[same->second]["names"].push_back(rule.syscall);
+      continue;
+    }
+    nlohmann::json entry{{"names", {rule.syscall}}, {"action", detail::profile_name(rule.action)}};
+    if (rule.action.verdict == detail::Verdict::errno_) entry["errnoRet"] = rule.action.errno_value;
+    entry["args"] = nlohmann::json::array();
+    for (const auto& c : rule.conditions)
+      entry["args"].push_back(
+          {{"index", c.arg}, {"value", c.a}, {"valueTwo", c.b}, {"op", detail::op_name(c.op)}});
+    groups.emplace_back(&rule, entries.size());
+    entries.push_back(std::move(entry));
+  }
+
+  nlohmann::json profile{{"defaultAction", detail::profile_name(filter.default_action)},
+                         {"architectures", {native_architecture()}},
+                         {"syscalls", std::move(entries)}};
+  return profile;
+}
+
+std::vector<Diagnostic> check(const Seccomp& policy_rules) {
+  std::vector<Diagnostic> problems;
+  detail::layer(policy_rules, problems);
+  return problems;
+}
+
+std::string syscall_name(int number) {
+  if (number >= 0) {
+    if (char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, number)) {
+      std::string out(name);
+      std::free(name);
+      return out;
+    }
+  }
+  return "syscall " + std::to_string(number);
+}
+
+}  // namespace rlm::seccomp

@@ -1,0 +1,387 @@
+// Real kernel behaviour: each probe runs in a forked child under a compiled filter.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/personality.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+#include "seccomp_test_util.hpp"
+
+namespace rlm::seccomp::test {
+namespace {
+
+Program allow_all() {
+  return compile(policy("SCMP_ACT_ALLOW"));
+}
+
+// clone(2) with raw flags. A clone the filter wrongly lets through returns 0 in a new child,
+// which must not go on running the probe.
+long raw_clone(unsigned long flags) {
+  const long r = syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (r == 0) syscall(SYS_exit_group, 99);
+  if (r > 0) syscall(SYS_wait4, r, nullptr, 0, nullptr);
+  return r;
+}
+
+// An ioctl on a descriptor that is not open (EBADF unless the filter answers first).
+int ioctl_on_bad_fd(unsigned long request) {
+  int buffer = 0;
+  return errno_of(syscall(SYS_ioctl, kBadFd, request, &buffer));
+}
+
+int new_user_namespace() {
+  return errno_of(syscall(SYS_unshare, CLONE_NEWUSER));
+}
+
+TEST(SeccompKernel, PreambleDeniesUserNamespaceCreation) {
+  expect_exit(allow_all(), EPERM, new_user_namespace, "unshare");
+  // Control: root here can create one, so the EPERM above is the filter's.
+  EXPECT_EQ(run_child(nullptr, new_user_namespace).exit_code, 0);
+}
+
+TEST(SeccompKernel, PreambleDeniesEveryListedSyscall) {
+  const Program program = allow_all();
+  // Arguments are junk (mostly the bad pointer 1): should a denial be missing, the call fails
+  // with EFAULT or EINVAL instead of doing anything.
+  struct Case {
+    const char* name;
+    long nr;
+  };
+  const Case cases[] = {
+      {"unshare", SYS_unshare},
+      {"setns", SYS_setns},
+      {"mount", SYS_mount},
+      {"umount2", SYS_umount2},
+      {"pivot_root", SYS_pivot_root},
+      {"bpf", SYS_bpf},
+      {"keyctl", SYS_keyctl},
+      {"add_key", SYS_add_key},
+      {"request_key", SYS_request_key},
+      {"perf_event_open", SYS_perf_event_open},
+      {"userfaultfd", SYS_userfaultfd},
+      {"kexec_load", SYS_kexec_load},
+      {"kexec_file_load", SYS_kexec_file_load},
+      {"init_module", SYS_init_module},
+      {"finit_module", SYS_finit_module},
+      {"delete_module", SYS_delete_module},
+      {"io_uring_setup", SYS_io_uring_setup},
+      {"io_uring_enter", SYS_io_uring_enter},
+      {"io_uring_register", SYS_io_uring_register},
+      {"open_tree", SYS_open_tree},
+      {"move_mount", SYS_move_mount},
+      {"fsopen", SYS_fsopen},
+      {"fsconfig", SYS_fsconfig},
+      {"fsmount", SYS_fsmount},
+      {"fspick", SYS_fspick},
+      {"mount_setattr", SYS_mount_setattr},
+      {"ptrace", SYS_ptrace},
+      {"process_vm_readv", SYS_process_vm_readv},
+      {"process_vm_writev", SYS_process_vm_writev},
+      {"pidfd_getfd", SYS_pidfd_getfd},
+#ifdef SYS_iopl
+      {"iopl", SYS_iopl},
+      {"ioperm", SYS_ioperm},
+#endif
+      {"swapon", SYS_swapon},
+      {"swapoff", SYS_swapoff},
+      {"reboot", SYS_reboot},
+      {"acct", SYS_acct},
+      {"lookup_dcookie", SYS_lookup_dcookie},
+      {"quotactl", SYS_quotactl},
+      {"name_to_handle_at", SYS_name_to_handle_at},
+      {"open_by_handle_at", SYS_open_by_handle_at},
+  };
+  for (const auto& c : cases)
+    expect_exit(
+        program, EPERM, [&] { return errno_of(syscall(c.nr, 1, 1, 1, 1, 1, 1)); }, c.name);
+}
+
+TEST(SeccompKernel, PtraceAttachToParentIsDenied) {
+  expect_exit(
+      allow_all(), EPERM,
+      [] { return errno_of(ptrace(PTRACE_ATTACH, getppid(), nullptr, nullptr)); },
+      "ptrace(PTRACE_ATTACH)");
+}
+
+TEST(SeccompKernel, Clone3FailsWithEnosysSoThreadsFallBackToClone) {
+  const Program program = allow_all();
+  expect_exit(
+      program, ENOSYS, [] { return errno_of(syscall(SYS_clone3, nullptr, 0)); }, "clone3");
+  // glibc's pthread_create tries clone3 first and falls back on ENOSYS.
+  expect_exit(
+      program, 42,
+      [] {
+        int value = 0;
+        std::thread([&] { value = 42; }).join();
+        return value;
+      },
+      "std::thread");
+}
+
+TEST(SeccompKernel, CloneWithANamespaceFlagIsDeniedButForkWorks) {
+  const Program program = allow_all();
+  for (const unsigned long flag : {CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
+                                   CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP}) {
+    expect_exit(
+        program, EPERM, [&] { return errno_of(raw_clone(flag)); },
+        "clone with flag " + std::to_string(flag));
+  }
+  // The flags check ignores nothing the kernel reads: extra harmless flags do not hide one.
+  expect_exit(
+      program, EPERM, [] { return errno_of(raw_clone(CLONE_NEWNET | CLONE_FILES)); },
+      "clone(CLONE_NEWNET | CLONE_FILES)");
+  expect_exit(
+      program, 7,
+      [] {
+        const pid_t child = fork();
+        if (child == 0) _exit(7);
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child) return kSetupFailed;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : kSetupFailed;
+      },
+      "fork");
+}
+
+TEST(SeccompKernel, TerminalInjectionIoctlsAreDeniedWhateverTheUpperBits) {
+  const Program program = allow_all();
+  expect_exit(
+      program, EPERM, [] { return ioctl_on_bad_fd(TIOCSTI); }, "TIOCSTI");
+  expect_exit(
+      program, EPERM, [] { return ioctl_on_bad_fd(TIOCLINUX); }, "TIOCLINUX");
+  // The kernel reads the request as 32 bits, so upper bits must not hide it.
+  expect_exit(
+      program, EPERM, [] { return ioctl_on_bad_fd((1ul << 32) | TIOCSTI); }, "TIOCSTI | 1<<32");
+  expect_exit(
+      program, EBADF, [] { return ioctl_on_bad_fd(TCGETS); }, "TCGETS");
+  expect_exit(
+      program, EBADF, [] { return ioctl_on_bad_fd(FIONREAD); }, "FIONREAD");
+  EXPECT_EQ(run_child(nullptr, [] { return ioctl_on_bad_fd(TIOCSTI); }).exit_code, EBADF);
+}
+
+TEST(SeccompKernel, PersonalityAllowsOnlyHarmlessPersonas) {
+  const Program program = allow_all();
+  auto set = [](unsigned long persona) { return errno_of(syscall(SYS_personality, persona)); };
+  for (const unsigned long ok : {0x0ul, 0x8ul, 0x20000ul, 0x20008ul, 0xfffffffful})
+    expect_exit(
+        program, 0, [&] { return set(ok); }, "personality " + std::to_string(ok));
+  // The kernel ignores the upper half, and so does the check.
+  expect_exit(
+      program, 0, [&] { return set(1ul << 32); }, "personality 1<<32");
+  for (const unsigned long bad :
+       {static_cast<unsigned long>(READ_IMPLIES_EXEC),
+        static_cast<unsigned long>(ADDR_NO_RANDOMIZE), static_cast<unsigned long>(MMAP_PAGE_ZERO),
+        0x1ul, 0xfffffffeul, (1ul << 32) | READ_IMPLIES_EXEC})
+    expect_exit(
+        program, EPERM, [&] { return set(bad); }, "personality " + std::to_string(bad));
+}
+
+TEST(SeccompKernel, PolicyErrnoRuleReturnsItsErrno) {
+  const Program program =
+      compile(policy("SCMP_ACT_ALLOW", {rule({"uname"}, "SCMP_ACT_ERRNO", ENOSYS)}));
+  expect_exit(
+      program, ENOSYS,
+      [] {
+        utsname u{};
+        return errno_of(uname(&u));
+      },
+      "uname");
+  expect_exit(
+      program, 0, [] { return errno_of(getppid() > 0 ? 0 : -1); }, "getppid");
+}
+
+TEST(SeccompKernel, PolicyKillRuleKillsTheProcessWithSigsys) {
+  for (const char* action : {"SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL", "SCMP_ACT_KILL_THREAD"}) {
+    const Program program = compile(policy("SCMP_ACT_ALLOW", {rule({"getppid"}, action)}));
+    const ChildEnd end = run_filtered(program, [] {
+      syscall(SYS_getppid);
+      return 0;
+    });
+    EXPECT_EQ(end.signal, SIGSYS) << action;
+    // KILL and KILL_THREAD kill the whole process too, even when another thread makes the call.
+    const ChildEnd threaded = run_filtered(program, [] {
+      std::thread([] { syscall(SYS_getppid); }).join();
+      return 0;
+    });
+    EXPECT_EQ(threaded.signal, SIGSYS) << action << " from a second thread";
+  }
+}
+
+TEST(SeccompKernel, AllowListPolicyRunsAProgram) {
+  // What /bin/true and the probes need; everything else fails with EPERM.
+  const std::vector<std::string> needed = {"execve",
+                                           "brk",
+                                           "arch_prctl",
+                                           "mmap",
+                                           "munmap",
+                                           "mprotect",
+                                           "access",
+                                           "openat",
+                                           "newfstatat",
+                                           "fstat",
+                                           "read",
+                                           "pread64",
+                                           "close",
+                                           "rseq",
+                                           "prlimit64",
+                                           "getrandom",
+                                           "set_tid_address",
+                                           "set_robust_list",
+                                           "exit_group",
+                                           "exit",
+                                           "getpid",
+                                           "ioctl",
+                                           "clone",
+                                           "wait4",
+                                           "write"};
+  const Program program = compile(policy("SCMP_ACT_ERRNO", {rule(needed, "SCMP_ACT_ALLOW")}));
+  expect_exit(
+      program, 0, [] { return syscall(SYS_getpid) == getpid() ? 0 : kSetupFailed; }, "getpid");
+  expect_exit(
+      program, EPERM, [] { return errno_of(syscall(SYS_getppid)); }, "getppid");
+  expect_exit(
+      program, 0,
+      [] {
+        execl("/bin/true", "true", static_cast<char*>(nullptr));
+        return kSetupFailed;
+      },
+      "exec /bin/true");
+  // The preamble still applies inside what the policy allows. (The default's errno is EPERM too,
+  // so PreambleErrnosHoldUnderAKillDefault tells the two apart.)
+  expect_exit(
+      program, EPERM, [] { return ioctl_on_bad_fd(TIOCSTI); }, "TIOCSTI");
+  expect_exit(
+      program, EBADF, [] { return ioctl_on_bad_fd(FIONREAD); }, "FIONREAD");
+  expect_exit(
+      program, EPERM, [] { return errno_of(raw_clone(CLONE_NEWNET)); }, "clone(CLONE_NEWNET)");
+  expect_exit(
+      program, 0, [] { return errno_of(raw_clone(0)); }, "plain clone");
+}
+
+TEST(SeccompKernel, PreambleErrnosHoldUnderAKillDefault) {
+  const Program program =
+      compile(policy("SCMP_ACT_KILL_PROCESS",
+                     {rule({"exit_group", "ioctl", "clone", "wait4"}, "SCMP_ACT_ALLOW")}));
+  // The preamble answers its syscalls itself, whatever the default...
+  expect_exit(program, EPERM, new_user_namespace, "unshare");
+  expect_exit(
+      program, ENOSYS, [] { return errno_of(syscall(SYS_clone3, nullptr, 0)); }, "clone3");
+  // ...including the calls it denies of syscalls the policy allows...
+  expect_exit(
+      program, EPERM, [] { return ioctl_on_bad_fd(TIOCSTI); }, "TIOCSTI");
+  expect_exit(
+      program, EBADF, [] { return ioctl_on_bad_fd(FIONREAD); }, "FIONREAD");
+  expect_exit(
+      program, EPERM, [] { return errno_of(raw_clone(CLONE_NEWNET)); }, "clone(CLONE_NEWNET)");
+  expect_exit(
+      program, 0, [] { return errno_of(raw_clone(0)); }, "plain clone");
+  // ...and everything else meets the default.
+  EXPECT_EQ(run_filtered(program, [] { return errno_of(syscall(SYS_getppid)); }).signal, SIGSYS);
+  EXPECT_EQ(run_filtered(program, [] { return errno_of(syscall(SYS_personality, 0)); }).signal,
+            SIGSYS);
+}
+
+TEST(SeccompKernel, ArgumentConditionsSelectCalls) {
+  const Program program = compile(policy(
+      "SCMP_ACT_ALLOW",
+      {rule({"socket"}, "SCMP_ACT_ERRNO", EACCES, {arg(0, "SCMP_CMP_EQ", AF_INET)}),
+       // Datagram sockets of any family, whatever the SOCK_* flags in the upper bits of `type`.
+       rule({"socket"}, "SCMP_ACT_ERRNO", EPROTONOSUPPORT,
+            {arg(0, "SCMP_CMP_NE", AF_INET), arg(1, "SCMP_CMP_MASKED_EQ", 0xf, SOCK_DGRAM)})}));
+  expect_exit(
+      program, EACCES, [] { return errno_of(socket(AF_INET, SOCK_STREAM, 0)); }, "socket(AF_INET)");
+  expect_exit(
+      program, 0, [] { return errno_of(socket(AF_UNIX, SOCK_STREAM, 0)); },
+      "socket(AF_UNIX, SOCK_STREAM)");
+  expect_exit(
+      program, EPROTONOSUPPORT,
+      [] { return errno_of(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)); },
+      "socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC)");
+}
+
+TEST(SeccompKernel, StricterPolicyActionsReplacePreambleOnes) {
+  const Program program = compile(policy(
+      "SCMP_ACT_ALLOW",
+      {rule({"mount"}, "SCMP_ACT_KILL_PROCESS"),
+       rule({"ioctl"}, "SCMP_ACT_KILL_PROCESS", std::nullopt, {arg(1, "SCMP_CMP_EQ", FIONREAD)}),
+       rule({"ptrace"}, "SCMP_ACT_ERRNO", ENOSYS)}));
+  EXPECT_EQ(
+      run_filtered(program, [] { return errno_of(syscall(SYS_mount, 1, 1, 1, 1, 1)); }).signal,
+      SIGSYS);
+  EXPECT_EQ(run_filtered(program,
+                         [] {
+                           int n = 0;
+                           return errno_of(ioctl(0, FIONREAD, &n));
+                         })
+                .signal,
+            SIGSYS);
+  expect_exit(
+      program, ENOSYS, [] { return errno_of(ptrace(PTRACE_TRACEME, 0, nullptr, nullptr)); },
+      "ptrace");
+  expect_exit(
+      program, EPERM,
+      [] {
+        char c = 'x';
+        return errno_of(ioctl(0, TIOCSTI, &c));
+      },
+      "TIOCSTI");
+}
+
+#if defined(__x86_64__)
+// getpid through the 32-bit int 0x80 entry (i386 syscall 20).
+int int80_getpid() {
+  long result = 20;
+  asm volatile("int $0x80" : "+a"(result) : : "memory", "r8", "r9", "r10", "r11");
+  return result == getpid() ? 0 : kSetupFailed;
+}
+#endif
+
+TEST(SeccompKernel, Int80FromX86_64KillsTheProcess) {
+#if defined(__x86_64__)
+  const ChildEnd control = run_child(nullptr, int80_getpid);
+  if (control.exit_code != 0)
+    GTEST_SKIP() << "this kernel has no 32-bit syscall entry (IA32 emulation off); the probe "
+                 << "ended with exit " << control.exit_code << ", signal " << control.signal;
+  EXPECT_EQ(run_filtered(allow_all(), int80_getpid).signal, SIGSYS);
+#else
+  GTEST_SKIP() << "int 0x80 exists only on x86_64";
+#endif
+}
+
+TEST(SeccompKernel, X32SyscallFromX86_64KillsTheProcess) {
+#if defined(__x86_64__)
+  constexpr long kX32Bit = 0x40000000;
+  const ChildEnd end =
+      run_filtered(allow_all(), [] { return errno_of(syscall(kX32Bit | SYS_getpid)); });
+  EXPECT_EQ(end.signal, SIGSYS);
+#else
+  GTEST_SKIP() << "x32 exists only on x86_64";
+#endif
+}
+
+TEST(SeccompKernel, ApplyRejectsAnEmptyProgram) {
+  // Returns before any syscall, so it is safe to call here.
+  EXPECT_EQ(apply(Program{}), -EINVAL);
+}
+
+TEST(SeccompKernel, FiltersStackSoALaterOneOnlyTightens) {
+  const Program outer = allow_all();
+  const Program inner = compile(policy("SCMP_ACT_ALLOW", {rule({"getppid"}, "SCMP_ACT_ERRNO", 5)}));
+  expect_exit(
+      outer, EPERM,
+      [&] {
+        if (apply(inner) != 0) return kApplyFailed;
+        if (errno_of(syscall(SYS_getppid)) != 5) return kSetupFailed;
+        return new_user_namespace();
+      },
+      "two filters");
+}
+
+}  // namespace
+}  // namespace rlm::seccomp::test
