@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rlm_sandbox/error.hpp"
+
 namespace rlm {
 
 struct BackendPreference {
@@ -81,7 +83,7 @@ struct Seccomp {
 struct Environment {
   bool clear = true;                       // start from an empty environment
   std::map<std::string, std::string> set;  // then set these
-  std::vector<std::string> pass;           // and copy these from the host when present
+  std::vector<std::string> pass;           // then copy these from the host where present (wins)
 };
 
 struct User {
