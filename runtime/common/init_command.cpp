@@ -1,0 +1,26 @@
+#include "common/init_command.hpp"
+
+#include "common/init_protocol.hpp"
+
+namespace rlm::common {
+
+std::vector<std::string> init_arguments(const std::string& init_path,
+                                        const InitSettings& settings) {
+  namespace protocol = init_protocol;
+  std::vector<std::string> args{init_path, protocol::kReportFdFlag,
+                                std::to_string(protocol::kReportFd), protocol::kGraceFlag,
+                                std::to_string(settings.grace.count())};
+  for (const auto& limit : settings.rlimits) {
+    args.push_back(protocol::kRlimitFlag);
+    args.push_back(limit);
+  }
+  if (!settings.workdir.empty()) {
+    args.push_back(protocol::kChdirFlag);
+    args.push_back(settings.workdir);
+  }
+  args.push_back("--");
+  args.insert(args.end(), settings.payload_argv.begin(), settings.payload_argv.end());
+  return args;
+}
+
+}  // namespace rlm::common

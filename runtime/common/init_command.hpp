@@ -1,0 +1,21 @@
+// rlm-sandbox-init's command line, built from what a backend wants enforced.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace rlm::common {
+
+struct InitSettings {
+  std::chrono::milliseconds grace{200};
+  std::vector<std::string> rlimits;  // "cpu=2:3", "as=268435456", ...
+  std::string workdir;               // "" keeps the launcher's current directory
+  std::vector<std::string> payload_argv;
+};
+
+// argv for execve: init_path, the flags, "--", the payload's argv. The report fd is always
+// init_protocol::kReportFd.
+std::vector<std::string> init_arguments(const std::string& init_path, const InitSettings& settings);
+
+}  // namespace rlm::common

@@ -1,0 +1,53 @@
+// The contract between the runtime and rlm-sandbox-init. Both sides include this header, so the
+// flag names and the report's keys cannot drift apart. No dependencies: init includes it too.
+//
+// Command line:
+//   rlm-sandbox-init [--report-fd N] [--grace-ms G] [--rlimit NAME=SOFT:HARD]... [--chdir DIR]
+//                    -- ARGV...
+// The payload's environment is init's own (the envp the runtime gave it); ARGV[0] is looked up
+// in its PATH. NAME is one of cpu, as, fsize, nofile, core, nproc, data, stack; SOFT and HARD
+// are numbers or "unlimited", and are only ever lowered (clamped to the current hard limit).
+//
+// Report: init writes exactly one line of JSON to the report fd, then exits:
+//   {"exit_code":3,"cpu_us":1200}           the payload's main process exited
+//   {"signal":9,"cpu_us":1000000}           it was killed by a signal
+//   {"exec_errno":2,"path":"foo"}           execvp(ARGV[0]) failed
+//   {"setup_errno":2,"step":"chdir","path":"/x"}   chdir/setrlimit failed before exec
+//   {"init_error":"message"}                init itself could not do its job
+// plus "terminated":true when init tore the tree down because it received SIGTERM. cpu_us is the
+// main process's own CPU time (it is what RLIMIT_CPU measures). Without --report-fd init only
+// mirrors the payload in its exit status (the code, or 128+N for signal N).
+//
+// Signals to init: SIGTERM stops the whole tree (SIGTERM + SIGCONT to every descendant, SIGKILL
+// after the grace); SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 are forwarded to the payload.
+#pragma once
+
+namespace rlm::init_protocol {
+
+inline constexpr const char* kBinaryName = "rlm-sandbox-init";
+
+inline constexpr const char* kReportFdFlag = "--report-fd";
+inline constexpr const char* kGraceFlag = "--grace-ms";
+inline constexpr const char* kRlimitFlag = "--rlimit";
+inline constexpr const char* kChdirFlag = "--chdir";
+
+// The fd number the runtime hands the report pipe on (0-2 are the payload's stdio).
+inline constexpr int kReportFd = 3;
+
+// Init's exit status when it could not do its job (bad usage, setup failure).
+inline constexpr int kInitFailureExit = 125;
+
+// Report keys.
+inline constexpr const char* kExitCodeKey = "exit_code";
+inline constexpr const char* kSignalKey = "signal";
+inline constexpr const char* kCpuKey = "cpu_us";
+inline constexpr const char* kExecErrnoKey = "exec_errno";
+inline constexpr const char* kSetupErrnoKey = "setup_errno";
+inline constexpr const char* kStepKey = "step";
+inline constexpr const char* kPathKey = "path";
+inline constexpr const char* kInitErrorKey = "init_error";
+inline constexpr const char* kTerminatedKey = "terminated";
+// Written by the runtime's own child when it could not exec init at all.
+inline constexpr const char* kInitExecErrnoKey = "init_exec_errno";
+
+}  // namespace rlm::init_protocol

@@ -1,0 +1,150 @@
+#include "common/launch.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+#include "common/init_protocol.hpp"
+
+namespace rlm::common {
+namespace {
+
+constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
+
+std::system_error system_error(const char* what) {
+  return std::system_error(errno, std::generic_category(), what);
+}
+
+// A pipe whose ends are close-on-exec and numbered at least kFirstFreeFd.
+void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw system_error("pipe2");
+  read_end.reset(fds[0]);
+  write_end.reset(fds[1]);
+  for (UniqueFd* end : {&read_end, &write_end}) {
+    if (end->get() >= kFirstFreeFd) continue;
+    const int moved = fcntl(end->get(), F_DUPFD_CLOEXEC, kFirstFreeFd);
+    if (moved < 0) throw system_error("fcntl(F_DUPFD_CLOEXEC)");
+    end->reset(moved);
+  }
+}
+
+void set_nonblocking(const UniqueFd& fd) {
+  const int flags = fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> result;
+  result.reserve(strings.size() + 1);
+  for (auto& s : strings) result.push_back(s.data());
+  result.push_back(nullptr);
+  return result;
+}
+
+// `{"init_exec_errno":N}\n` without allocating: runs between fork and exec.
+void report_exec_failure(int fd, int error) noexcept {
+  char line[64] = "{\"";
+  std::size_t length = 2;
+  for (const char* key = init_protocol::kInitExecErrnoKey; *key && length < 40; ++key)
+    line[length++] = *key;
+  line[length++] = '"';
+  line[length++] = ':';
+  char digits[12];
+  std::size_t count = 0;
+  unsigned value = error > 0 ? static_cast<unsigned>(error) : 0;
+  do {
+    digits[count++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value && count < sizeof digits);
+  while (count) line[length++] = digits[--count];
+  line[length++] = '}';
+  line[length++] = '\n';
+  [[maybe_unused]] const ssize_t ignored = write(fd, line, length);
+}
+
+}  // namespace
+
+InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
+                       std::vector<std::string> env)
+    : path_(std::move(init_path)),
+      args_(std::move(args)),
+      env_(std::move(env)),
+      argv_(pointers(args_)),
+      envp_(pointers(env_)),
+      parent_pid_(getpid()) {
+  rlimit files{};
+  max_fd_ = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
+                ? static_cast<unsigned>(files.rlim_cur)
+                : (1u << 20);
+  make_pipe(child_stdin_, stdin_);
+  make_pipe(stdout_, child_stdout_);
+  make_pipe(stderr_, child_stderr_);
+  make_pipe(report_, child_report_);
+}
+
+void InitLaunch::exec_in_child() const noexcept {
+  // Its own process group: the runtime's last-resort kill(-pgid) reaches every member that did
+  // not leave it, and a terminal's job-control signals meant for the host do not.
+  setpgid(0, 0);
+  // SIGTERM, not SIGKILL: init answers it by tearing the whole tree down; SIGKILL would orphan it.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent_pid_) _exit(init_protocol::kInitFailureExit);  // parent already gone
+
+  // dup2 clears close-on-exec on the targets; every source is >= kFirstFreeFd, so none is
+  // overwritten before it has been moved.
+  if (dup2(child_stdin_.get(), STDIN_FILENO) < 0 || dup2(child_stdout_.get(), STDOUT_FILENO) < 0 ||
+      dup2(child_stderr_.get(), STDERR_FILENO) < 0 ||
+      dup2(child_report_.get(), init_protocol::kReportFd) < 0)
+    _exit(init_protocol::kInitFailureExit);
+  // Nothing else crosses: not the host's fds, nor another thread's pipes created concurrently.
+  if (syscall(SYS_close_range, kFirstFreeFd, ~0u, 0) != 0)
+    for (unsigned fd = kFirstFreeFd; fd < max_fd_; ++fd) close(static_cast<int>(fd));
+
+  execve(path_.c_str(), argv_.data(), envp_.data());
+  report_exec_failure(init_protocol::kReportFd, errno);
+  _exit(init_protocol::kInitFailureExit);
+}
+
+InitProcess InitLaunch::finish(pid_t pid) {
+  child_stdin_.reset();
+  child_stdout_.reset();
+  child_stderr_.reset();
+  child_report_.reset();
+  InitProcess process;
+  process.pid = pid;
+  // Our unreaped child, so the pid cannot have been recycled yet.
+  process.pidfd.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  for (UniqueFd* end : {&stdin_, &stdout_, &stderr_, &report_}) set_nonblocking(*end);
+  process.stdin_pipe = std::move(stdin_);
+  process.stdout_pipe = std::move(stdout_);
+  process.stderr_pipe = std::move(stderr_);
+  process.report_pipe = std::move(report_);
+  return process;
+}
+
+InitProcess launch_init(std::string init_path, std::vector<std::string> args,
+                        std::vector<std::string> env) {
+  InitLaunch launch(std::move(init_path), std::move(args), std::move(env));
+  // Blocked from before the fork until init has set up its signalfd: no host signal handler
+  // can run in the child, and a SIGTERM that arrives early stays pending for init.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  // _Fork: like fork, but runs no pthread_atfork handlers -- the child only execs, and handlers
+  // may take locks or allocate.
+  const pid_t pid = _Fork();
+  if (pid == 0) launch.exec_in_child();
+  const int fork_error = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) throw std::system_error(fork_error, std::generic_category(), "fork");
+  return launch.finish(pid);
+}
+
+}  // namespace rlm::common

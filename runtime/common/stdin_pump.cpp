@@ -1,0 +1,97 @@
+#include "common/stdin_pump.hpp"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace rlm::common {
+namespace {
+
+// write() that cannot raise SIGPIPE in the host: SIGPIPE is blocked on this thread for the call,
+// and one it generated is consumed before unblocking. (The host's own disposition of SIGPIPE is
+// not ours to change; MSG_NOSIGNAL exists only for sockets.)
+ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) {
+  sigset_t pipe_only, previous, pending;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+  sigpending(&pending);
+  const bool already_pending = sigismember(&pending, SIGPIPE);
+  const ssize_t written = write(fd, data, size);
+  const int error = errno;
+  if (written < 0 && error == EPIPE && !already_pending) {
+    const timespec no_wait{};
+    while (sigtimedwait(&pipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = error;
+  return written;
+}
+
+}  // namespace
+
+StdinPump::StdinPump(UniqueFd pipe, std::string_view data, int source_fd)
+    : pipe_(std::move(pipe)),
+      data_(source_fd >= 0 ? std::string_view() : data),
+      source_fd_(source_fd),
+      source_done_(source_fd < 0) {
+  if (source_fd_ >= 0) buffer_.resize(65536);
+  finish_if_done();
+}
+
+int StdinPump::write_fd() const {
+  return pipe_ && !pending().empty() ? pipe_.get() : -1;
+}
+
+int StdinPump::read_fd() const {
+  return pipe_ && !source_done_ && pending().empty() ? source_fd_ : -1;
+}
+
+std::string_view StdinPump::pending() const {
+  if (source_fd_ < 0) return data_;
+  return {buffer_.data() + buffer_begin_, buffer_end_ - buffer_begin_};
+}
+
+void StdinPump::consume(std::size_t count) {
+  if (source_fd_ < 0) {
+    data_.remove_prefix(count);
+    return;
+  }
+  buffer_begin_ += count;
+  if (buffer_begin_ == buffer_end_) buffer_begin_ = buffer_end_ = 0;
+}
+
+void StdinPump::on_writable() {
+  const auto bytes = pending();
+  if (!pipe_ || bytes.empty()) return;
+  const ssize_t written = write_without_sigpipe(pipe_.get(), bytes.data(), bytes.size());
+  if (written > 0) {
+    consume(static_cast<std::size_t>(written));
+  } else if (written < 0 && errno != EAGAIN && errno != EINTR) {
+    // EPIPE: the payload stopped reading its stdin, which is its right.
+    pipe_.reset();
+    return;
+  }
+  finish_if_done();
+}
+
+void StdinPump::on_readable() {
+  if (source_done_ || !pending().empty()) return;
+  const ssize_t count = read(source_fd_, buffer_.data(), buffer_.size());
+  if (count > 0) {
+    buffer_begin_ = 0;
+    buffer_end_ = static_cast<std::size_t>(count);
+  } else if (count == 0 || (errno != EAGAIN && errno != EINTR)) {
+    source_done_ = true;  // EOF, or an error that would only repeat
+  }
+  finish_if_done();
+}
+
+void StdinPump::finish_if_done() {
+  if (source_done_ && pending().empty()) pipe_.reset();
+}
+
+}  // namespace rlm::common

@@ -1,0 +1,50 @@
+// The host side of a run: the loop that pumps stdin, collects capped output, enforces the wall
+// deadline and watches init until it exits, then drains and reaps. Shared by every backend that
+// launches rlm-sandbox-init; how init was started (plain fork, clone3 into namespaces) does not
+// matter here.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/launch.hpp"
+
+namespace rlm::common {
+
+struct SupervisionOptions {
+  std::chrono::steady_clock::time_point deadline;  // wall limit
+  std::chrono::milliseconds grace{200};            // init's SIGTERM -> SIGKILL grace
+  std::uint64_t output_cap = 1u << 20;             // per stream
+  std::string_view stdin_data;
+  int stdin_fd = -1;                                           // replaces stdin_data when >= 0
+  std::function<void(std::string_view)> on_stdout, on_stderr;  // empty: keep the output
+};
+
+// Why the runtime stopped the payload early, if it did.
+enum class StopReason { none, timeout, output_limit, caller_error };
+
+struct Supervision {
+  StopReason stop = StopReason::none;
+  std::string stdout_data, stderr_data;
+  bool stdout_truncated = false, stderr_truncated = false;
+  std::string report;        // what init wrote on its report pipe (one JSON line, or nothing)
+  bool reaped = false;       // false if the host reaped init behind our back (SIGCHLD ignored)
+  int wait_status = 0;       // init's, from wait4
+  rusage usage{};            // init plus every descendant it reaped: the whole tree
+  bool init_killed = false;  // init did not stop within grace + 1s and was SIGKILLed
+  std::exception_ptr caller_error;  // thrown by on_stdout/on_stderr; rethrow after cleanup
+};
+
+// Runs until init has exited, then drains the pipes and reaps init. Stops init (SIGTERM; init
+// applies the grace) at the deadline, when a stream exceeds the cap, or when a callback throws;
+// SIGKILLs it grace + 1s later if it is still there. Leaves `process` reaped and its fds closed,
+// also when an exception escapes.
+Supervision supervise_init(InitProcess& process, SupervisionOptions options);
+
+}  // namespace rlm::common

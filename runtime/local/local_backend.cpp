@@ -1,0 +1,144 @@
+// The local backend: the payload runs as a plain subprocess of the caller, under
+// rlm-sandbox-init, with rlimits, a wall deadline and output caps -- and no isolation at all.
+#include "local/local_backend.hpp"
+
+#include <system_error>
+
+#include "common/environment.hpp"
+#include "common/init_command.hpp"
+#include "common/init_locator.hpp"
+#include "common/launch.hpp"
+#include "common/outcome.hpp"
+#include "common/supervise.hpp"
+#include "local/rlimits.hpp"
+
+namespace rlm::local {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Policy fields as the policy JSON names them, so health() speaks the policy's language.
+const std::vector<std::string> kEnforced = {
+    "limits.wall_time_ms", "limits.cpu_time_ms",     "limits.kill_grace_ms", "limits.memory_bytes",
+    "limits.output_bytes", "limits.file_size_bytes", "limits.open_files",    "env",
+    "filesystem.workdir",
+};
+const std::vector<std::string> kUnenforced = {
+    "limits.pids", "limits.tmpfs_bytes", "namespaces", "filesystem.mounts", "network",
+    "seccomp",     "capabilities",       "user",       "hostname",
+};
+
+std::chrono::microseconds since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+}
+
+common::InitSettings init_settings(const Policy& policy, const std::vector<std::string>& argv) {
+  common::InitSettings settings;
+  settings.grace = policy.limits.kill_grace;
+  settings.rlimits = rlimit_arguments(policy.limits);
+  settings.workdir = policy.filesystem.workdir;  // "" = the caller's directory
+  settings.payload_argv = argv;
+  return settings;
+}
+
+common::SupervisionOptions supervision_options(const Request& request, const Policy& policy,
+                                               Clock::time_point deadline) {
+  common::SupervisionOptions options;
+  options.deadline = deadline;
+  options.grace = policy.limits.kill_grace;
+  options.output_cap = policy.limits.output_bytes;
+  options.stdin_data = request.stdin_data;
+  options.stdin_fd = request.stdin_fd;
+  options.on_stdout = request.on_stdout;
+  options.on_stderr = request.on_stderr;
+  return options;
+}
+
+common::RunContext run_context(const Policy& policy, const common::InitSettings& settings,
+                               const std::string& init_path, std::chrono::milliseconds wall_limit) {
+  common::RunContext context;
+  context.argv0 = settings.payload_argv.front();
+  context.workdir = settings.workdir;
+  context.init_path = init_path;
+  context.wall_limit = wall_limit;
+  context.cpu_limit = policy.limits.cpu_time;
+  context.output_cap = policy.limits.output_bytes;
+  return context;
+}
+
+class LocalBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "local"; }
+  bool isolated() const override { return false; }
+
+  Health health() const override {
+    Health health;
+    health.backend = "local";
+    health.isolated = false;
+    health.enforced = kEnforced;
+    health.unenforced = kUnenforced;
+    const auto init = common::locate_init();
+    health.available = !init.path.empty();
+    if (health.available) {
+      health.detail =
+          "no isolation: runs the payload as a plain subprocess with the caller's user, files and "
+          "network; enforces rlimits (CPU, address space as memory_bytes, file size, open "
+          "files), the wall time and output caps, and kills every descendant (" +
+          init.path + ")";
+    } else {
+      health.detail = init.problem();
+      health.fix = common::InitLocation::fix();
+    }
+    return health;
+  }
+
+  Result run(const Request& request, const Policy& policy) override {
+    // Prepare: an invalid request throws here, before anything starts.
+    const auto argv = resolve_argv(request);
+    const auto wall_limit = effective_wall_time(request, policy);
+    auto environment = common::payload_environment(policy.env, request.env);
+
+    const auto start = Clock::now();
+    Result result;
+    result.backend = "local";
+    result.policy = policy.name;
+    const auto setup_failed = [&](std::string detail) {
+      result.status = Status::sandbox_error;
+      result.detail = std::move(detail);
+      result.wall = since(start);
+      return result;
+    };
+
+    const auto init = common::locate_init();
+    if (init.path.empty())
+      return setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
+    const auto settings = init_settings(policy, argv);
+    // Built before the launch, so nothing that can throw sits between launch and supervision.
+    auto options = supervision_options(request, policy, start + wall_limit);
+    const auto context = run_context(policy, settings, init.path, wall_limit);
+
+    // Launch.
+    common::InitProcess process;
+    try {
+      process = common::launch_init(init.path, common::init_arguments(init.path, settings),
+                                    std::move(environment));
+    } catch (const std::system_error& error) {
+      return setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
+    }
+
+    // Supervise until everything is gone, then finish.
+    auto supervision = common::supervise_init(process, std::move(options));
+    if (supervision.caller_error) std::rethrow_exception(supervision.caller_error);
+    common::fill_result(result, std::move(supervision), context);
+    result.wall = since(start);
+    return result;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_local_backend() {
+  return std::make_unique<LocalBackend>();
+}
+
+}  // namespace rlm::local

@@ -1,0 +1,112 @@
+// rlm-sandbox-init: the small supervisor between the runtime and the payload. It makes itself a
+// child subreaper, so that every process the payload leaves behind -- even a double-forked,
+// setsid() daemon -- is reparented to it and can be found, killed and reaped; forwards signals;
+// and reports how the payload ended on a pipe. The runtime cannot do this itself without setting
+// PR_SET_CHILD_SUBREAPER on the embedding host process, which would change the host's semantics.
+// Contract: runtime/common/init_protocol.hpp.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "common/init_protocol.hpp"
+#include "options.hpp"
+#include "payload.hpp"
+#include "report.hpp"
+#include "supervisor.hpp"
+
+namespace {
+
+using rlm::init::Outcome;
+
+// Starts from a known signal state whatever the launcher left us: every disposition default (an
+// inherited SIG_IGN for SIGCHLD would make the kernel reap children behind our back), SIGPIPE
+// ignored (the runtime may be gone when the report is written), and the supervised signals
+// blocked for the signalfd. The runtime execs init with every signal blocked, so nothing that
+// arrived before this point is lost: it is still pending.
+void prepare_signals(const sigset_t& supervised) {
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, nullptr);
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int signal = 1; signal < NSIG; ++signal) sigaction(signal, &default_action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  sigprocmask(SIG_SETMASK, &supervised, nullptr);
+}
+
+// The payload has its stdio; init keeps only stderr (for its own messages when there is no
+// report). Dropping init's stdin read end means a payload that closes stdin gives the writer EPIPE,
+// as in any pipeline.
+void release_payload_stdio() {
+  const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO}) {
+    if (null_fd >= 0)
+      dup2(null_fd, fd);
+    else
+      close(fd);
+  }
+  if (null_fd > STDERR_FILENO) close(null_fd);
+}
+
+int fail(int report_fd, const std::string& message) {
+  Outcome outcome;
+  outcome.kind = Outcome::Kind::init_failed;
+  outcome.message = message;
+  if (report_fd >= 0)
+    rlm::init::write_report(report_fd, outcome);
+  else
+    std::fprintf(stderr, "rlm-sandbox-init: %s\n", message.c_str());
+  return rlm::init::mirrored_exit_status(outcome);
+}
+
+std::string with_errno(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t supervised = rlm::init::supervised_signals();
+  prepare_signals(supervised);
+
+  rlm::init::Options options;
+  if (auto error = rlm::init::parse_options(argc, argv, options); !error.empty())
+    return fail(-1, error + "\n" + rlm::init::kUsage);
+  // The report fd must not leak into the payload.
+  if (options.report_fd >= 0 && fcntl(options.report_fd, F_SETFD, FD_CLOEXEC) != 0)
+    return fail(-1, with_errno("--report-fd"));
+
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    return fail(options.report_fd, with_errno("prctl(PR_SET_CHILD_SUBREAPER)"));
+  const int signal_fd = signalfd(-1, &supervised, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) return fail(options.report_fd, with_errno("signalfd"));
+
+  rlm::init::StartFailure failure;
+  const pid_t payload = rlm::init::start_payload(options, failure);
+  if (payload < 0) return fail(options.report_fd, with_errno("fork"));
+  release_payload_stdio();
+
+  Outcome outcome = rlm::init::Supervisor(payload, signal_fd, options.grace_ms).run();
+  if (failure.error != 0) {
+    // The child's own exit status says little; the errno and the step say what went wrong.
+    outcome.kind =
+        failure.step == "exec" ? Outcome::Kind::exec_failed : Outcome::Kind::setup_failed;
+    outcome.value = failure.error;
+    outcome.step = failure.step;
+    outcome.path = failure.path;
+  }
+  rlm::init::write_report(options.report_fd, outcome);
+  if (options.report_fd < 0 && failure.error != 0)
+    std::fprintf(stderr, "rlm-sandbox-init: %s '%s': %s\n",
+                 failure.step == "exec" ? "cannot execute" : failure.step.c_str(),
+                 failure.path.c_str(), std::strerror(failure.error));
+  close(signal_fd);
+  return rlm::init::mirrored_exit_status(outcome);
+}

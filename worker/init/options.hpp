@@ -1,0 +1,33 @@
+// rlm-sandbox-init's command line (see runtime/common/init_protocol.hpp for the contract).
+#pragma once
+
+#include <sys/resource.h>
+
+#include <string>
+#include <vector>
+
+namespace rlm::init {
+
+struct ResourceLimit {
+  const char* name;  // "cpu", "as", ...: for messages
+  int resource;      // RLIMIT_*
+  rlim_t soft;
+  rlim_t hard;
+};
+
+struct Options {
+  int report_fd = -1;  // -1: no report, only the mirrored exit status
+  int grace_ms = 200;  // SIGTERM -> SIGKILL grace when init is told to stop
+  std::vector<ResourceLimit> limits;
+  const char* workdir = nullptr;  // nullptr: keep the current directory
+  char** payload_argv = nullptr;  // null-terminated, points into main's argv
+};
+
+// Parses main's argv. Returns "" on success, else a one-line message saying what is wrong.
+std::string parse_options(int argc, char** argv, Options& options);
+
+inline constexpr const char* kUsage =
+    "usage: rlm-sandbox-init [--report-fd N] [--grace-ms G] [--rlimit NAME=SOFT[:HARD]]... "
+    "[--chdir DIR] -- CMD [ARGS...]";
+
+}  // namespace rlm::init

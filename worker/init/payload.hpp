@@ -1,0 +1,24 @@
+// Starting the payload: init forks, the child applies the limits and working directory and execs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "options.hpp"
+
+namespace rlm::init {
+
+// Why the payload never reached its own code; errno == 0 when it did.
+struct StartFailure {
+  int error = 0;     // errno
+  std::string step;  // "exec", "chdir", "setrlimit"
+  std::string path;  // argv[0], the directory, or the resource name
+};
+
+// Forks the payload. Returns its pid (or -1 with errno set when fork itself failed). A failure
+// between fork and exec is filled into `failure`; the child then exits and is reaped like any
+// other. Returns only once the child has exec'd or failed, so `failure` is final.
+pid_t start_payload(const Options& options, StartFailure& failure);
+
+}  // namespace rlm::init

@@ -1,0 +1,135 @@
+#include "supervisor.hpp"
+
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include "process_tree.hpp"
+
+namespace rlm::init {
+namespace {
+
+constexpr int kForwarded[] = {SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+long long now_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
+}
+
+long long cpu_microseconds(const rusage& usage) {
+  const auto us = [](const timeval& t) {
+    return static_cast<long long>(t.tv_sec) * 1'000'000 + t.tv_usec;
+  };
+  return us(usage.ru_utime) + us(usage.ru_stime);
+}
+
+}  // namespace
+
+sigset_t supervised_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+    sigaddset(&set, signal);
+  return set;
+}
+
+Supervisor::Supervisor(pid_t payload, int signal_fd, int grace_ms)
+    : self_(getpid()), payload_(payload), signal_fd_(signal_fd), grace_ms_(grace_ms) {}
+
+Outcome Supervisor::run() {
+  while (!payload_done_) {
+    int timeout_ms = -1;
+    if (terminating_) {
+      const long long left = kill_deadline_ms_ - now_ms();
+      if (left <= 0) break;
+      timeout_ms = static_cast<int>(left);
+    }
+    if (wait_for_signal(timeout_ms)) handle_signals();
+    reap_exited();
+  }
+  // The main process is gone (or the grace ran out): nothing else may outlive it.
+  kill_everything();
+
+  Outcome outcome;
+  outcome.terminated = terminating_;
+  outcome.cpu_us = cpu_microseconds(payload_usage_);
+  if (WIFSIGNALED(payload_status_)) {
+    outcome.kind = Outcome::Kind::signaled;
+    outcome.value = WTERMSIG(payload_status_);
+  } else {
+    outcome.kind = Outcome::Kind::exited;
+    outcome.value = WEXITSTATUS(payload_status_);
+  }
+  return outcome;
+}
+
+bool Supervisor::reap_exited() {
+  for (;;) {
+    int status = 0;
+    rusage usage{};
+    const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
+    if (pid > 0) {
+      if (pid == payload_) {
+        payload_done_ = true;
+        payload_status_ = status;
+        payload_usage_ = usage;
+      }
+      continue;
+    }
+    if (pid == 0) return true;  // children left, none exited yet
+    if (errno == EINTR) continue;
+    return false;  // ECHILD: no child at all
+  }
+}
+
+bool Supervisor::wait_for_signal(int timeout_ms) {
+  pollfd watched{signal_fd_, POLLIN, 0};
+  int ready;
+  while ((ready = poll(&watched, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  return ready > 0;
+}
+
+void Supervisor::handle_signals() {
+  signalfd_siginfo info{};
+  while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    const int signal = static_cast<int>(info.ssi_signo);
+    if (signal == SIGTERM) {
+      begin_termination();
+      continue;
+    }
+    for (int forwarded : kForwarded)
+      // The payload is our unreaped child, so its pid cannot have been recycled.
+      if (signal == forwarded && !payload_done_) kill(payload_, signal);
+  }
+}
+
+void Supervisor::begin_termination() {
+  if (terminating_) return;
+  terminating_ = true;
+  kill_deadline_ms_ = now_ms() + grace_ms_;
+  signal_descendants(self_, SIGTERM);
+  // A stopped process would only act on SIGTERM once continued.
+  signal_descendants(self_, SIGCONT);
+}
+
+void Supervisor::kill_everything() {
+  for (;;) {
+    signal_descendants(self_, SIGKILL);
+    if (!reap_exited()) return;
+    // Something is left: a process forked since the scan, or one still dying. Wait briefly for a
+    // SIGCHLD, drain whatever arrived (nothing more to forward now), and sweep again.
+    if (wait_for_signal(10)) {
+      signalfd_siginfo info{};
+      while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      }
+    }
+  }
+}
+
+}  // namespace rlm::init
