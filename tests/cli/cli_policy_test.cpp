@@ -60,6 +60,30 @@ TEST(CliPolicy, ShowPrintsTheEffectivePolicyAfterExtends) {
   EXPECT_EQ(policy["network"], "none");
 }
 
+TEST(CliPolicy, ExportsADockerSeccompProfileWithThePreamble) {
+  auto out = cli({"policy", "export", "--docker-seccomp", "strict"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  auto profile = json::parse(out.out);
+  EXPECT_EQ(profile["defaultAction"], "SCMP_ACT_ALLOW");
+  std::string denied;
+  for (const auto& rule : profile["syscalls"])
+    if (rule["action"] != "SCMP_ACT_ALLOW")
+      for (const auto& name : rule["names"]) denied += name.get<std::string>() + " ";
+  for (const char* name : {"unshare", "mount", "bpf", "keyctl", "ptrace", "clone3"})
+    EXPECT_NE(denied.find(std::string(name) + " "), std::string::npos) << name << " in " << denied;
+
+  EXPECT_EQ(cli({"policy", "export", "strict"}).exit_code, 2) << "the format is required";
+}
+
+TEST(CliPolicy, CheckRejectsRulesThatWouldWeakenThePreamble) {
+  TempDir dir;
+  dir.write("weak.json", R"({"extends": "default", "seccomp": {"defaultAction": "SCMP_ACT_ALLOW",
+      "syscalls": [{"names": ["mount"], "action": "SCMP_ACT_ALLOW"}]}})");
+  auto out = cli({"policy", "check", dir.file("weak.json")});
+  EXPECT_EQ(out.exit_code, 1);
+  EXPECT_NE(out.err.find("seccomp.syscalls[0]"), std::string::npos) << out.err;
+}
+
 TEST(CliPolicy, ListNamesTheShippedPolicies) {
   auto out = cli({"policy", "list"});
   EXPECT_EQ(out.exit_code, 0);

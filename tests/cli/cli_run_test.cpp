@@ -131,12 +131,21 @@ TEST(CliRun, IsolatingPolicyFailsClosedOnTheLocalBackend) {
 
 TEST(CliRun, AutoSelectionNeverDropsToLocal) {
   TempDir dir;
-  // An isolating policy that prefers local anyway: auto must refuse, not run unisolated.
+  // An isolating policy that names local anyway is refused before anything runs.
   dir.write("p.json", R"({"extends": "default", "backend": {"prefer": ["local"]}})");
   auto out = cli({"run", "--policy", dir.file("p.json"), "--", "sh", "-c", "echo ran"});
   EXPECT_EQ(out.exit_code, 125);
   EXPECT_EQ(out.out, "");
-  EXPECT_NE(out.err.find("no backend can run"), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("allow_unisolated"), std::string::npos) << out.err;
+
+  // An isolating policy whose backends are missing fails closed with what is missing.
+  dir.write("docker-only.json", R"({"extends": "default", "backend": {"prefer": ["docker"]}})");
+  auto missing =
+      cli({"run", "--policy", dir.file("docker-only.json"), "--", "sh", "-c", "echo ran"});
+  EXPECT_EQ(missing.exit_code, 125);
+  EXPECT_EQ(missing.out, "");
+  EXPECT_NE(missing.err.find("no backend can run"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("docker:"), std::string::npos) << missing.err;
 }
 
 TEST(CliRun, LimitFlagsMayOnlyTighten) {

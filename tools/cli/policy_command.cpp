@@ -4,6 +4,7 @@
 #include "cli.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "seccomp/seccomp.hpp"
 
 namespace po = boost::program_options;
 
@@ -12,11 +13,14 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: rlm-sandbox policy check NAME|FILE...
        rlm-sandbox policy show NAME|FILE
+       rlm-sandbox policy export --docker-seccomp NAME|FILE
        rlm-sandbox policy list
 
   check   validate each policy after resolving "extends"; print every problem with its JSON
           path; exit 1 when any policy has a problem
   show    print the effective policy (after "extends", every field explicit) as JSON
+  export  --docker-seccomp: print the policy's seccomp rules, layered on the mandatory preamble,
+          as a Docker seccomp profile (docker run --security-opt seccomp=FILE)
   list    print the names of the shipped policies
 
 NAME is a shipped policy (see 'policy list') or one in $RLM_SANDBOX_POLICY_PATH; FILE is a path.
@@ -26,6 +30,7 @@ examples:
   rlm-sandbox policy check my-policy.json
   rlm-sandbox policy show strict
   rlm-sandbox policy show my-policy.json | jq .limits
+  rlm-sandbox policy export --docker-seccomp strict > strict-seccomp.json
 )";
 
 int check(const std::vector<std::string>& targets) {
@@ -52,8 +57,10 @@ int check(const std::vector<std::string>& targets) {
 
 int policy_command(const std::vector<std::string>& args) {
   po::options_description options("options");
-  options.add_options()("help,h", "show this help")("words", po::value<std::vector<std::string>>(),
-                                                    "");
+  options.add_options()                                                                     //
+      ("help,h", "show this help")                                                          //
+      ("docker-seccomp", po::bool_switch(), "with export: print a Docker seccomp profile")  //
+      ("words", po::value<std::vector<std::string>>(), "");
   auto values = parse_options(args, options, "policy", "words");
   std::vector<std::string> words;
   if (values.count("words")) words = values["words"].as<std::vector<std::string>>();
@@ -68,6 +75,13 @@ int policy_command(const std::vector<std::string>& args) {
   if (subcommand == "show") {
     if (targets.size() != 1) throw UsageError("policy show takes one NAME or FILE", "policy");
     std::cout << load_policy(targets.front()).to_json().dump(2) << "\n";
+    return 0;
+  }
+  if (subcommand == "export") {
+    if (!values["docker-seccomp"].as<bool>())
+      throw UsageError("policy export needs a format: --docker-seccomp", "policy");
+    if (targets.size() != 1) throw UsageError("policy export takes one NAME or FILE", "policy");
+    std::cout << seccomp::docker_profile(load_policy(targets.front()).seccomp).dump(2) << "\n";
     return 0;
   }
   if (subcommand == "list") {
