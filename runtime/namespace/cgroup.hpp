@@ -1,7 +1,8 @@
 // cgroups for one sandboxed run: v2 (unified) or v1 (memory, pids, cpu/cpuacct hierarchies).
 // Created in the parent before clone, joined by the child before it execs, read after the run,
 // and removed with everything in them. Every group lives under a parent named "rlm-sandbox";
-// nothing else on the host is ever touched.
+// nothing else on the host is ever touched, except that on v2 memory and pids are enabled in the
+// cgroup.subtree_control of our own cgroup when it is the root, or of a cgroup delegated to us.
 #pragma once
 
 #include <sys/types.h>
@@ -18,11 +19,13 @@
 namespace rlm::ns {
 
 // What this host offers, for `health` and for the Result when limits fall back to rlimits.
+// Found by really creating (and removing) a group with default limits. docs/cgroups.md.
 struct CgroupSupport {
   enum class Mode { v2, v1, none } mode = Mode::none;
-  std::string detail;                  // "cgroup v1: memory, pids, cpu at /sys/fs/cgroup/..."
-  std::string fix;                     // the command that gives a writable/delegated cgroup
-  std::vector<std::string> enforced;   // policy fields enforced through cgroups here
+  std::string detail;  // "cgroup v1: memory and pids limits ... under /sys/fs/cgroup/memory/..."
+                       // or, with mode none, why no group could be made
+  std::string fix;     // with mode none: what gives a writable/delegated cgroup; else empty
+  std::vector<std::string> enforced;  // policy fields enforced through cgroups here
 };
 CgroupSupport probe_cgroups();
 
@@ -30,37 +33,47 @@ CgroupSupport probe_cgroups();
 struct CgroupUsage {
   std::optional<std::uint64_t> peak_memory_bytes;  // memory.peak / memory.max_usage_in_bytes
   std::optional<std::chrono::microseconds> cpu;    // cpu.stat usage_usec / cpuacct.usage
-  bool oom_killed = false;         // memory.events oom_kill / memory.oom_control oom_kill
-  bool memory_limit_hit = false;   // the limit was reached at all (failcnt / events max)
-  bool pids_limit_hit = false;     // pids.events max
+  bool oom_killed = false;        // memory.events oom_kill / memory.oom_control oom_kill
+  bool memory_limit_hit = false;  // the limit was reached at all (failcnt / events max)
+  bool pids_limit_hit = false;    // pids.events max
 };
 
 class RunCgroup {
  public:
-  // Creates the run's group(s) with memory.max (+ swap 0), pids.max and, when the policy asks,
-  // a CPU quota. Returns nullptr and sets `why` when this host has no writable cgroup (the caller
-  // then falls back to rlimits and says so). Throws Error only for a broken hierarchy.
+  // Creates the run's group(s) with the memory limit (no swap) and pids.max (no CPU quota: the
+  // policy has none yet). Returns nullptr and sets `why` (with "; to fix: ..." when there is a
+  // fix) when this host gives no usable cgroup; the caller then falls back to rlimits and says
+  // so. Never throws; leaves nothing behind on failure. Thread-safe.
   static std::unique_ptr<RunCgroup> create(const Limits& limits, std::string* why);
 
-  virtual ~RunCgroup() = default;  // implementations kill every member and rmdir the group(s)
+  // Kills every member, waits (bounded: ~2 s, then up to 5 s per directory) for the kernel to let
+  // go of them, and rmdirs the group(s). Never throws; a group that cannot be removed in time is
+  // left for collect_stale_groups() of a later process.
+  virtual ~RunCgroup() = default;
   RunCgroup() = default;
   RunCgroup(const RunCgroup&) = delete;
   RunCgroup& operator=(const RunCgroup&) = delete;
 
-  // v2: a directory fd for clone3's CLONE_INTO_CGROUP (the child starts inside its limits).
-  // -1 on v1, where attach() is used instead.
+  // v2: a directory fd (O_CLOEXEC, owned by this object) for clone3's CLONE_INTO_CGROUP: the
+  // child starts inside its limits, and a CLONE_NEWCGROUP in the same clone3 has the group as
+  // its root. -1 on v1, where attach() is used instead.
   virtual int clone_into_fd() const = 0;
-  // Moves `pid` into the group(s); called by the parent while the child waits, before it execs.
+  // Moves `pid` into the group(s) (every hierarchy on v1); called by the parent while the child
+  // waits, before it execs or unshares its cgroup namespace. Throws Error (e.g. ESRCH).
   virtual void attach(pid_t pid) = 0;
+  // Cheap reads of the control files; valid while the object lives (after kill_all too).
   virtual CgroupUsage usage() const = 0;
-  // Kills every process in the group (cgroup.kill on v2; freeze-free kill loop on v1).
+  // Kills every process in the group and waits (bounded, ~2 s) until it is empty; the group
+  // stays for usage(). cgroup.kill on v2 (5.14+), else a pidfd kill loop that converges because
+  // pids.max bounds every fork flood.
   virtual void kill_all() = 0;
   virtual std::string describe() const = 0;  // its paths, for messages
 };
 
 // Removes groups under the rlm-sandbox parents whose owning runtime process is gone (e.g. it was
-// SIGKILLed mid-run), killing anything left in them. Safe to call concurrently; touches nothing
-// outside the rlm-sandbox parents. Called once per process by the backend before its first run.
+// SIGKILLed mid-run), killing anything left in them. Only names that parse as run ids of a dead
+// owner in this PID namespace are touched. Safe to call concurrently; never throws. Called once
+// per process by the backend before its first run.
 void collect_stale_groups();
 
 }  // namespace rlm::ns

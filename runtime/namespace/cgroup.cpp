@@ -1,0 +1,67 @@
+// Picks v2 or v1 for this host, and reports what it found for `health`.
+#include "namespace/cgroup.hpp"
+
+#include "namespace/cgroup_impl.hpp"
+
+namespace rlm::ns {
+namespace {
+
+struct Attempt {
+  std::unique_ptr<GroupDirs> group;
+  CgroupSupport::Mode mode = CgroupSupport::Mode::none;
+  CgroupFailure failure;
+};
+
+Attempt attempt(const Limits& limits) {
+  Attempt a;
+  const HostCgroups host = detect_host_cgroups();
+  if (host.v2) {
+    a.mode = CgroupSupport::Mode::v2;
+    a.group = create_v2(host, limits, a.failure);
+  } else if (!host.v1_memory.empty() || !host.v1_pids.empty()) {
+    a.mode = CgroupSupport::Mode::v1;
+    a.group = create_v1(host, limits, a.failure);
+  } else {
+    a.failure.why = "no cgroup hierarchy with the memory and pids controllers is mounted";
+    if (!host.note.empty()) a.failure.why += " (" + host.note + ")";
+    a.failure.fix =
+        "mount cgroup2 at /sys/fs/cgroup with the memory and pids controllers "
+        "(see docs/cgroups.md)";
+  }
+  if (!a.group) a.mode = CgroupSupport::Mode::none;
+  return a;
+}
+
+}  // namespace
+
+std::unique_ptr<RunCgroup> RunCgroup::create(const Limits& limits, std::string* why) {
+  Attempt a = attempt(limits);
+  if (!a.group && why != nullptr) {
+    *why = a.failure.why;
+    if (!a.failure.fix.empty()) *why += "; to fix: " + a.failure.fix;
+  }
+  return std::move(a.group);
+}
+
+CgroupSupport probe_cgroups() {
+  // The honest test is the real thing: make a group with default limits and remove it.
+  Attempt a = attempt(Limits{});
+  CgroupSupport s;
+  s.mode = a.mode;
+  if (a.group) {
+    // Name the parents, not the throw-away probe group.
+    std::string parents;
+    for (const auto& dir : a.group->dirs()) {
+      parents += (parents.empty() ? "" : ", ") + dir.substr(0, dir.rfind('/'));
+    }
+    s.detail = std::string(a.mode == CgroupSupport::Mode::v2 ? "cgroup v2" : "cgroup v1") +
+               ": memory and pids limits in groups under " + parents;
+    s.enforced = {"limits.memory_bytes", "limits.pids"};
+  } else {
+    s.detail = a.failure.why;
+    s.fix = a.failure.fix;
+  }
+  return s;
+}
+
+}  // namespace rlm::ns

@@ -1,0 +1,36 @@
+// Teardown shared by v1 and v2: kill every member, then rmdir, bounded and exception-free.
+#include <cerrno>
+
+#include "namespace/cgroup_fs.hpp"
+#include "namespace/cgroup_impl.hpp"
+#include "rlm_sandbox/error.hpp"
+
+namespace rlm::ns {
+
+GroupDirs::GroupDirs(const RunId& id, std::vector<std::string> dirs)
+    : suffix_(std::string("/") + kParentName + "/" + id.to_string()), dirs_(std::move(dirs)) {}
+
+GroupDirs::~GroupDirs() {
+  try {
+    cgfs::kill_until_empty(dirs_, suffix_, kKillTimeout);
+    for (const auto& dir : dirs_) cgfs::remove_group(dir, suffix_, kRemoveTimeout);
+  } catch (...) {
+    // Only allocation can throw here; a group left behind is collected as stale later.
+  }
+}
+
+void GroupDirs::kill_all() {
+  cgfs::kill_until_empty(dirs_, suffix_, kKillTimeout);
+}
+
+void GroupDirs::attach_all(pid_t pid) {
+  const std::string text = std::to_string(pid);
+  for (const auto& dir : dirs_) {
+    if (int err = cgfs::write_file(dir + "/cgroup.procs", text)) {
+      throw Error("cannot move process " + text + " into cgroup " + dir + ": " +
+                  cgfs::errno_text(err));
+    }
+  }
+}
+
+}  // namespace rlm::ns

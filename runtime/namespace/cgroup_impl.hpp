@@ -1,0 +1,57 @@
+// Internal to the cgroup code: what v1 and v2 groups share, and their factories.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "namespace/cgroup.hpp"
+#include "namespace/cgroup_detect.hpp"
+#include "namespace/cgroup_run_id.hpp"
+
+namespace rlm::ns {
+
+inline constexpr const char* kParentName = "rlm-sandbox";
+// kill_all() waits this long for the group to empty; the destructor this long to rmdir.
+inline constexpr std::chrono::milliseconds kKillTimeout{2000};
+inline constexpr std::chrono::milliseconds kRemoveTimeout{5000};
+
+// Why a group could not be made, and what the user can do about it.
+struct CgroupFailure {
+  std::string why;
+  std::string fix;
+};
+
+// The run's directories (one on v2, one per hierarchy on v1), killed and removed on destruction.
+class GroupDirs : public RunCgroup {
+ public:
+  ~GroupDirs() override;
+  void kill_all() override;
+  const std::vector<std::string>& dirs() const { return dirs_; }
+
+ protected:
+  GroupDirs(const RunId& id, std::vector<std::string> dirs);
+  void attach_all(pid_t pid);  // writes pid to every directory's cgroup.procs; throws Error
+  std::string suffix_;         // "/rlm-sandbox/<id>": how /proc/<pid>/cgroup names membership
+  std::vector<std::string> dirs_;
+};
+
+std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limits,
+                                     CgroupFailure& failure);
+std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limits,
+                                     CgroupFailure& failure);
+
+// v2: finds (or makes) the "rlm-sandbox" parent whose children get the memory and pids
+// controllers; "" with `failure` set when there is none this process may use.
+std::string prepare_v2_parent(const HostCgroups& host, CgroupFailure& failure);
+
+// What to tell a user whose v2 host gave no usable cgroup; `busy` when our own cgroup holds
+// processes (the no-internal-processes rule).
+std::string v2_fix(const HostCgroups& host, bool busy);
+
+// Every "rlm-sandbox" parent directory this process might have used on v2 (own cgroup, its
+// delegated parent, the hierarchy root), existing or not.
+std::vector<std::string> v2_parent_dirs(const HostCgroups& host);
+
+}  // namespace rlm::ns

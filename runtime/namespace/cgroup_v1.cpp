@@ -1,0 +1,133 @@
+// cgroup v1: one group per hierarchy we use -- memory and pids (required), cpuacct (optional,
+// for CPU accounting) -- at <hierarchy>/rlm-sandbox/<run-id>. The hierarchies are found by
+// controller in mountinfo, so "cpu,cpuacct" co-mounted and separate mounts both work.
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "namespace/cgroup_fs.hpp"
+#include "namespace/cgroup_impl.hpp"
+
+namespace rlm::ns {
+namespace {
+
+class V1Cgroup final : public GroupDirs {
+ public:
+  V1Cgroup(const RunId& id, std::vector<std::string> dirs, std::string memory, std::string pids,
+           std::string cpuacct)
+      : GroupDirs(id, std::move(dirs)),
+        memory_(std::move(memory)),
+        pids_(std::move(pids)),
+        cpuacct_(std::move(cpuacct)) {}
+
+  int clone_into_fd() const override { return -1; }
+  void attach(pid_t pid) override { attach_all(pid); }
+
+  CgroupUsage usage() const override {
+    CgroupUsage u;
+    u.peak_memory_bytes = cgfs::read_number(memory_ + "/memory.max_usage_in_bytes");
+    u.oom_killed = cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0) > 0;
+    u.memory_limit_hit =
+        u.oom_killed || cgfs::read_number(memory_ + "/memory.failcnt").value_or(0) > 0;
+    u.pids_limit_hit = cgfs::read_key(pids_ + "/pids.events", "max").value_or(0) > 0;
+    if (!cpuacct_.empty()) {
+      if (auto ns = cgfs::read_number(cpuacct_ + "/cpuacct.usage")) {
+        u.cpu = std::chrono::microseconds(*ns / 1000);
+      }
+    }
+    return u;
+  }
+
+  std::string describe() const override {
+    std::string out = "cgroup v1";
+    for (const auto& d : dirs()) out += " " + d;
+    return out;
+  }
+
+ private:
+  std::string memory_, pids_, cpuacct_;
+};
+
+std::string non_root_hint() {
+  if (::geteuid() == 0) return "";
+  return "cgroup v1 hierarchies cannot be safely delegated to ordinary users: run rlm-sandbox as "
+         "root, or on a cgroup v2 host (see docs/cgroups.md)";
+}
+
+// Removes the groups made so far (they are empty: nothing was attached yet).
+void undo(const std::vector<std::string>& made) {
+  for (const auto& dir : made) ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
+std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limits,
+                                     CgroupFailure& failure) {
+  if (host.v1_memory.empty() || host.v1_pids.empty()) {
+    failure.why = std::string("no cgroup v1 hierarchy carries the ") +
+                  (host.v1_memory.empty() ? "memory" : "pids") + " controller";
+    if (!host.note.empty()) failure.why += "; " + host.note;
+    failure.fix =
+        "mount the memory and pids controllers (cgroup v2: a kernel booted with "
+        "systemd.unified_cgroup_hierarchy=1), see docs/cgroups.md";
+    return nullptr;
+  }
+  const RunId id = next_run_id();
+  // Hierarchies in attach order (memory first, so the limit applies as early as possible);
+  // cpuacct is skipped when it shares a hierarchy with one already listed.
+  std::vector<std::string> hierarchies{host.v1_memory, host.v1_pids};
+  if (!host.v1_cpuacct.empty() && host.v1_cpuacct != host.v1_memory &&
+      host.v1_cpuacct != host.v1_pids) {
+    hierarchies.push_back(host.v1_cpuacct);
+  }
+
+  std::vector<std::string> made;
+  auto fail = [&](const std::string& what, int err) -> std::unique_ptr<GroupDirs> {
+    undo(made);
+    failure.why = "cgroup v1: " + what + ": " + cgfs::errno_text(err);
+    failure.fix = non_root_hint();
+    return nullptr;
+  };
+  for (std::size_t i = 0; i < hierarchies.size(); ++i) {
+    const std::string parent = hierarchies[i] + "/" + kParentName;
+    if (int err = cgfs::make_dir(parent)) {
+      if (i >= 2) break;  // cpuacct is only accounting: go on without it
+      return fail("cannot create " + parent, err);
+    }
+    const std::string dir = parent + "/" + id.to_string();
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      const int err = errno;
+      if (i >= 2) break;
+      return fail("cannot create " + dir, err);
+    }
+    made.push_back(dir);
+  }
+  const std::string& memory = made[0];
+  const std::string& pids = made[1];
+  const std::string cpuacct = host.v1_cpuacct == host.v1_memory ? memory
+                              : host.v1_cpuacct == host.v1_pids ? pids
+                              : made.size() > 2                 ? made[2]
+                                                                : std::string();
+
+  const std::string bytes = std::to_string(limits.memory_bytes);
+  // limit_in_bytes first: memsw must never be below it.
+  if (int err = cgfs::write_file(memory + "/memory.limit_in_bytes", bytes)) {
+    return fail("cannot set " + memory + "/memory.limit_in_bytes", err);
+  }
+  // memory + swap = memory: no swap. Absent when the kernel has no swap accounting.
+  if (cgfs::exists(memory + "/memory.memsw.limit_in_bytes")) {
+    if (int err = cgfs::write_file(memory + "/memory.memsw.limit_in_bytes", bytes)) {
+      return fail("cannot set " + memory + "/memory.memsw.limit_in_bytes", err);
+    }
+  }
+  // Best effort: without memsw this at least keeps the kernel from preferring swap.
+  cgfs::write_file(memory + "/memory.swappiness", "0");
+  if (int err = cgfs::write_file(pids + "/pids.max", std::to_string(limits.pids))) {
+    return fail("cannot set " + pids + "/pids.max", err);
+  }
+  return std::make_unique<V1Cgroup>(id, made, memory, pids, cpuacct);
+}
+
+}  // namespace rlm::ns

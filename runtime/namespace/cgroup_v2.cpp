@@ -1,0 +1,100 @@
+// cgroup v2: one group, <parent>/rlm-sandbox/<run-id> (see cgroup_v2_parent.cpp for where the
+// parent is), with memory.max, memory.swap.max = 0 and pids.max, and a directory fd for
+// clone3(CLONE_INTO_CGROUP) so the child never runs a single instruction outside its limits.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/unique_fd.hpp"
+#include "namespace/cgroup_fs.hpp"
+#include "namespace/cgroup_impl.hpp"
+
+namespace rlm::ns {
+namespace {
+
+class V2Cgroup final : public GroupDirs {
+ public:
+  V2Cgroup(const RunId& id, std::string dir, common::UniqueFd fd)
+      : GroupDirs(id, {dir}), dir_(std::move(dir)), fd_(std::move(fd)) {}
+
+  ~V2Cgroup() override {
+    // cgroup.kill (5.14+) kills every member and anything forked meanwhile in one step; the base
+    // destructor then waits for the group to empty and removes it.
+    try {
+      cgfs::write_file(dir_ + "/cgroup.kill", "1");
+    } catch (...) {  // allocation only; the base destructor's kill loop still runs
+    }
+  }
+
+  int clone_into_fd() const override { return fd_.get(); }
+  void attach(pid_t pid) override { attach_all(pid); }
+
+  CgroupUsage usage() const override {
+    CgroupUsage u;
+    u.peak_memory_bytes = cgfs::read_number(dir_ + "/memory.peak");  // kernel 5.19+
+    const std::string events = dir_ + "/memory.events";
+    u.oom_killed = cgfs::read_key(events, "oom_kill").value_or(0) > 0;
+    u.memory_limit_hit = u.oom_killed || cgfs::read_key(events, "max").value_or(0) > 0 ||
+                         cgfs::read_key(events, "oom").value_or(0) > 0;
+    u.pids_limit_hit = cgfs::read_key(dir_ + "/pids.events", "max").value_or(0) > 0;
+    // cpu.stat's usage_usec is always there, with or without the cpu controller.
+    if (auto usec = cgfs::read_key(dir_ + "/cpu.stat", "usage_usec")) {
+      u.cpu = std::chrono::microseconds(*usec);
+    }
+    return u;
+  }
+
+  void kill_all() override {
+    cgfs::write_file(dir_ + "/cgroup.kill", "1");  // ENOENT before 5.14: the loop does it all
+    GroupDirs::kill_all();
+  }
+
+  std::string describe() const override { return "cgroup v2 " + dir_; }
+
+ private:
+  std::string dir_;
+  common::UniqueFd fd_;
+};
+
+}  // namespace
+
+std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limits,
+                                     CgroupFailure& failure) {
+  const std::string parent = prepare_v2_parent(host, failure);
+  if (parent.empty()) return nullptr;
+  const RunId id = next_run_id();
+  const std::string dir = parent + "/" + id.to_string();
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    const int err = errno;
+    failure.why = "cgroup v2: cannot create " + dir + ": " + cgfs::errno_text(err);
+    failure.fix = v2_fix(host, false);
+    return nullptr;
+  }
+  auto fail = [&](const std::string& what, int err) -> std::unique_ptr<GroupDirs> {
+    ::rmdir(dir.c_str());  // still empty: nothing was attached
+    failure.why = "cgroup v2: " + what + ": " + cgfs::errno_text(err);
+    return nullptr;
+  };
+  if (int err = cgfs::write_file(dir + "/memory.max", std::to_string(limits.memory_bytes))) {
+    return fail("cannot set " + dir + "/memory.max", err);
+  }
+  // No swap: the memory limit must mean memory. Absent without swap accounting.
+  if (cgfs::exists(dir + "/memory.swap.max")) {
+    if (int err = cgfs::write_file(dir + "/memory.swap.max", "0")) {
+      return fail("cannot set " + dir + "/memory.swap.max", err);
+    }
+  }
+  if (int err = cgfs::write_file(dir + "/pids.max", std::to_string(limits.pids))) {
+    return fail("cannot set " + dir + "/pids.max", err);
+  }
+  common::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    return fail("cannot open " + dir, err);
+  }
+  return std::make_unique<V2Cgroup>(id, dir, std::move(fd));
+}
+
+}  // namespace rlm::ns

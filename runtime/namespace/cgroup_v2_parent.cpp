@@ -1,0 +1,155 @@
+// cgroup v2: where the "rlm-sandbox" parent goes. In order:
+//  1. below our own cgroup (nested, so the caller's own limits still apply). Works when our
+//     cgroup is the hierarchy root, or already passes memory and pids down. Elsewhere the
+//     "no internal processes" rule stops it: a non-root cgroup that holds processes -- ours holds
+//     this one -- cannot enable controllers for its children (EBUSY).
+//  2. beside our cgroup, in its parent, when that parent is delegated to us (systemd's
+//     user.delegate/trusted.delegate xattr, or owned by our non-root uid): the layout systemd's
+//     DelegateSubgroup= produces, where the unit's processes sit in a leaf.
+//  3. at the hierarchy root, as root, when the root already passes memory and pids down (it
+//     does on every systemd host). We never write the host's root subtree_control unless the
+//     root is our own cgroup (1).
+// We never move this process (or any other) between cgroups to make room.
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "namespace/cgroup_fs.hpp"
+#include "namespace/cgroup_impl.hpp"
+
+namespace rlm::ns {
+namespace {
+
+enum class Kind { own, delegated_parent, root };
+struct Candidate {
+  std::string base;
+  Kind kind;
+};
+
+std::vector<Candidate> candidates(const HostCgroups& host) {
+  std::vector<Candidate> out;
+  const std::string& top = host.v2->mount_point;
+  if (!host.v2_own.empty()) {
+    out.push_back({host.v2_own, Kind::own});
+    if (host.v2_own != top) {
+      out.push_back({host.v2_own.substr(0, host.v2_own.rfind('/')), Kind::delegated_parent});
+    }
+  }
+  if (host.v2_own != top && host.v2->root == "/") out.push_back({top, Kind::root});
+  return out;
+}
+
+bool xattr_says_delegated(const std::string& dir, const char* name) {
+  char value[8] = {};
+  ssize_t n = ::getxattr(dir.c_str(), name, value, sizeof value - 1);
+  return n > 0 && value[0] == '1';
+}
+
+bool delegated_to_us(const std::string& dir) {
+  if (xattr_says_delegated(dir, "trusted.delegate") || xattr_says_delegated(dir, "user.delegate"))
+    return true;
+  // Without the xattr (older systemd, manual delegation): a non-root owner is the delegate.
+  struct stat st {};
+  if (::geteuid() == 0 || ::stat(dir.c_str(), &st) != 0) return false;
+  return st.st_uid == ::geteuid() && ::access((dir + "/cgroup.procs").c_str(), W_OK) == 0 &&
+         ::access((dir + "/cgroup.subtree_control").c_str(), W_OK) == 0;
+}
+
+enum class Problem { none, busy, denied, unavailable };
+struct Outcome {
+  Problem problem = Problem::none;
+  std::string text;
+};
+
+// Makes sure `dir`'s children get memory and pids, enabling them when `may_write`.
+Outcome pass_down(const std::string& dir, bool may_write) {
+  const auto enabled = cgfs::read_words(dir + "/cgroup.subtree_control");
+  const auto available = cgfs::read_words(dir + "/cgroup.controllers");
+  for (const char* c : {"memory", "pids"}) {
+    if (cgfs::contains(enabled, c)) continue;
+    if (!cgfs::contains(available, c)) {
+      return {Problem::unavailable, std::string(c) + " is not available in " + dir +
+                                        " (its parent does not pass it down)"};
+    }
+    if (!may_write) {
+      return {Problem::unavailable,
+              std::string(c) + " is not enabled in " + dir + "/cgroup.subtree_control"};
+    }
+    int err = cgfs::write_file(dir + "/cgroup.subtree_control", std::string("+") + c);
+    if (err == EBUSY) {
+      return {Problem::busy, dir + " holds processes, so cgroup v2 cannot enable " + c +
+                                 " for groups below it (the no-internal-processes rule)"};
+    }
+    if (err != 0) {
+      return {
+          err == EACCES || err == EPERM || err == EROFS ? Problem::denied : Problem::unavailable,
+          "cannot enable " + std::string(c) + " in " + dir +
+              "/cgroup.subtree_control: " + cgfs::errno_text(err)};
+    }
+  }
+  return {};
+}
+
+Outcome try_base(const Candidate& c, std::string& parent) {
+  if (c.kind == Kind::delegated_parent && !delegated_to_us(c.base)) {
+    return {Problem::denied, c.base + " is not delegated to this user"};
+  }
+  if (c.kind == Kind::root && ::geteuid() != 0) {
+    return {Problem::denied, "only root may use the top of the hierarchy " + c.base};
+  }
+  if (auto out = pass_down(c.base, c.kind != Kind::root); out.problem != Problem::none) return out;
+  parent = c.base + "/" + kParentName;
+  if (int err = cgfs::make_dir(parent)) {
+    return {err == EACCES || err == EPERM || err == EROFS ? Problem::denied : Problem::unavailable,
+            "cannot create " + parent + ": " + cgfs::errno_text(err)};
+  }
+  return pass_down(parent, true);
+}
+
+}  // namespace
+
+std::string v2_fix(const HostCgroups& host, bool busy) {
+  const std::string run =
+      "systemd-run" + std::string(::geteuid() == 0 ? "" : " --user") +
+      " --pty --same-dir --wait --collect -p Delegate=yes -p DelegateSubgroup=supervisor "
+      "rlm-sandbox ... (systemd 254+; see docs/cgroups.md)";
+  if (::geteuid() == 0) {
+    return "enable the controllers at the top of the hierarchy (echo '+memory +pids' > " +
+           host.v2->mount_point +
+           "/cgroup.subtree_control), or run rlm-sandbox in a delegated "
+           "unit whose processes sit in a sub-group: " +
+           run;
+  }
+  return std::string(busy ? "the cgroup this process runs in also holds processes; " : "") +
+         "run rlm-sandbox in a cgroup delegated to you, with its processes in a sub-group: " + run;
+}
+
+std::string prepare_v2_parent(const HostCgroups& host, CgroupFailure& failure) {
+  std::string reasons;
+  bool busy = false;
+  for (const auto& c : candidates(host)) {
+    std::string parent;
+    Outcome out = try_base(c, parent);
+    if (out.problem == Problem::none) return parent;
+    busy = busy || out.problem == Problem::busy;
+    reasons += (reasons.empty() ? "" : "; ") + out.text;
+  }
+  if (reasons.empty()) reasons = "this process's cgroup is not visible in " + host.v2->mount_point;
+  failure.why = "cgroup v2: no usable cgroup for the sandbox: " + reasons;
+  failure.fix = v2_fix(host, busy);
+  return "";
+}
+
+std::vector<std::string> v2_parent_dirs(const HostCgroups& host) {
+  std::vector<std::string> out;
+  if (!host.v2) return out;
+  for (const auto& c : candidates(host)) {
+    std::string dir = c.base + "/" + kParentName;
+    if (!cgfs::contains(out, dir)) out.push_back(dir);
+  }
+  return out;
+}
+
+}  // namespace rlm::ns

@@ -1,0 +1,123 @@
+// Helpers for the cgroup tests: children that wait to be attached before they act, access to a
+// group's directories, and what this host offers.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <linux/magic.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "namespace/cgroup.hpp"
+#include "namespace/cgroup_impl.hpp"
+
+namespace rlm::test {
+
+// A forked child that blocks until release(), then runs `body` and _exits with its return value.
+// `body` runs in a forked copy of a possibly multithreaded process: async-signal-safe calls only
+// (mmap, fork, pause, write...). Killed and reaped on destruction if still around.
+class WaitingChild {
+ public:
+  explicit WaitingChild(const std::function<int()>& body) {
+    int go[2];
+    if (::pipe2(go, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(go[1]);
+      char c;
+      if (::read(go[0], &c, 1) != 1) ::_exit(120);
+      ::_exit(body());
+    }
+    ::close(go[0]);
+    go_ = go[1];
+  }
+  ~WaitingChild() {
+    if (go_ >= 0) ::close(go_);
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  WaitingChild(const WaitingChild&) = delete;
+  WaitingChild& operator=(const WaitingChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void release() {
+    ASSERT_EQ(::write(go_, "x", 1), 1);
+    ::close(go_);
+    go_ = -1;
+  }
+  // The wait status. A child still running after `timeout` fails the test (and is killed), so a
+  // broken kill path shows as a failure, not a hang.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    for (;;) {
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) break;
+      if (r < 0) {
+        ADD_FAILURE() << "waitpid " << pid_ << ": " << errno;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ADD_FAILURE() << "child " << pid_ << " still running after " << timeout.count() << " ms";
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        status = -1;
+        break;
+      }
+      ::usleep(1000);
+    }
+    reaped_ = true;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1;
+  bool reaped_ = false;
+};
+
+inline const std::vector<std::string>& dirs_of(const ns::RunCgroup& group) {
+  return dynamic_cast<const ns::GroupDirs&>(group).dirs();
+}
+
+inline bool dir_exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+inline bool is_cgroup2_host() {
+  struct statfs fs {};
+  return ::statfs("/sys/fs/cgroup", &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+// Creates a group or fails the test: as root, this host must give us one.
+#define RLM_MAKE_GROUP(var, limits)                              \
+  std::string var##_why;                                         \
+  auto var = ::rlm::ns::RunCgroup::create((limits), &var##_why); \
+  ASSERT_NE(var, nullptr) << "no cgroup on this host: " << var##_why
+
+// Skips a test that needs root (creating groups under the host's hierarchies).
+#define RLM_REQUIRE_ROOT()                                           \
+  if (::geteuid() != 0)                                              \
+  GTEST_SKIP() << "needs root: cgroup groups are created under the " \
+                  "host's hierarchies (run the tests as root)"
+
+inline Limits limits(std::uint64_t memory_bytes, std::uint32_t pids) {
+  Limits l;
+  l.memory_bytes = memory_bytes;
+  l.pids = pids;
+  return l;
+}
+
+}  // namespace rlm::test
