@@ -25,18 +25,24 @@ struct StepFailure {
 // symlinks), a new /proc for the PID namespace with sensitive entries masked, a minimal /dev
 // (null zero full random urandom tty, pts, shm, fd/stdin/stdout/stderr links), /tmp as a
 // size-capped tmpfs, generated /etc/passwd and /etc/group naming the sandbox user, the workdir;
-// then pivot_root, detach the old root, remount / read-only.
-// Preconditions for apply(): in new user + mount (+ PID, for /proc) namespaces, holding
-// CAP_SYS_ADMIN there, running as the sandbox uid/gid (which are mapped).
+// then the old root is detached, / remounted read-only, and the cwd set to the workdir.
+// docs/namespace-rootfs.md describes the result.
+// prepare() reads the host (sources, their mount flags, /proc/self/mountinfo, which /proc entries
+// exist) and throws rlm::Error naming the JSON path of a mount it cannot honour (e.g.
+// "filesystem.mounts[3].source: /opt/x does not exist on the host").
+// Preconditions for apply(): in new user + mount + PID namespaces (it mounts /proc, so it must
+// run in the PID namespace's first process or a descendant), holding CAP_SYS_ADMIN there,
+// running as the sandbox uid/gid, which are mapped; /tmp exists in the mount namespace (the
+// new root is staged on it). Every bind source must be reachable by the sandbox uid's host uid.
 class RootfsPlan {
  public:
   static RootfsPlan prepare(const Policy& policy);
   bool apply(StepFailure& failure) const noexcept;
 
+  struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.cpp
+
  private:
-  struct Op;                  // defined in mounts.cpp
-  std::vector<Op> ops_;       // executed in order
-  std::vector<std::string> strings_;  // storage every Op's const char* points into
+  std::vector<Op> ops_;  // executed in order; each owns the strings it passes to the kernel
  public:
   RootfsPlan();
   ~RootfsPlan();
@@ -46,28 +52,39 @@ class RootfsPlan {
 
 // Brings up "lo" in the new network namespace: the RTM_NEWLINK request is built with libnl in
 // the parent; apply() only opens a netlink socket, sends those bytes and reads the ack.
+// Precondition for apply(): in the new network namespace, holding CAP_NET_ADMIN in the user
+// namespace that owns it.
 class LoopbackPlan {
  public:
   static LoopbackPlan prepare();
   bool apply(StepFailure& failure) const noexcept;
 
  private:
-  std::vector<std::uint8_t> request_;
+  std::vector<std::uint8_t> request_;  // one nlmsghdr + ifinfomsg (+ attributes), NLM_F_ACK set
+  std::uint32_t sequence_ = 0;
 };
 
-// Privileges: the bounding set dropped except the policy's capabilities, securebits locked
-// (NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off, NO_CAP_AMBIENT_RAISE unless caps are kept, all
-// locked), the kept capabilities raised as ambient so they survive exec as a non-root uid,
-// and no_new_privs. Cap sets are computed with libcap in the parent; apply() uses capset/prctl.
+// Privileges: the bounding set dropped except the policy's capabilities, the kept ones made
+// inheritable and ambient so that they (and only they) survive exec as a non-root uid,
+// securebits locked (NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off, NO_CAP_AMBIENT_RAISE, all locked),
+// and no_new_privs. Cap sets are computed with libcap in the parent; apply() uses capget/capset
+// and prctl. Permitted and effective are left as they are, so steps between apply() and exec
+// (seccomp) keep working; exec recomputes them from the ambient set.
+// Preconditions for apply(): holding CAP_SETPCAP and every kept capability in the current user
+// namespace; the sandbox uid/gid already set (securebits lock the uid-change rules).
 class PrivilegePlan {
  public:
   static PrivilegePlan prepare(const Policy& policy);
   bool apply(StepFailure& failure) const noexcept;
 
+  // The kept capabilities as a bitmask (bit n = capability n), for tests and reports.
+  std::uint64_t kept() const { return kept_; }
+
  private:
-  std::vector<int> drop_from_bounding_;
-  std::vector<int> ambient_;
-  std::uint32_t effective_[2] = {0, 0}, permitted_[2] = {0, 0}, inheritable_[2] = {0, 0};
+  std::vector<int> drop_from_bounding_;  // every capability up to cap_last_cap not kept
+  std::vector<int> ambient_;             // the kept ones
+  std::uint64_t kept_ = 0;
+  unsigned long securebits_ = 0;
 };
 
 }  // namespace rlm::ns

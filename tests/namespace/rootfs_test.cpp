@@ -1,0 +1,335 @@
+// RootfsPlan against the real kernel: the sandbox's filesystem as seen from inside.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "child_setup_harness.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "support/subprocess.hpp"
+
+namespace rlm::ns::test {
+namespace {
+
+class Rootfs : public ::testing::Test {
+ protected:
+  void SetUp() override { before_ = host_mountinfo(); }
+  // Every test also shows that nothing was mounted (or left mounted) on the host.
+  void TearDown() override {
+    EXPECT_EQ(host_mountinfo(), before_) << "the host's mount table changed";
+  }
+
+  // Runs `script` under policy_ and expects it to succeed.
+  SandboxRun check(const std::string& script) {
+    SandboxRun run = run_script(policy_, script);
+    EXPECT_EQ(run.exit_code, 0) << "script: " << script << "\nstdout: " << run.out
+                                << "\nstderr: " << run.err;
+    return run;
+  }
+
+  Policy policy_ = test_policy();
+  std::string before_;
+};
+
+std::vector<std::string> words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+bool has_option(const std::string& options, const std::string& option) {
+  return ("," + options + ",").find("," + option + ",") != std::string::npos;
+}
+
+TEST_F(Rootfs, RootIsAReadOnlyTmpfsHoldingOnlyWhatThePolicyNames) {
+  const auto run = check(
+      "ls -A /; echo ---; cat /proc/self/mountinfo; echo ---; "
+      "touch /new-file 2>&1 || true; mkdir /new-dir 2>&1 || true");
+  std::istringstream in(run.out);
+  std::string listing, mountinfo, errors, line;
+  std::string* sink = &listing;
+  while (std::getline(in, line)) {
+    if (line == "---") {
+      sink = sink == &listing ? &mountinfo : &errors;
+      continue;
+    }
+    *sink += line + "\n";
+  }
+  // The default policy's binds (/bin /lib /lib64 /sbin are symlinks to usr/... here), the probe,
+  // what the sandbox itself provides, and no trace of the host root.
+  std::vector<std::string> expected = {"dev", "etc", "probe", "proc", "tmp", "usr"};
+  for (const char* optional : {"bin", "lib", "lib64", "sbin"})
+    if (access((std::string("/") + optional).c_str(), F_OK) == 0) expected.push_back(optional);
+  std::sort(expected.begin(), expected.end());
+  auto listed = words(listing);
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed, expected);
+
+  const std::string root = mount_options(mountinfo, "/");
+  EXPECT_TRUE(has_option(root, "ro")) << root;
+  EXPECT_TRUE(has_option(root, "nosuid")) << root;
+  EXPECT_TRUE(has_option(root, "nodev")) << root;
+  EXPECT_TRUE(lines_with(mountinfo, ".rlm-old-root").empty()) << mountinfo;
+  EXPECT_EQ(lines_with(errors, "Read-only file system").size(), 2u) << errors;
+}
+
+TEST_F(Rootfs, UsrIsReadableButNotWritable) {
+  const auto run = check(
+      "test -r /usr/bin/env && head -c 4 /usr/bin/env | od -c | head -1; "
+      "touch /usr/rlm-probe 2>&1 || true; grep ' /usr ' /proc/self/mountinfo");
+  EXPECT_NE(run.out.find("E   L   F"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("Read-only file system"), std::string::npos) << run.out;
+  const std::string options = mount_options(run.out, "/usr");
+  EXPECT_TRUE(has_option(options, "ro")) << options;
+  EXPECT_TRUE(has_option(options, "nosuid")) << options;
+  EXPECT_TRUE(has_option(options, "nodev")) << options;
+}
+
+TEST_F(Rootfs, HostSymlinksAreRecreatedSoBinShRuns) {
+  if (!std::filesystem::is_symlink("/bin")) GTEST_SKIP() << "/bin is not a symlink on this host";
+  const auto run = check("readlink /bin; /bin/sh -c 'echo nested shell ran'");
+  EXPECT_EQ(run.out, std::filesystem::read_symlink("/bin").string() + "\nnested shell ran\n");
+}
+
+TEST_F(Rootfs, TmpIsWritableNosuidAndCappedBySize) {
+  const auto run = check(
+      "echo hello > /tmp/file && cat /tmp/file; grep ' /tmp ' /proc/self/mountinfo; "
+      "dd if=/dev/zero of=/tmp/big bs=64k count=32 2>&1 || echo dd failed; "
+      "ls -ld /tmp | cut -c1-10");
+  EXPECT_NE(run.out.find("hello\n"), std::string::npos) << run.out;
+  const std::string options = mount_options(run.out, "/tmp");
+  EXPECT_TRUE(has_option(options, "rw")) << options;
+  EXPECT_TRUE(has_option(options, "nosuid")) << options;
+  EXPECT_TRUE(has_option(options, "nodev")) << options;
+  // 2 MiB into a 1 MiB tmpfs.
+  EXPECT_NE(run.out.find("No space left on device"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("dd failed"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("drwxrwxrwt"), std::string::npos) << run.out;
+}
+
+TEST_F(Rootfs, HostFilesOutsideTheBindsAreInvisible) {
+  const std::string secret = "/root/rlm-child-setup-secret-" + std::to_string(getpid());
+  std::ofstream(secret) << "secret\n";
+  rlm::test::TempDir host_tmp;  // under the host's /tmp, which the sandbox replaces
+  host_tmp.write("visible-on-host", "x");
+  chmod(host_tmp.path().c_str(), 0755);
+  const auto run = run_script(policy_, "for p in " + secret + " " + host_tmp.path() +
+                                           " /work /home /root; do test -e $p && echo $p; done; "
+                                           "echo done");
+  std::filesystem::remove(secret);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "done\n");
+  // Control: the same loop on the host does see them.
+  const auto host =
+      rlm::test::run_process({"/bin/sh", "-c", "test -e " + host_tmp.path() + " && echo seen"});
+  EXPECT_EQ(host.out, "seen\n");
+}
+
+TEST_F(Rootfs, BindSourcesAnywhereOnTheHostIncludingUnderTmp) {
+  rlm::test::TempDir data;  // /tmp/...: covered by the staging tmpfs, reached via the old root
+  data.write("hello", "from the host\n");
+  chmod(data.path().c_str(), 0777);
+  chmod(data.file("hello").c_str(), 0644);
+  Mount ro;
+  ro.source = data.path();
+  ro.target = "/data/ro";
+  Mount rw = ro;
+  rw.target = "/data/rw";
+  rw.readonly = false;
+  policy_.filesystem.mounts.push_back(ro);
+  policy_.filesystem.mounts.push_back(rw);
+  const auto run = check(
+      "cat /data/ro/hello; touch /data/ro/new 2>&1 || true; echo written > /data/rw/new; "
+      "grep ' /data/' /proc/self/mountinfo");
+  EXPECT_NE(run.out.find("from the host\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("Read-only file system"), std::string::npos) << run.out;
+  EXPECT_EQ(data.read("new"), "written\n");
+  const std::string rw_options = mount_options(run.out, "/data/rw");
+  EXPECT_TRUE(has_option(rw_options, "rw")) << rw_options;
+  EXPECT_TRUE(has_option(rw_options, "nosuid")) << rw_options;
+  EXPECT_TRUE(has_option(rw_options, "nodev")) << rw_options;
+}
+
+TEST_F(Rootfs, MountsBelowAReadOnlyBindSourceAreReadOnlyToo) {
+  // The host's /dev/shm is a writable (1777) tmpfs mounted below /dev; bound recursively under a
+  // read-only bind of /dev, it must not stay writable.
+  if (mount_options(host_mountinfo(), "/dev/shm").empty()) GTEST_SKIP() << "no /dev/shm mount";
+  const std::string name = "rlm-child-setup-" + std::to_string(getpid());
+  Mount dev;
+  dev.source = "/dev";
+  dev.target = "/hostdev";
+  policy_.filesystem.mounts.push_back(dev);
+  const auto run = check("touch /hostdev/shm/" + name +
+                         " 2>&1 || true; grep ' /hostdev/shm ' /proc/self/mountinfo");
+  std::filesystem::remove("/dev/shm/" + name);
+  EXPECT_NE(run.out.find("Read-only file system"), std::string::npos) << run.out;
+  const std::string options = mount_options(run.out, "/hostdev/shm");
+  EXPECT_TRUE(has_option(options, "ro")) << options;
+  EXPECT_TRUE(has_option(options, "nosuid")) << options;
+}
+
+TEST_F(Rootfs, ProcBelongsToTheSandboxPidNamespace) {
+  const auto run = check(
+      "echo pid=$$; cat /proc/1/cmdline | tr '\\0' ' '; echo; "
+      "ls /proc | grep -c '^[0-9][0-9]*$'");
+  const auto lines = words(run.out);
+  EXPECT_EQ(run.out.substr(0, 6), "pid=1\n") << run.out;
+  EXPECT_NE(run.out.find("/bin/sh -c"), std::string::npos) << run.out;
+  // sh, ls and grep at most.
+  ASSERT_FALSE(lines.empty());
+  EXPECT_LE(std::stoi(lines.back()), 3) << run.out;
+}
+
+TEST_F(Rootfs, SensitiveProcEntriesAreMaskedAndTunablesReadOnly) {
+  std::vector<std::string> files, dirs;
+  for (const char* name : {"kcore", "keys", "kallsyms", "timer_list", "sysrq-trigger", "kmsg"})
+    if (std::filesystem::exists(std::string("/proc/") + name)) files.push_back(name);
+  for (const char* name : {"acpi", "scsi", "driver"})
+    if (std::filesystem::is_directory(std::string("/proc/") + name)) dirs.push_back(name);
+  if (!std::filesystem::exists("/proc/kcore"))
+    std::cout << "note: this kernel has no /proc/kcore; checking the entries it has\n";
+  ASSERT_FALSE(files.empty());
+
+  std::string script;
+  for (const auto& f : files) script += "echo " + f + "=$(wc -c < /proc/" + f + ");";
+  for (const auto& d : dirs) script += "echo " + d + "=$(ls -A /proc/" + d + " | wc -l);";
+  script += "echo 1 > /proc/sys/kernel/hostname 2>/dev/null || echo sysctl-write-refused;";
+  script += "cat /proc/self/mountinfo";
+  const auto run = check(script);
+  for (const auto& f : files) {
+    // Unmasked, these are unreadable to the sandbox user (kcore, kmsg) or non-empty.
+    EXPECT_NE(run.out.find(f + "=0\n"), std::string::npos) << f << "\n" << run.out;
+    EXPECT_FALSE(mount_options(run.out, "/proc/" + f).empty()) << f;
+  }
+  for (const auto& d : dirs) {
+    EXPECT_NE(run.out.find(d + "=0\n"), std::string::npos) << d << "\n" << run.out;
+    EXPECT_TRUE(has_option(mount_options(run.out, "/proc/" + d), "ro")) << d;
+  }
+  for (const char* ro : {"/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"}) {
+    if (!std::filesystem::exists(ro)) continue;
+    EXPECT_TRUE(has_option(mount_options(run.out, ro), "ro")) << ro << "\n" << run.out;
+  }
+  EXPECT_NE(run.out.find("sysctl-write-refused"), std::string::npos);
+  const std::string proc = mount_options(run.out, "/proc");
+  for (const char* option : {"nosuid", "nodev", "noexec"})
+    EXPECT_TRUE(has_option(proc, option)) << proc;
+}
+
+TEST_F(Rootfs, DevHoldsOnlyTheHarmlessDevices) {
+  const auto run = check(
+      "ls -A /dev | tr '\\n' ' '; echo; echo x > /dev/null && echo null-ok; "
+      "head -c 4 /dev/zero | wc -c; head -c 8 /dev/urandom | wc -c; "
+      "echo x > /dev/full 2>/dev/null || echo full-refused; "
+      "touch /dev/new 2>&1 || true; echo shm > /dev/shm/f && cat /dev/shm/f; "
+      "readlink /dev/ptmx /dev/fd /dev/stdin; test -c /dev/pts/ptmx && echo pts-ok; "
+      "test -e /dev/sda || test -e /dev/vda || echo no-disks");
+  std::vector<std::string> expected = {"fd",     "full",    "null",   "ptmx",  "pts",
+                                       "random", "shm",     "stderr", "stdin", "stdout",
+                                       "tty",    "urandom", "zero"};
+  std::istringstream in(run.out);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(words(first), expected) << run.out;
+  for (const char* marker :
+       {"null-ok\n", "\n4\n8\n", "full-refused\n", "Read-only file system", "shm\n",
+        "pts/ptmx\n/proc/self/fd\n/proc/self/fd/0\n", "pts-ok\n", "no-disks\n"})
+    EXPECT_NE(run.out.find(marker), std::string::npos) << marker << "\n" << run.out;
+}
+
+TEST_F(Rootfs, EtcPasswdAndGroupNameTheSandboxUser) {
+  const auto run = check("cat /etc/passwd /etc/group; id -u; id -g; hostname");
+  EXPECT_NE(run.out.find("sandbox:x:1000:1000:sandbox:/tmp:/bin/sh\n"), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("nobody:x:65534:65534:"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("sandbox:x:1000:\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\n1000\n1000\nsandbox\n"), std::string::npos) << run.out;
+}
+
+TEST_F(Rootfs, WorkdirIsCreatedAndIsTheCwd) {
+  policy_.filesystem.workdir = "/work/sub";
+  const auto run = check("pwd; ls -ld /work/sub | cut -c1-10");
+  EXPECT_EQ(run.out, "/work/sub\ndrwxr-xr-x\n");
+}
+
+TEST_F(Rootfs, WorkdirInsideAWritableTmpfsIsWritable) {
+  policy_.filesystem.workdir = "/tmp/job";
+  const auto run = check("pwd; echo x > here && echo wrote");
+  EXPECT_EQ(run.out, "/tmp/job\nwrote\n");
+}
+
+TEST_F(Rootfs, MissingWorkdirUnderAReadOnlyMountFailsWithANamedStep) {
+  policy_.filesystem.workdir = "/usr/rlm-no-such-dir";
+  const auto run = run_script(policy_, "pwd");
+  EXPECT_EQ(run.exit_code, 125);
+  EXPECT_NE(run.err.find("step failed: create workdir /usr/rlm-no-such-dir: errno " +
+                         std::to_string(EROFS)),
+            std::string::npos)
+      << run.err;
+}
+
+TEST_F(Rootfs, ADescriptorOpenedBeforeTheNamespacesStillExecsAfterPivotRoot) {
+  // The backend execs rlm-sandbox-init this way: the file lives on the host root, which is
+  // detached by then. The probe is not bound into this sandbox at all.
+  policy_.filesystem.mounts.pop_back();
+  const int fd = open(probe_path().c_str(), O_PATH | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const auto run = run_in_sandbox(policy_, {"probe", "loopback"}, {.exec_fd = fd});
+  close(fd);
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(run.out, "ok\n");
+  const auto absent = run_script(policy_, "test -e /probe || echo absent");
+  EXPECT_EQ(absent.out, "absent\n");
+}
+
+TEST_F(Rootfs, MissingBindSourceIsAnErrorWithItsJsonPath) {
+  Mount missing;
+  missing.source = "/rlm-no-such-source";
+  missing.target = "/opt/x";
+  policy_.filesystem.mounts.insert(policy_.filesystem.mounts.begin() + 3, missing);
+  try {
+    RootfsPlan::prepare(policy_);
+    FAIL() << "prepare() accepted a missing source";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("filesystem.mounts[3].source"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("/rlm-no-such-source"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Rootfs, MissingOptionalBindIsSkipped) {
+  Mount missing;
+  missing.source = "/rlm-no-such-source";
+  missing.target = "/opt/x";
+  missing.optional = true;
+  policy_.filesystem.mounts.push_back(missing);
+  const auto run = check("test -e /opt && echo present || echo absent");
+  EXPECT_EQ(run.out, "absent\n");
+}
+
+TEST_F(Rootfs, TargetsTheSandboxBuildsItselfAreRefused) {
+  for (const char* target : {"/proc/x", "/dev/kvm", "/", "/a/../b"}) {
+    Policy policy = policy_;
+    Mount mount;
+    mount.type = Mount::Type::tmpfs;
+    mount.target = target;
+    policy.filesystem.mounts.push_back(mount);
+    const std::string path =
+        "filesystem.mounts[" + std::to_string(policy.filesystem.mounts.size() - 1) + "].target";
+    try {
+      RootfsPlan::prepare(policy);
+      ADD_FAILURE() << "accepted " << target;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rlm::ns::test
