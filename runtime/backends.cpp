@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "local/local_backend.hpp"
+#include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
 
@@ -46,6 +47,7 @@ nlohmann::json Health::to_json() const {
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
+  if (name == "namespace") return ns::make_namespace_backend();
   if (name == "local") return local::make_local_backend();
   return nullptr;
 }

@@ -18,6 +18,15 @@ std::vector<std::string> init_arguments(const std::string& init_path,
     args.push_back(protocol::kChdirFlag);
     args.push_back(settings.workdir);
   }
+  if (settings.seccomp_fd >= 0) {
+    args.push_back(protocol::kSeccompFdFlag);
+    args.push_back(std::to_string(settings.seccomp_fd));
+  }
+  if (settings.seccomp_notify_fd >= 0) {
+    args.push_back(protocol::kSeccompNotifyFdFlag);
+    args.push_back(std::to_string(settings.seccomp_notify_fd));
+  }
+  if (settings.pid1) args.push_back(protocol::kPid1Flag);
   args.push_back("--");
   args.insert(args.end(), settings.payload_argv.begin(), settings.payload_argv.end());
   return args;

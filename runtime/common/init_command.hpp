@@ -11,6 +11,9 @@ struct InitSettings {
   std::chrono::milliseconds grace{200};
   std::vector<std::string> rlimits;  // "cpu=2:3", "as=268435456", ...
   std::string workdir;               // "" keeps the launcher's current directory
+  int seccomp_fd = -1;               // a memfd with the BPF program the payload installs
+  int seccomp_notify_fd = -1;        // its notify-mode variant (init_protocol.hpp)
+  bool pid1 = false;                 // init runs as PID 1 of a PID namespace
   std::vector<std::string> payload_argv;
 };
 

@@ -3,10 +3,20 @@
 //
 // Command line:
 //   rlm-sandbox-init [--report-fd N] [--grace-ms G] [--rlimit NAME=SOFT:HARD]... [--chdir DIR]
-//                    -- ARGV...
+//                    [--seccomp-fd N [--seccomp-notify-fd M]] [--pid1] -- ARGV...
 // The payload's environment is init's own (the envp the runtime gave it); ARGV[0] is looked up
 // in its PATH. NAME is one of cpu, as, fsize, nofile, core, nproc, data, stack; SOFT and HARD
 // are numbers or "unlimited", and are only ever lowered (clamped to the current hard limit).
+//
+// --seccomp-fd N: a sealed memfd holding a classic-BPF program (struct sock_filter[]); init reads
+// and closes it, and the payload installs it as its last step before execvp. --seccomp-notify-fd M:
+// the same policy with its kill actions compiled as SECCOMP_RET_USER_NOTIF; the payload installs
+// this one instead, with SECCOMP_FILTER_FLAG_NEW_LISTENER, and hands the listener to init, which
+// kills the whole tree on the first notification and reports the syscall number. If the kernel
+// refuses a listener, the payload falls back to N (kills by SIGSYS, no syscall number).
+// --pid1: init is PID 1 of a PID namespace (also assumed when getpid() == 1): it stops the tree
+// with kill(-1) instead of walking /proc, and makes itself non-dumpable so the payload (same uid)
+// cannot ptrace it or write its memory through /proc/1/mem.
 //
 // Report: init writes exactly one line of JSON to the report fd, then exits:
 //   {"exit_code":3,"cpu_us":1200}           the payload's main process exited
@@ -14,9 +24,11 @@
 //   {"exec_errno":2,"path":"foo"}           execvp(ARGV[0]) failed
 //   {"setup_errno":2,"step":"chdir","path":"/x"}   chdir/setrlimit failed before exec
 //   {"init_error":"message"}                init itself could not do its job
-// plus "terminated":true when init tore the tree down because it received SIGTERM. cpu_us is the
-// main process's own CPU time (it is what RLIMIT_CPU measures). Without --report-fd init only
-// mirrors the payload in its exit status (the code, or 128+N for signal N).
+// plus "seccomp_violation":NR (the native syscall number) when a notify-mode filter caught the
+// payload and init killed the tree for it, and "terminated":true when init tore the tree down
+// because it received SIGTERM. cpu_us is the main process's own CPU time (it is what RLIMIT_CPU
+// measures). Without --report-fd init only mirrors the payload in its exit status (the code, or
+// 128+N for signal N).
 //
 // Signals to init: SIGTERM stops the whole tree (SIGTERM + SIGCONT to every descendant, SIGKILL
 // after the grace); SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 are forwarded to the payload.
@@ -30,6 +42,9 @@ inline constexpr const char* kReportFdFlag = "--report-fd";
 inline constexpr const char* kGraceFlag = "--grace-ms";
 inline constexpr const char* kRlimitFlag = "--rlimit";
 inline constexpr const char* kChdirFlag = "--chdir";
+inline constexpr const char* kSeccompFdFlag = "--seccomp-fd";
+inline constexpr const char* kSeccompNotifyFdFlag = "--seccomp-notify-fd";
+inline constexpr const char* kPid1Flag = "--pid1";
 
 // The fd number the runtime hands the report pipe on (0-2 are the payload's stdio).
 inline constexpr int kReportFd = 3;
@@ -47,6 +62,7 @@ inline constexpr const char* kStepKey = "step";
 inline constexpr const char* kPathKey = "path";
 inline constexpr const char* kInitErrorKey = "init_error";
 inline constexpr const char* kTerminatedKey = "terminated";
+inline constexpr const char* kSeccompViolationKey = "seccomp_violation";
 // Written by the runtime's own child when it could not exec init at all.
 inline constexpr const char* kInitExecErrnoKey = "init_exec_errno";
 

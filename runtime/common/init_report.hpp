@@ -22,6 +22,8 @@ struct InitReport {
   std::chrono::microseconds cpu{0};  // the payload's main process
   std::string step, path, message;
   bool terminated = false;  // init stopped the tree on a SIGTERM
+  int seccomp_syscall =
+      -1;  // a notify-mode seccomp filter caught this syscall; init killed the tree
 };
 
 // Anything unparsable counts as missing.

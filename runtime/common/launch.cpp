@@ -97,12 +97,7 @@ void InitLaunch::exec_in_child() const noexcept {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent_pid_) _exit(init_protocol::kInitFailureExit);  // parent already gone
 
-  // dup2 clears close-on-exec on the targets; every source is >= kFirstFreeFd, so none is
-  // overwritten before it has been moved.
-  if (dup2(child_stdin_.get(), STDIN_FILENO) < 0 || dup2(child_stdout_.get(), STDOUT_FILENO) < 0 ||
-      dup2(child_stderr_.get(), STDERR_FILENO) < 0 ||
-      dup2(child_report_.get(), init_protocol::kReportFd) < 0)
-    _exit(init_protocol::kInitFailureExit);
+  if (!install_stdio()) _exit(init_protocol::kInitFailureExit);
   // Nothing else crosses: not the host's fds, nor another thread's pipes created concurrently.
   if (syscall(SYS_close_range, kFirstFreeFd, ~0u, 0) != 0)
     for (unsigned fd = kFirstFreeFd; fd < max_fd_; ++fd) close(static_cast<int>(fd));
@@ -112,7 +107,16 @@ void InitLaunch::exec_in_child() const noexcept {
   _exit(init_protocol::kInitFailureExit);
 }
 
-InitProcess InitLaunch::finish(pid_t pid) {
+bool InitLaunch::install_stdio() const noexcept {
+  // dup2 clears close-on-exec on the targets; every source is >= kFirstFreeFd, so none is
+  // overwritten before it has been moved.
+  return dup2(child_stdin_.get(), STDIN_FILENO) >= 0 &&
+         dup2(child_stdout_.get(), STDOUT_FILENO) >= 0 &&
+         dup2(child_stderr_.get(), STDERR_FILENO) >= 0 &&
+         dup2(child_report_.get(), init_protocol::kReportFd) >= 0;
+}
+
+InitProcess InitLaunch::finish(pid_t pid, UniqueFd pidfd) {
   child_stdin_.reset();
   child_stdout_.reset();
   child_stderr_.reset();
@@ -120,7 +124,8 @@ InitProcess InitLaunch::finish(pid_t pid) {
   InitProcess process;
   process.pid = pid;
   // Our unreaped child, so the pid cannot have been recycled yet.
-  process.pidfd.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  process.pidfd =
+      pidfd ? std::move(pidfd) : UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   for (UniqueFd* end : {&stdin_, &stdout_, &stderr_, &report_}) set_nonblocking(*end);
   process.stdin_pipe = std::move(stdin_);
   process.stdout_pipe = std::move(stdout_);

@@ -39,8 +39,16 @@ class InitLaunch {
   // The caller has blocked every signal; init starts with them blocked and sets up its own.
   [[noreturn]] void exec_in_child() const noexcept;
 
-  // In the parent after fork: closes the child's ends and hands over ours.
-  InitProcess finish(pid_t pid);
+  // For a backend with its own child pipeline: in the child, moves the pipes onto fds 0-3
+  // (clearing close-on-exec there). Async-signal-safe; false with errno set when a dup2 fails.
+  // Closing the other fds and exec'ing init are the caller's.
+  bool install_stdio() const noexcept;
+  char* const* argv() const { return argv_.data(); }
+  char* const* envp() const { return envp_.data(); }
+
+  // In the parent after fork: closes the child's ends and hands over ours. `pidfd` is one the
+  // fork already made (clone's CLONE_PIDFD); without it one is opened for `pid`.
+  InitProcess finish(pid_t pid, UniqueFd pidfd = {});
 
  private:
   std::string path_;

@@ -9,6 +9,7 @@
 
 #include "common/init_report.hpp"
 #include "rlm_sandbox/units.hpp"
+#include "seccomp/seccomp.hpp"
 
 namespace rlm::common {
 namespace {
@@ -47,6 +48,8 @@ std::string setup_problem(const InitReport& report, const RunContext& context,
       if (report.step == "chdir")
         return "cannot enter the working directory '" + context.workdir +
                "': " + describe_errno(report.value);
+      if (report.step == "seccomp")
+        return "cannot install the seccomp filter in the payload: " + describe_errno(report.value);
       return "cannot apply the " + report.path + " resource limit (" + report.step +
              "): " + describe_errno(report.value);
     case InitReport::Kind::init_failed:
@@ -119,6 +122,14 @@ void fill_result(Result& result, Supervision supervision, const RunContext& cont
   } else if (supervision.stop == StopReason::caller_error) {
     result.status = Status::sandbox_error;
     result.detail = "stopped: an output callback threw";
+  } else if (report.seccomp_syscall >= 0) {
+    // Init killed the tree on the filter's notification: the kill action the policy asked for,
+    // reported as the SIGSYS death the kernel's own kill would have been, plus the syscall's name.
+    result.status = Status::seccomp_violation;
+    result.exit_code = -1;
+    result.signal = SIGSYS;
+    result.detail = "syscall " + seccomp::syscall_name(report.seccomp_syscall) +
+                    " denied by the seccomp policy";
   } else if (!problem.empty()) {
     result.status = Status::sandbox_error;
     result.detail = problem;

@@ -24,10 +24,12 @@ struct RunContext {
 // Fills status, exit_code, signal, detail, the output and its truncation flags, cpu and
 // peak_memory_bytes. Leaves wall, backend and policy to the caller.
 //
-// Status, first match wins: the runtime stopped it (timeout, output_limit); the sandbox could not
-// be set up (sandbox_error); exec failed (exit_nonzero with 127/126); killed by SIGXCPU, or by
-// SIGKILL after using its CPU budget (cpu_limit); by SIGSYS (seccomp_violation); by another
-// signal (signaled); exit 0 (ok); another exit code (exit_nonzero).
+// Status, first match wins: the runtime stopped it (timeout, output_limit); init caught a seccomp
+// violation through its notify listener (seccomp_violation, signal SIGSYS, the syscall named in
+// detail); the sandbox could not be set up (sandbox_error); exec failed (exit_nonzero with
+// 127/126); killed by SIGXCPU, or by SIGKILL after using its CPU budget (cpu_limit); by SIGSYS
+// (seccomp_violation); by another signal (signaled); exit 0 (ok); another exit code
+// (exit_nonzero).
 void fill_result(Result& result, Supervision supervision, const RunContext& context);
 
 }  // namespace rlm::common

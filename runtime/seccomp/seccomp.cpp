@@ -69,13 +69,22 @@ class Fd {
 
 }  // namespace
 
-Program compile(const Seccomp& policy_rules) {
+Program compile(const Seccomp& policy_rules, const CompileOptions& options) {
   const Filter filter = layered(policy_rules);
   native_architecture();
 
+  bool notifies = false;
+  const auto action_value = [&](detail::Action action) -> std::uint32_t {
+    if (options.kill_as_notify && action.verdict == detail::Verdict::kill_process) {
+      notifies = true;
+      return SCMP_ACT_NOTIFY;
+    }
+    return detail::to_libseccomp(action);
+  };
+
   // seccomp_init adds only the native architecture; every other ABI (int 0x80 and x32 on
   // x86_64, AArch32 on aarch64) takes the bad-architecture action.
-  Context ctx(seccomp_init(detail::to_libseccomp(filter.default_action)));
+  Context ctx(seccomp_init(action_value(filter.default_action)));
   if (!ctx) throw Error("seccomp: seccomp_init failed");
   check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS),
            "setting the bad-architecture action");
@@ -91,7 +100,7 @@ Program compile(const Seccomp& policy_rules) {
     std::vector<scmp_arg_cmp> args;
     for (const auto& c : rule.conditions) args.push_back({c.arg, c.op, c.a, c.b});
     // _exact: fail rather than let libseccomp rewrite the rule.
-    check_rc(seccomp_rule_add_exact_array(ctx.get(), detail::to_libseccomp(rule.action), *nr,
+    check_rc(seccomp_rule_add_exact_array(ctx.get(), action_value(rule.action), *nr,
                                           static_cast<unsigned>(args.size()), args.data()),
              "adding the " + detail::describe(rule.action) + " rule for \"" + rule.syscall +
                  "\" (" + rule.origin + ")");
@@ -110,6 +119,7 @@ Program compile(const Seccomp& policy_rules) {
                 " bytes");
 
   Program program;
+  program.notifies = notifies;
   program.instructions.resize(size / sizeof(sock_filter));
   for (std::size_t done = 0; done < size;) {
     const ssize_t n = pread(fd.get(), reinterpret_cast<char*>(program.instructions.data()) + done,
@@ -137,6 +147,18 @@ int apply(const Program& program) noexcept {
                   const_cast<sock_filter*>(program.instructions.data())};
   if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return -errno;
   return 0;
+}
+
+bool allows_every_call(const Seccomp& policy_rules, std::string_view syscall) {
+  const Filter filter = layered(policy_rules);
+  if (!detail::resolve_syscall(syscall)) return false;
+  bool allowed = !filter.default_action.denies();
+  for (const auto& rule : filter.rules) {
+    if (rule.syscall != syscall) continue;
+    if (rule.action.denies()) return false;
+    if (rule.conditions.empty()) allowed = true;
+  }
+  return allowed;
 }
 
 nlohmann::json docker_profile(const Seccomp& policy_rules) {

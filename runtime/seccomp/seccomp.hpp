@@ -23,13 +23,29 @@ namespace rlm::seccomp {
 // A compiled classic-BPF filter for the native architecture.
 struct Program {
   std::vector<sock_filter> instructions;
+  bool notifies = false;  // holds SECCOMP_RET_USER_NOTIF actions (CompileOptions::kill_as_notify)
+};
+
+struct CompileOptions {
+  // The policy's kill actions (SCMP_ACT_KILL, _KILL_PROCESS, _KILL_THREAD, in rules and as the
+  // default) become SCMP_ACT_NOTIFY, so a supervisor holding the filter's listener learns which
+  // syscall was denied, kills the payload itself and names the syscall. The denied call never runs
+  // either way. Only for a filter installed with SECCOMP_FILTER_FLAG_NEW_LISTENER and a listener
+  // that is read: without one the kernel fails those calls with ENOSYS instead of killing. The
+  // preamble's own denials and the bad-architecture kill are unchanged.
+  bool kill_as_notify = false;
 };
 
 // Layers `policy_rules` on the preamble and compiles them with libseccomp for the native
 // architecture (x86_64 or aarch64; any other ABI kills the process). Throws rlm::Error listing
 // every problem when the rules cannot be compiled exactly as written (see check()), and when the
 // architecture is unsupported.
-Program compile(const Seccomp& policy_rules);
+Program compile(const Seccomp& policy_rules, const CompileOptions& options = {});
+
+// True when the layered filter allows every call of `syscall` (no rule denies any of its calls and
+// the default, or an argument-less rule, allows it). For a supervisor that must make that syscall
+// after installing the filter. False for names libseccomp does not know.
+bool allows_every_call(const Seccomp& policy_rules, std::string_view syscall);
 
 // Sets no_new_privs and installs `program` on the calling thread. Async-signal-safe: only
 // prctl(2) and seccomp(2) through libc's thin syscall wrappers, no allocation, no libseccomp, so

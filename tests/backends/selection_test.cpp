@@ -2,6 +2,8 @@
 // built in code that skipped the loader's validation.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
 
@@ -34,14 +36,19 @@ TEST(BackendSelection, ExplainsEveryBackendItCouldNotUse) {
   Policy policy;
   policy.name = "demo";
   policy.backend.prefer = {"namespace", "docker"};
+  // Without rlm-sandbox-init the namespace backend is unavailable (docker is not built yet).
+  setenv("RLM_SANDBOX_INIT", "/nonexistent/rlm-sandbox-init", 1);
   try {
     select_backend(policy, "auto");
-    FAIL() << "no isolating backend is built yet";
+    unsetenv("RLM_SANDBOX_INIT");
+    FAIL() << "no isolating backend is available";
   } catch (const BackendUnavailable& e) {
+    unsetenv("RLM_SANDBOX_INIT");
     const std::string message = e.what();
     EXPECT_NE(message.find("policy 'demo'"), std::string::npos) << message;
     EXPECT_NE(message.find("namespace:"), std::string::npos) << message;
     EXPECT_NE(message.find("docker:"), std::string::npos) << message;
+    EXPECT_NE(message.find("rlm-sandbox-init not found"), std::string::npos) << message;
   }
 }
 

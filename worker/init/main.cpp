@@ -19,6 +19,7 @@
 #include "options.hpp"
 #include "payload.hpp"
 #include "report.hpp"
+#include "seccomp_filter.hpp"
 #include "supervisor.hpp"
 
 namespace {
@@ -83,17 +84,33 @@ int main(int argc, char** argv) {
   if (options.report_fd >= 0 && fcntl(options.report_fd, F_SETFD, FD_CLOEXEC) != 0)
     return fail(-1, with_errno("--report-fd"));
 
+  for (int fd : {options.seccomp_fd, options.seccomp_notify_fd})
+    if (fd >= 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+      return fail(options.report_fd, with_errno("--seccomp-fd"));
+  rlm::init::Filters filters;
+  if (auto error = rlm::init::load_filters(options, filters); !error.empty())
+    return fail(options.report_fd, error);
+
+  const bool pid1 = options.pid1 || getpid() == 1;
+  // The payload runs as init's uid: without this it could ptrace init (were ptrace allowed) or
+  // write init's memory through /proc/1/mem, and init carries no seccomp filter.
+  if (pid1 && prctl(PR_SET_DUMPABLE, 0) != 0)
+    return fail(options.report_fd, with_errno("prctl(PR_SET_DUMPABLE)"));
+  // PID 1 of a namespace adopts every orphan already; elsewhere this makes init their reaper.
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
     return fail(options.report_fd, with_errno("prctl(PR_SET_CHILD_SUBREAPER)"));
   const int signal_fd = signalfd(-1, &supervised, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) return fail(options.report_fd, with_errno("signalfd"));
 
   rlm::init::StartFailure failure;
-  const pid_t payload = rlm::init::start_payload(options, failure);
+  int listener_fd = -1;
+  const pid_t payload = rlm::init::start_payload(options, filters, failure, listener_fd);
   if (payload < 0) return fail(options.report_fd, with_errno("fork"));
   release_payload_stdio();
 
-  Outcome outcome = rlm::init::Supervisor(payload, signal_fd, options.grace_ms).run();
+  rlm::init::NotifyListener listener(listener_fd);
+  Outcome outcome =
+      rlm::init::Supervisor(payload, signal_fd, options.grace_ms, listener, pid1).run();
   if (failure.error != 0) {
     // The child's own exit status says little; the errno and the step say what went wrong.
     outcome.kind =

@@ -75,8 +75,13 @@ std::string parse_options(int argc, char** argv, Options& options) {
       ++i;
       break;
     }
+    if (flag == protocol::kPid1Flag) {
+      options.pid1 = true;
+      continue;
+    }
     const bool known = flag == protocol::kReportFdFlag || flag == protocol::kGraceFlag ||
-                       flag == protocol::kRlimitFlag || flag == protocol::kChdirFlag;
+                       flag == protocol::kRlimitFlag || flag == protocol::kChdirFlag ||
+                       flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag;
     if (!known) return std::string(flag) + ": unknown flag";
     if (i + 1 >= argc) return std::string(flag) + ": missing value";
     const std::string_view value = argv[i + 1];
@@ -85,6 +90,11 @@ std::string parse_options(int argc, char** argv, Options& options) {
       if (!parse_number(value, number) || number > 1'000'000)
         return "--report-fd " + std::string(value) + ": expected a file descriptor number";
       options.report_fd = static_cast<int>(number);
+    } else if (flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag) {
+      if (!parse_number(value, number) || number > 1'000'000)
+        return std::string(flag) + " " + std::string(value) + ": expected a file descriptor number";
+      (flag == protocol::kSeccompFdFlag ? options.seccomp_fd : options.seccomp_notify_fd) =
+          static_cast<int>(number);
     } else if (flag == protocol::kGraceFlag) {
       if (!parse_number(value, number) || number > 3'600'000)
         return "--grace-ms " + std::string(value) + ": expected milliseconds up to one hour";
@@ -99,6 +109,9 @@ std::string parse_options(int argc, char** argv, Options& options) {
     ++i;
   }
   if (i >= argc) return "no command given after '--'";
+  if (options.seccomp_notify_fd >= 0 && options.seccomp_fd < 0)
+    return std::string(protocol::kSeccompNotifyFdFlag) + " needs " + protocol::kSeccompFdFlag +
+           " (the program to fall back to)";
   options.payload_argv = argv + i;
   return "";
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,7 +12,7 @@
 namespace rlm::init {
 namespace {
 
-enum class Step : int { exec, chdir, setrlimit };
+enum class Step : int { exec, chdir, setrlimit, seccomp };
 
 // What the child sends back over the CLOEXEC pipe when it fails before (or at) exec.
 struct ChildError {
@@ -45,7 +46,8 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
 
 // Runs in the forked child: init is single-threaded, but this still only makes syscalls.
 [[noreturn]] void apply_in_child(const Options& options, const std::vector<ResourceLimit>& limits,
-                                 pid_t init_pid, int error_fd) {
+                                 const Filters& filters, pid_t init_pid, int error_fd,
+                                 int listener_socket) {
   // Init ignores SIGPIPE for itself; the payload gets the default, like any program.
   signal(SIGPIPE, SIG_DFL);
   // If init dies without tearing the tree down (it was SIGKILLed), the payload goes with it.
@@ -60,24 +62,43 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Last: the filter may deny what the steps above need; only sendmsg and execve follow it.
+  if (const int error = install_in_child(filters, listener_socket); error != 0)
+    fail_in_child(error_fd, Step::seccomp, error);
   execvp(options.payload_argv[0], options.payload_argv);
   fail_in_child(error_fd, Step::exec, errno);
 }
 
 }  // namespace
 
-pid_t start_payload(const Options& options, StartFailure& failure) {
+pid_t start_payload(const Options& options, const Filters& filters, StartFailure& failure,
+                    int& listener) {
+  listener = -1;
   const auto limits = clamp_limits(options.limits);
   int error_pipe[2];
   if (pipe2(error_pipe, O_CLOEXEC) != 0) return -1;
+  // The child hands the notify listener over on this (close-on-exec, so EOF once it exec'd).
+  int listener_pair[2] = {-1, -1};
+  if (!filters.notify.empty() &&
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, listener_pair) != 0) {
+    const int error = errno;
+    close(error_pipe[0]);
+    close(error_pipe[1]);
+    errno = error;
+    return -1;
+  }
   const pid_t init_pid = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
     close(error_pipe[0]);
-    apply_in_child(options, limits, init_pid, error_pipe[1]);
+    if (listener_pair[0] >= 0) close(listener_pair[0]);
+    apply_in_child(options, limits, filters, init_pid, error_pipe[1], listener_pair[1]);
   }
   const int fork_error = errno;
   close(error_pipe[1]);
+  if (listener_pair[1] >= 0) close(listener_pair[1]);
+  if (pid > 0 && listener_pair[0] >= 0) listener = receive_listener(listener_pair[0]);
+  if (listener_pair[0] >= 0) close(listener_pair[0]);
   if (pid > 0) {
     // EOF: the exec succeeded (the pipe closed on exec). A record: the child failed and exits.
     ChildError message{};
@@ -98,6 +119,10 @@ pid_t start_payload(const Options& options, StartFailure& failure) {
         case Step::setrlimit:
           failure.step = "setrlimit";
           failure.path = limits.at(static_cast<std::size_t>(message.limit_index)).name;
+          break;
+        case Step::seccomp:
+          failure.step = "seccomp";
+          failure.path = "the payload's filter";
           break;
       }
     }

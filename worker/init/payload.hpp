@@ -6,19 +6,22 @@
 #include <string>
 
 #include "options.hpp"
+#include "seccomp_filter.hpp"
 
 namespace rlm::init {
 
 // Why the payload never reached its own code; errno == 0 when it did.
 struct StartFailure {
   int error = 0;     // errno
-  std::string step;  // "exec", "chdir", "setrlimit"
+  std::string step;  // "exec", "chdir", "setrlimit", "seccomp"
   std::string path;  // argv[0], the directory, or the resource name
 };
 
 // Forks the payload. Returns its pid (or -1 with errno set when fork itself failed). A failure
 // between fork and exec is filled into `failure`; the child then exits and is reaped like any
-// other. Returns only once the child has exec'd or failed, so `failure` is final.
-pid_t start_payload(const Options& options, StartFailure& failure);
+// other. The child installs `filters` last; `listener` receives the notify listener it sent (-1
+// when none). Returns only once the child has exec'd or failed, so `failure` is final.
+pid_t start_payload(const Options& options, const Filters& filters, StartFailure& failure,
+                    int& listener);
 
 }  // namespace rlm::init

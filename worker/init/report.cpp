@@ -65,6 +65,8 @@ std::string format_report(const Outcome& outcome) {
       body = field(protocol::kInitErrorKey, outcome.message);
       break;
   }
+  if (outcome.seccomp_syscall >= 0)
+    body += "," + field(protocol::kSeccompViolationKey, outcome.seccomp_syscall);
   if (outcome.terminated) body += "," + quoted(protocol::kTerminatedKey) + ":true";
   return "{" + body + "}\n";
 }

@@ -38,11 +38,17 @@ sigset_t supervised_signals() {
   return set;
 }
 
-Supervisor::Supervisor(pid_t payload, int signal_fd, int grace_ms)
-    : self_(getpid()), payload_(payload), signal_fd_(signal_fd), grace_ms_(grace_ms) {}
+Supervisor::Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener,
+                       bool pid1)
+    : self_(getpid()),
+      payload_(payload),
+      signal_fd_(signal_fd),
+      grace_ms_(grace_ms),
+      listener_(listener),
+      pid1_(pid1) {}
 
 Outcome Supervisor::run() {
-  while (!payload_done_) {
+  while (!payload_done_ && seccomp_syscall_ < 0) {
     int timeout_ms = -1;
     if (terminating_) {
       const long long left = kill_deadline_ms_ - now_ms();
@@ -57,6 +63,7 @@ Outcome Supervisor::run() {
 
   Outcome outcome;
   outcome.terminated = terminating_;
+  outcome.seccomp_syscall = seccomp_syscall_;
   outcome.cpu_us = cpu_microseconds(payload_usage_);
   if (WIFSIGNALED(payload_status_)) {
     outcome.kind = Outcome::Kind::signaled;
@@ -88,11 +95,29 @@ bool Supervisor::reap_exited() {
 }
 
 bool Supervisor::wait_for_signal(int timeout_ms) {
-  pollfd watched{signal_fd_, POLLIN, 0};
+  pollfd watched[2] = {{signal_fd_, POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
   int ready;
-  while ((ready = poll(&watched, 1, timeout_ms)) < 0 && errno == EINTR) {
+  while ((ready = poll(watched, 2, timeout_ms)) < 0 && errno == EINTR) {
   }
-  return ready > 0;
+  if (ready <= 0) return false;
+  if (watched[1].revents & POLLIN) {
+    handle_notification();
+  } else if (watched[1].revents & (POLLHUP | POLLERR)) {
+    listener_.close();  // no process uses the filter any more
+  }
+  return (watched[0].revents & POLLIN) != 0;
+}
+
+void Supervisor::handle_notification() {
+  NotifyListener::Caught caught;
+  if (!listener_.receive(caught)) return;
+  // A straggler caught while the tree is torn down after the payload ended does not change how
+  // the payload ended.
+  if (seccomp_syscall_ < 0 && !payload_done_) seccomp_syscall_ = caught.syscall;
+  // The caller is held inside the syscall until answered; a SIGKILL now means it never returns
+  // to user space. The deny afterwards only matters if it somehow survived.
+  signal_tree(SIGKILL);
+  listener_.deny(caught);
 }
 
 void Supervisor::handle_signals() {
@@ -113,14 +138,23 @@ void Supervisor::begin_termination() {
   if (terminating_) return;
   terminating_ = true;
   kill_deadline_ms_ = now_ms() + grace_ms_;
-  signal_descendants(self_, SIGTERM);
+  signal_tree(SIGTERM);
   // A stopped process would only act on SIGTERM once continued.
-  signal_descendants(self_, SIGCONT);
+  signal_tree(SIGCONT);
+}
+
+void Supervisor::signal_tree(int signal) {
+  // As PID 1, kill(-1) reaches every process of the namespace but init itself, in one atomic
+  // sweep that a fork bomb cannot outrun. Elsewhere, walk /proc from init.
+  if (pid1_)
+    kill(-1, signal);
+  else
+    signal_descendants(self_, signal);
 }
 
 void Supervisor::kill_everything() {
   for (;;) {
-    signal_descendants(self_, SIGKILL);
+    signal_tree(SIGKILL);
     if (!reap_exited()) return;
     // Something is left: a process forked since the scan, or one still dying. Wait briefly for a
     // SIGCHLD, drain whatever arrived (nothing more to forward now), and sweep again.

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "report.hpp"
+#include "seccomp_filter.hpp"
 
 namespace rlm::init {
 
@@ -16,27 +17,38 @@ sigset_t supervised_signals();
 
 class Supervisor {
  public:
-  // `signal_fd` reads supervised_signals(), which the caller has blocked.
-  Supervisor(pid_t payload, int signal_fd, int grace_ms);
+  // `signal_fd` reads supervised_signals(), which the caller has blocked. `listener` is the
+  // payload filter's notify listener (fd -1 for none). `pid1`: init is PID 1 of a PID namespace,
+  // so every other process in it is a descendant and kill(-1) reaches exactly those.
+  Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener, bool pid1);
 
   // Runs until the payload's main process has exited and no descendant is left. The outcome is
-  // exited or signaled (a failed exec shows as the child's own exit).
+  // exited or signaled (a failed exec shows as the child's own exit), with seccomp_syscall set
+  // when a notification ended the run.
   Outcome run();
 
  private:
   // Collects every exited child, noting the payload's status. False once no child is left.
   bool reap_exited();
   void handle_signals();
+  // A denied syscall: kill the tree before the held call can return, then answer it.
+  void handle_notification();
   void begin_termination();
+  // Sends `signal` to every descendant (not init itself).
+  void signal_tree(int signal);
   // SIGKILL every descendant and reap, again and again until none is left.
   void kill_everything();
-  // Waits up to `timeout_ms` for a signal (-1: forever); true when one is readable.
+  // Waits up to `timeout_ms` for a signal or a notification (-1: forever); true when a signal is
+  // readable. Notifications are handled here.
   bool wait_for_signal(int timeout_ms);
 
   pid_t self_;
   pid_t payload_;
   int signal_fd_;
   int grace_ms_;
+  NotifyListener& listener_;
+  bool pid1_;
+  int seccomp_syscall_ = -1;  // the first syscall a notification reported
   bool payload_done_ = false;
   int payload_status_ = 0;
   rusage payload_usage_{};

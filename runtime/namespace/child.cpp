@@ -1,0 +1,113 @@
+#include "namespace/child.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "common/init_protocol.hpp"
+
+namespace rlm::ns {
+namespace {
+
+constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
+
+[[noreturn]] void fail(const ChildPlan& plan, StepFailure failure) noexcept {
+  while (write(plan.error_write, &failure, sizeof failure) < 0 && errno == EINTR) {
+  }
+  _exit(init_protocol::kInitFailureExit);
+}
+
+[[noreturn]] void fail(const ChildPlan& plan, const char* step) noexcept {
+  fail(plan, StepFailure{step, errno});
+}
+
+void close_range_or_loop(unsigned first, unsigned last, unsigned ceiling) noexcept {
+  if (first > last) return;
+  if (syscall(SYS_close_range, first, last, 0) == 0) return;
+  for (unsigned fd = first; fd <= last && fd < ceiling; ++fd) close(static_cast<int>(fd));
+}
+
+// Closes every fd from kFirstFreeFd up except `keep`: nothing of the host crosses into the
+// sandbox, not even another thread's pipes created at the moment of the clone.
+void close_all_but(const ChildPlan& plan, std::array<int, 4> keep) noexcept {
+  std::sort(keep.begin(), keep.end());
+  unsigned next = kFirstFreeFd;
+  for (const int fd : keep) {
+    if (fd < static_cast<int>(next)) continue;
+    close_range_or_loop(next, static_cast<unsigned>(fd) - 1, plan.max_fd);
+    next = static_cast<unsigned>(fd) + 1;
+  }
+  close_range_or_loop(next, ~0u, plan.max_fd);
+}
+
+}  // namespace
+
+void run_child(const ChildPlan& plan) noexcept {
+  // Our copies of the parent's ends, so that the parent's exit reads as EOF/POLLHUP here.
+  close(plan.release_write);
+  close(plan.error_read);
+  char go = 0;
+  ssize_t got;
+  while ((got = read(plan.release_read, &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (got != 1) _exit(init_protocol::kInitFailureExit);  // the parent gave up on us
+
+  StepFailure failure;
+  if (!apply_ids(*plan.ids, failure)) fail(plan, failure);
+  // After the id change, which clears the parent-death signal. If the runtime dies from here on,
+  // PID 1 of the namespace dies and the kernel kills everything in it. The parent holds the
+  // release pipe open until the exec, so a hangup there means it died before the prctl.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(plan, "prctl(PR_SET_PDEATHSIG)");
+  pollfd parent{plan.release_read, POLLIN, 0};
+  if (poll(&parent, 1, 0) != 0) _exit(init_protocol::kInitFailureExit);
+  // No controlling terminal: /dev/tty cannot reach the host's terminal, and the host's job-control
+  // signals do not reach the sandbox.
+  if (setsid() < 0) fail(plan, "setsid");
+  // Now that the parent has put us in the run's cgroup, that cgroup becomes our root.
+  if (plan.cgroup_namespace && unshare(CLONE_NEWCGROUP) != 0)
+    fail(plan, "unshare(CLONE_NEWCGROUP)");
+  if (plan.rootfs && !plan.rootfs->apply(failure)) fail(plan, failure);
+  if (plan.hostname && sethostname(plan.hostname, plan.hostname_length) != 0)
+    fail(plan, "sethostname");
+  if (plan.loopback && !plan.loopback->apply(failure)) fail(plan, failure);
+
+  if (!plan.launch->install_stdio()) fail(plan, "dup2 (stdio and report pipe)");
+  for (const int fd : plan.pass_fds)
+    if (fd >= 0 && fcntl(fd, F_SETFD, 0) != 0) fail(plan, "fcntl (seccomp memfd)");
+  close_all_but(plan, {plan.error_write, plan.init_fd, plan.pass_fds[0], plan.pass_fds[1]});
+
+  if (plan.privileges && !plan.privileges->apply(failure)) fail(plan, failure);
+  syscall(SYS_execveat, plan.init_fd, "", plan.launch->argv(), plan.launch->envp(), AT_EMPTY_PATH);
+  fail(plan, "execveat (rlm-sandbox-init)");
+}
+
+bool wait_for_exec(int error_read, int timeout_ms, StepFailure& failure) {
+  pollfd child{error_read, POLLIN, 0};
+  int ready;
+  while ((ready = poll(&child, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  if (ready == 0) {
+    failure = {"setup timed out", ETIMEDOUT};
+    return false;
+  }
+  StepFailure record;
+  ssize_t got;
+  while ((got = read(error_read, &record, sizeof record)) < 0 && errno == EINTR) {
+  }
+  if (got == 0) return true;  // closed by the exec
+  if (got == static_cast<ssize_t>(sizeof record)) {
+    failure = record;
+  } else {
+    failure = {"reading the setup result", got < 0 ? errno : EIO};
+  }
+  return false;
+}
+
+}  // namespace rlm::ns

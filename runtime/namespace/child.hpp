@@ -1,0 +1,44 @@
+// The sandbox's first process between clone and exec: waits for the parent to write its id maps,
+// then takes the setup steps in order and execs rlm-sandbox-init by fd. Everything it touches is
+// prepared by the parent before clone; it makes raw syscalls only (see clone.hpp). A failing
+// step is reported as a StepFailure on the error pipe; a successful exec closes that pipe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstddef>
+
+#include "common/launch.hpp"
+#include "namespace/child_setup.hpp"
+#include "namespace/userns.hpp"
+
+namespace rlm::ns {
+
+struct ChildPlan {
+  // Pipes: the parent writes one byte on `release` once the maps are written (EOF: give up), and
+  // keeps its end open until the exec, so the child can tell whether its parent still exists.
+  int release_read = -1, release_write = -1;
+  int error_read = -1, error_write = -1;  // StepFailure records; close-on-exec
+
+  const IdMapping* ids = nullptr;
+  bool cgroup_namespace = false;       // unshare(CLONE_NEWCGROUP) once inside the run's cgroup
+  const RootfsPlan* rootfs = nullptr;  // null: no mount namespace
+  const char* hostname = nullptr;      // null: no UTS namespace
+  std::size_t hostname_length = 0;
+  const LoopbackPlan* loopback = nullptr;  // null: no network namespace
+  const common::InitLaunch* launch = nullptr;
+  std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
+  const PrivilegePlan* privileges = nullptr;
+  int init_fd = -1;        // rlm-sandbox-init, opened on the host; close-on-exec
+  unsigned max_fd = 1024;  // close() ceiling when close_range is missing
+};
+
+[[noreturn]] void run_child(const ChildPlan& plan) noexcept;
+
+// Parent: what the child reported. Returns true when it exec'd (EOF), false with `failure` set.
+// Waits at most `timeout_ms` (-1: forever); a child that did not finish by then is reported as
+// {"setup timed out", ETIMEDOUT}.
+bool wait_for_exec(int error_read, int timeout_ms, StepFailure& failure);
+
+}  // namespace rlm::ns

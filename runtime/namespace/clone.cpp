@@ -1,0 +1,85 @@
+#include "namespace/clone.hpp"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace rlm::ns {
+namespace {
+
+#ifndef CLONE_INTO_CGROUP
+constexpr std::uint64_t CLONE_INTO_CGROUP = 0x200000000ULL;
+#endif
+
+// linux/sched.h's struct clone_args (its header clashes with glibc's <sched.h>). Fields past
+// `size` are unknown to older kernels, which then answer E2BIG.
+struct CloneArgs {
+  std::uint64_t flags = 0;
+  std::uint64_t pidfd = 0;
+  std::uint64_t child_tid = 0;
+  std::uint64_t parent_tid = 0;
+  std::uint64_t exit_signal = 0;
+  std::uint64_t stack = 0;
+  std::uint64_t stack_size = 0;
+  std::uint64_t tls = 0;
+  std::uint64_t set_tid = 0;
+  std::uint64_t set_tid_size = 0;
+  std::uint64_t cgroup = 0;
+};
+constexpr std::size_t kArgsSizeWithoutCgroup = 64;  // CLONE_ARGS_SIZE_VER0
+constexpr std::size_t kArgsSizeWithCgroup = 88;     // CLONE_ARGS_SIZE_VER2
+static_assert(sizeof(CloneArgs) == kArgsSizeWithCgroup);
+
+long clone3(CloneArgs& args, std::size_t size) noexcept {
+  return syscall(SYS_clone3, &args, size);
+}
+
+// clone(2) with a null stack pointer continues on a copy of the caller's stack, like fork. The
+// raw argument order differs by architecture (x86_64: flags, stack, parent_tid, child_tid, tls;
+// aarch64 and most others: flags, stack, parent_tid, tls, child_tid); only parent_tid is used.
+long legacy_clone(unsigned long flags, int* pidfd) noexcept {
+  return syscall(SYS_clone, flags, nullptr, pidfd, nullptr, nullptr);
+}
+
+}  // namespace
+
+CloneResult clone_process(std::uint64_t namespaces, int cgroup_fd) noexcept {
+  CloneResult result;
+  int pidfd = -1;
+  CloneArgs args;
+  args.flags = namespaces | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  std::size_t size = kArgsSizeWithoutCgroup;
+  if (cgroup_fd >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<std::uint64_t>(cgroup_fd);
+    size = kArgsSizeWithCgroup;
+  }
+  long pid = clone3(args, size);
+  // E2BIG/EINVAL: a kernel (5.3-5.6) that knows clone3 but not CLONE_INTO_CGROUP.
+  if (pid < 0 && cgroup_fd >= 0 && (errno == E2BIG || errno == EINVAL)) {
+    args.flags &= ~CLONE_INTO_CGROUP;
+    args.cgroup = 0;
+    size = kArgsSizeWithoutCgroup;
+    pid = clone3(args, size);
+  }
+  if (pid < 0 && errno == ENOSYS) {
+    // No clone3 (kernel < 5.3, or a seccomp profile answering ENOSYS as ours does).
+    size = 0;
+    pid = legacy_clone(static_cast<unsigned long>(namespaces | CLONE_PIDFD | SIGCHLD), &pidfd);
+    if (pid < 0 && errno == EINVAL)  // kernel < 5.2: no CLONE_PIDFD
+      pid = legacy_clone(static_cast<unsigned long>(namespaces | SIGCHLD), nullptr);
+  }
+  result.pid = static_cast<pid_t>(pid);
+  if (pid > 0) {
+    result.pidfd.reset(pidfd);
+    result.into_cgroup = size == kArgsSizeWithCgroup;
+  }
+  return result;
+}
+
+}  // namespace rlm::ns

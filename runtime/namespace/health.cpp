@@ -1,0 +1,110 @@
+#include "namespace/health.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/init_locator.hpp"
+#include "namespace/cgroup.hpp"
+#include "namespace/userns.hpp"
+#include "seccomp/seccomp.hpp"
+
+namespace rlm::ns {
+namespace {
+
+// Policy fields as the policy JSON names them. Memory and pids depend on cgroups.
+const std::vector<std::string> kAlwaysEnforced = {
+    "limits.wall_time_ms",
+    "limits.cpu_time_ms",
+    "limits.kill_grace_ms",
+    "limits.output_bytes",
+    "limits.file_size_bytes",
+    "limits.open_files",
+    "limits.tmpfs_bytes",
+    "namespaces",
+    "filesystem.mounts",
+    "filesystem.workdir",
+    "network",
+    "seccomp",
+    "capabilities",
+    "env",
+    "user",
+    "hostname",
+};
+
+// Successful probes are remembered: they are what every run's backend selection asks, and a host
+// that could create namespaces once keeps that ability (failures are probed again).
+std::string probe_namespaces_cached() {
+  static std::atomic<bool> works{false};
+  if (works.load()) return "";
+  auto problem = probe_user_namespaces();
+  if (problem.empty()) works.store(true);
+  return problem;
+}
+
+std::string probe_seccomp_cached() {
+  static std::atomic<bool> works{false};
+  if (works.load()) return "";
+  try {
+    seccomp::compile(Seccomp{});
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  works.store(true);
+  return "";
+}
+
+}  // namespace
+
+Health namespace_health() {
+  Health health;
+  health.backend = "namespace";
+  health.isolated = true;
+
+  const auto init = common::locate_init();
+  if (init.path.empty()) {
+    health.detail = init.problem();
+    health.fix = common::InitLocation::fix();
+    return health;
+  }
+  if (auto problem = probe_namespaces_cached(); !problem.empty()) {
+    health.detail = problem;
+    health.fix = user_namespace_fix();
+    return health;
+  }
+  if (auto problem = probe_seccomp_cached(); !problem.empty()) {
+    health.detail = problem;
+    health.fix = "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker backend";
+    return health;
+  }
+
+  health.available = true;
+  const bool root = geteuid() == 0;
+  health.detail =
+      "user, PID, mount, network, IPC, UTS and cgroup namespaces; rlm-sandbox-init as PID 1 (" +
+      init.path + "); the sandbox user mapped to host " +
+      (root ? std::string("uid/gid 65534 (runtime is root)")
+            : "uid " + std::to_string(geteuid()) + " (rootless)") +
+      "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
+      "Result)";
+  health.enforced = kAlwaysEnforced;
+  const CgroupSupport cgroups = probe_cgroups();
+  if (cgroups.mode != CgroupSupport::Mode::none) {
+    health.detail += "; " + cgroups.detail;
+    health.enforced.insert(health.enforced.end(), cgroups.enforced.begin(), cgroups.enforced.end());
+  } else {
+    health.detail += "; no usable cgroup (" + cgroups.detail +
+                     "): limits.memory_bytes falls back to RLIMIT_AS (address space, per "
+                     "process) and limits.pids is not enforced (RLIMIT_NPROC would count every "
+                     "process of the host uid, across sandboxes)";
+    health.fix = cgroups.fix;
+    health.enforced.push_back("limits.memory_bytes");
+  }
+  for (const char* field : {"limits.memory_bytes", "limits.pids"})
+    if (std::find(health.enforced.begin(), health.enforced.end(), field) == health.enforced.end())
+      health.unenforced.push_back(field);
+  return health;
+}
+
+}  // namespace rlm::ns

@@ -1,0 +1,339 @@
+// The namespace backend's orchestration. Phases: prepare (parent, before clone: everything that
+// allocates or may fail in a way worth a message), the child's pipeline (child.cpp, raw syscalls
+// only), finish in the parent (id maps, cgroup attach, release, supervision, Result).
+#include "namespace/namespace_backend.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <system_error>
+
+#include "common/environment.hpp"
+#include "common/init_command.hpp"
+#include "common/init_locator.hpp"
+#include "common/init_protocol.hpp"
+#include "common/launch.hpp"
+#include "common/outcome.hpp"
+#include "common/supervise.hpp"
+#include "local/rlimits.hpp"
+#include "namespace/cgroup.hpp"
+#include "namespace/child.hpp"
+#include "namespace/child_setup.hpp"
+#include "namespace/clone.hpp"
+#include "namespace/health.hpp"
+#include "namespace/payload_filter.hpp"
+#include "namespace/run_outcome.hpp"
+#include "namespace/userns.hpp"
+
+namespace rlm::ns {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using common::UniqueFd;
+
+constexpr int kFirstFreeFd = 4;  // 0-3 are init's stdio and report pipe in the child
+
+std::chrono::microseconds since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+}
+
+std::string errno_text(int error) {
+  return std::generic_category().message(error);
+}
+
+// The child moves its stdio onto 0-3; an fd it must keep cannot sit there (a host with closed
+// stdio hands out low numbers).
+UniqueFd above_stdio(UniqueFd fd) {
+  if (!fd || fd.get() >= kFirstFreeFd) return fd;
+  const int moved = fcntl(fd.get(), F_DUPFD_CLOEXEC, kFirstFreeFd);
+  if (moved < 0) throw std::system_error(errno, std::generic_category(), "fcntl(F_DUPFD_CLOEXEC)");
+  return UniqueFd(moved);
+}
+
+struct Pipe {
+  UniqueFd read, write;
+};
+
+Pipe make_pipe() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  return {above_stdio(UniqueFd(fds[0])), above_stdio(UniqueFd(fds[1]))};
+}
+
+unsigned fd_ceiling() {
+  rlimit files{};
+  return getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
+             ? static_cast<unsigned>(files.rlim_cur)
+             : (1u << 20);
+}
+
+// RLIMIT_AS stands in for the memory limit only when no cgroup enforces it: address space is a
+// poor proxy for memory (runtimes reserve far more than they use).
+std::vector<std::string> init_rlimits(const Limits& limits, bool cgroup_limits_memory) {
+  auto rlimits = local::rlimit_arguments(limits);
+  if (cgroup_limits_memory)
+    std::erase_if(rlimits, [](const std::string& r) { return r.starts_with("as="); });
+  return rlimits;
+}
+
+std::uint64_t clone_flags(const Policy& policy) {
+  std::uint64_t flags = CLONE_NEWUSER;
+  if (policy.namespaces.pid) flags |= CLONE_NEWPID;
+  if (policy.namespaces.mount) flags |= CLONE_NEWNS;
+  // "none" is what the network namespace gives; "host" shares the host's (policy validation
+  // makes namespaces.net agree; a policy built in code that does not is held to `network`).
+  if (policy.network == Network::none) flags |= CLONE_NEWNET;
+  if (policy.namespaces.ipc) flags |= CLONE_NEWIPC;
+  if (policy.namespaces.uts) flags |= CLONE_NEWUTS;
+  // The cgroup namespace is made by the child once it is inside the run's group.
+  return flags;
+}
+
+// Kills and reaps the cloned child unless supervision took it over. SIGKILL to PID 1 of the
+// namespace takes everything in it along.
+class ChildGuard {
+ public:
+  explicit ChildGuard(pid_t pid) : pid_(pid) {}
+  ~ChildGuard() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  ChildGuard(const ChildGuard&) = delete;
+  ChildGuard& operator=(const ChildGuard&) = delete;
+  void release() { pid_ = -1; }
+
+ private:
+  pid_t pid_;
+};
+
+// Everything the child needs, built before clone; it outlives the child's exec.
+struct Preparation {
+  UniqueFd init_fd;
+  PayloadFilter filter;
+  IdMapping ids;
+  std::optional<RootfsPlan> rootfs;
+  std::optional<LoopbackPlan> loopback;
+  std::optional<PrivilegePlan> privileges;
+  std::unique_ptr<RunCgroup> cgroup;
+  std::string cgroup_problem;  // why there is no cgroup
+  std::optional<common::InitLaunch> launch;
+  Pipe release, errors;
+  ChildPlan plan;
+};
+
+void collect_stale_groups_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      collect_stale_groups();
+    } catch (const std::exception&) {
+      // Leftovers of a crashed runtime are not this run's problem.
+    }
+  });
+}
+
+// Throws Error or std::system_error with a message for the Result.
+void prepare(Preparation& p, const Policy& policy, const common::InitLocation& init,
+             const std::vector<std::string>& argv, std::vector<std::string> environment) {
+  p.init_fd = above_stdio(UniqueFd(open(init.path.c_str(), O_RDONLY | O_CLOEXEC)));
+  if (!p.init_fd)
+    throw std::system_error(errno, std::generic_category(), "cannot open " + init.path);
+  p.filter = prepare_payload_filter(policy.seccomp);
+  p.filter.kill = above_stdio(std::move(p.filter.kill));
+  p.filter.notify = above_stdio(std::move(p.filter.notify));
+  p.ids = prepare_id_mapping(policy.user);
+  if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
+  if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
+  p.privileges = PrivilegePlan::prepare(policy);
+
+  collect_stale_groups_once();
+  p.cgroup = RunCgroup::create(policy.limits, &p.cgroup_problem);
+
+  common::InitSettings settings;
+  settings.grace = policy.limits.kill_grace;
+  settings.rlimits = init_rlimits(policy.limits, p.cgroup != nullptr);
+  settings.workdir = policy.filesystem.workdir;
+  settings.payload_argv = argv;
+  settings.seccomp_fd = p.filter.kill.get();
+  settings.seccomp_notify_fd = p.filter.notify.get();
+  settings.pid1 = policy.namespaces.pid;
+  // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's.
+  auto args = common::init_arguments(init_protocol::kBinaryName, settings);
+  p.launch.emplace(init.path, std::move(args), std::move(environment));
+  p.release = make_pipe();
+  p.errors = make_pipe();
+
+  ChildPlan& plan = p.plan;
+  plan.release_read = p.release.read.get();
+  plan.release_write = p.release.write.get();
+  plan.error_read = p.errors.read.get();
+  plan.error_write = p.errors.write.get();
+  plan.ids = &p.ids;
+  plan.cgroup_namespace = policy.namespaces.cgroup;
+  plan.rootfs = p.rootfs ? &*p.rootfs : nullptr;
+  if (policy.namespaces.uts) {
+    plan.hostname = policy.hostname.c_str();
+    plan.hostname_length = policy.hostname.size();
+  }
+  plan.loopback = p.loopback ? &*p.loopback : nullptr;
+  plan.launch = &*p.launch;
+  plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
+  plan.privileges = &*p.privileges;
+  plan.init_fd = p.init_fd.get();
+  plan.max_fd = fd_ceiling();
+}
+
+common::SupervisionOptions supervision_options(const Request& request, const Policy& policy,
+                                               Clock::time_point deadline) {
+  common::SupervisionOptions options;
+  options.deadline = deadline;
+  options.grace = policy.limits.kill_grace;
+  options.output_cap = policy.limits.output_bytes;
+  options.stdin_data = request.stdin_data;
+  options.stdin_fd = request.stdin_fd;
+  options.on_stdout = request.on_stdout;
+  options.on_stderr = request.on_stderr;
+  return options;
+}
+
+common::RunContext run_context(const Policy& policy, const std::vector<std::string>& argv,
+                               const std::string& init_path, std::chrono::milliseconds wall_limit) {
+  common::RunContext context;
+  context.argv0 = argv.front();
+  context.workdir = policy.filesystem.workdir;
+  context.init_path = init_path;
+  context.wall_limit = wall_limit;
+  context.cpu_limit = policy.limits.cpu_time;
+  context.output_cap = policy.limits.output_bytes;
+  return context;
+}
+
+int milliseconds_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1'000'000'000));
+}
+
+// Clone, finish the setup from outside while the child waits, release it, and wait for its exec
+// of init. Returns "" with `process` filled, or what failed (the child is then killed and reaped,
+// before the caller's Preparation removes the cgroup).
+std::string start_sandbox(Preparation& p, const Policy& policy, Clock::time_point deadline,
+                          common::InitProcess& process) {
+  // Every signal blocked from before the clone until init has its signalfd: no host handler runs
+  // in the child, and an early SIGTERM stays pending for init.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  auto child = clone_process(clone_flags(policy), p.cgroup ? p.cgroup->clone_into_fd() : -1);
+  if (child.pid == 0) run_child(p.plan);
+  const int clone_error = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (child.pid < 0)
+    return "cannot create the sandbox's namespaces (clone: " + errno_text(clone_error) +
+           "); to fix: " + user_namespace_fix();
+  ChildGuard guard(child.pid);
+  p.release.read.reset();
+  p.errors.write.reset();
+
+  if (auto error = write_id_maps(child.pid, p.ids); !error.empty())
+    return "cannot map the sandbox user: " + error;
+  if (p.cgroup && !child.into_cgroup) {
+    try {
+      p.cgroup->attach(child.pid);
+    } catch (const std::exception& error) {
+      return std::string("cannot move the sandbox into its cgroup: ") + error.what();
+    }
+  }
+  const char go = 1;
+  if (write(p.release.write.get(), &go, 1) != 1)
+    return "cannot release the sandbox's first process: " + errno_text(errno);
+  StepFailure failure;
+  if (!wait_for_exec(p.errors.read.get(), milliseconds_until(deadline), failure))
+    return std::string("sandbox setup failed: ") + failure.step + ": " + errno_text(failure.error);
+  p.release.write.reset();  // the child no longer needs to see us alive
+
+  process = p.launch->finish(child.pid, std::move(child.pidfd));
+  guard.release();
+  return "";
+}
+
+class NamespaceBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "namespace"; }
+  bool isolated() const override { return true; }
+  Health health() const override { return namespace_health(); }
+
+  Result run(const Request& request, const Policy& policy) override {
+    // An invalid request throws here, before anything starts.
+    const auto argv = resolve_argv(request);
+    const auto wall_limit = effective_wall_time(request, policy);
+    auto environment = common::payload_environment(policy.env, request.env);
+
+    const auto start = Clock::now();
+    const auto deadline = start + wall_limit;
+    Result result;
+    result.backend = "namespace";
+    result.policy = policy.name;
+    const auto setup_failed = [&](std::string detail) {
+      result.status = Status::sandbox_error;
+      result.detail = std::move(detail);
+      result.wall = since(start);
+      return result;
+    };
+
+    if (!policy.namespaces.user)
+      return setup_failed(
+          "namespaces.user: false is not supported by the namespace backend: its isolation "
+          "(an unmapped root, capabilities confined to the sandbox) rests on a user namespace");
+    const auto init = common::locate_init();
+    if (init.path.empty())
+      return setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
+
+    Preparation p;
+    try {
+      prepare(p, policy, init, argv, std::move(environment));
+    } catch (const std::exception& error) {
+      return setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
+    }
+    auto options = supervision_options(request, policy, deadline);
+    const auto context = run_context(policy, argv, init.path, wall_limit);
+
+    common::InitProcess process;
+    if (auto problem = start_sandbox(p, policy, deadline, process); !problem.empty())
+      return setup_failed(std::move(problem));
+    auto supervision = common::supervise_init(process, std::move(options));
+
+    CgroupUsage usage;
+    if (p.cgroup) {
+      usage = p.cgroup->usage();
+      p.cgroup->kill_all();
+      p.cgroup.reset();
+    }
+    if (supervision.caller_error) std::rethrow_exception(supervision.caller_error);
+    common::fill_result(result, std::move(supervision), context);
+    apply_cgroup_usage(result, usage, policy.limits);
+    if (!p.cgroup_problem.empty())
+      result.detail += std::string(result.detail.empty() ? "" : "; ") +
+                       "note: no cgroup, so limits.memory_bytes was enforced as RLIMIT_AS and "
+                       "limits.pids not at all (" +
+                       p.cgroup_problem + ")";
+    result.wall = since(start);
+    return result;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_namespace_backend() {
+  return std::make_unique<NamespaceBackend>();
+}
+
+}  // namespace rlm::ns

@@ -1,0 +1,120 @@
+#include "namespace/userns.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <system_error>
+
+#include "namespace/clone.hpp"
+
+namespace rlm::ns {
+namespace {
+
+// What a privileged runtime maps the sandbox user to: an id that owns nothing on the host.
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+
+std::string errno_text(int error) {
+  return std::generic_category().message(error);
+}
+
+// One write, as the kernel requires for these files.
+std::string write_proc_file(const std::string& path, const std::string& content) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return "open " + path + ": " + errno_text(errno);
+  const ssize_t written = write(fd, content.data(), content.size());
+  const int error = errno;
+  close(fd);
+  if (written != static_cast<ssize_t>(content.size()))
+    return "write " + path + " (\"" + content.substr(0, content.size() - 1) +
+           "\"): " + (written < 0 ? errno_text(error) : "short write");
+  return "";
+}
+
+std::string read_file(const char* path) {
+  std::ifstream in(path);
+  std::string value;
+  std::getline(in, value);
+  return value;
+}
+
+}  // namespace
+
+IdMapping prepare_id_mapping(const User& user) {
+  IdMapping mapping;
+  mapping.uid = user.uid;
+  mapping.gid = user.gid;
+  mapping.privileged = geteuid() == 0;
+  mapping.host_uid = mapping.privileged ? kNobody : geteuid();
+  mapping.host_gid = mapping.privileged ? kNogroup : getegid();
+  mapping.uid_map = std::to_string(mapping.uid) + " " + std::to_string(mapping.host_uid) + " 1\n";
+  mapping.gid_map = std::to_string(mapping.gid) + " " + std::to_string(mapping.host_gid) + " 1\n";
+  return mapping;
+}
+
+std::string write_id_maps(pid_t child, const IdMapping& mapping) {
+  const std::string base = "/proc/" + std::to_string(child) + "/";
+  // Unprivileged gid maps need setgroups denied first (else dropping a group could grant access
+  // that a "negative" group permission forbids). A privileged runtime leaves it allowed so the
+  // child can drop root's groups; afterwards no one inside holds CAP_SETGID over a host gid.
+  if (!mapping.privileged)
+    if (auto error = write_proc_file(base + "setgroups", "deny"); !error.empty()) return error;
+  if (auto error = write_proc_file(base + "gid_map", mapping.gid_map); !error.empty()) return error;
+  return write_proc_file(base + "uid_map", mapping.uid_map);
+}
+
+bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
+  // Raw syscalls: glibc's wrappers would try to run the change on every thread of the parent.
+  if (mapping.privileged && syscall(SYS_setgroups, 0, nullptr) != 0) {
+    failure = {"setgroups (drop supplementary groups)", errno};
+    return false;
+  }
+  if (syscall(SYS_setresgid, mapping.gid, mapping.gid, mapping.gid) != 0) {
+    failure = {"setresgid (sandbox gid)", errno};
+    return false;
+  }
+  if (syscall(SYS_setresuid, mapping.uid, mapping.uid, mapping.uid) != 0) {
+    failure = {"setresuid (sandbox uid)", errno};
+    return false;
+  }
+  return true;
+}
+
+std::string probe_user_namespaces() {
+  constexpr std::uint64_t kFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                                   CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  auto child = clone_process(kFlags, -1);
+  if (child.pid == 0) _exit(0);
+  const int error = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (child.pid < 0) return "cannot create user namespaces (clone: " + errno_text(error) + ")";
+  int status = 0;
+  while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return "";
+}
+
+std::string user_namespace_fix() {
+  if (geteuid() != 0) {
+    if (read_file("/proc/sys/kernel/unprivileged_userns_clone") == "0")
+      return "sysctl -w kernel.unprivileged_userns_clone=1";
+    if (read_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
+      return "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 23.10+), or run "
+             "rlm-sandbox as root";
+  }
+  if (read_file("/proc/sys/user/max_user_namespaces") == "0")
+    return "sysctl -w user.max_user_namespaces=15000";
+  return "run on a kernel with user namespaces (CONFIG_USER_NS), outside a container that "
+         "forbids them (e.g. Docker's default seccomp profile denies clone/unshare of namespaces)";
+}
+
+}  // namespace rlm::ns

@@ -1,0 +1,160 @@
+#include "seccomp_filter.hpp"
+
+#include <linux/seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/init_protocol.hpp"
+
+namespace rlm::init {
+namespace {
+
+std::string read_program(int fd, const char* flag, std::vector<sock_filter>& program) {
+  struct stat info {};
+  if (fstat(fd, &info) != 0) return std::string(flag) + ": " + std::strerror(errno);
+  const auto size = static_cast<std::size_t>(info.st_size);
+  if (size == 0 || size % sizeof(sock_filter) != 0 || size / sizeof(sock_filter) > BPF_MAXINSNS)
+    return std::string(flag) + ": not a BPF program (" + std::to_string(size) + " bytes)";
+  program.resize(size / sizeof(sock_filter));
+  auto* bytes = reinterpret_cast<char*>(program.data());
+  for (std::size_t done = 0; done < size;) {
+    const ssize_t n = pread(fd, bytes + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::string(flag) + ": short read";
+    done += static_cast<std::size_t>(n);
+  }
+  return "";
+}
+
+long install(const std::vector<sock_filter>& program, unsigned flags) noexcept {
+  sock_fprog prog{static_cast<unsigned short>(program.size()),
+                  const_cast<sock_filter*>(program.data())};
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+}
+
+int send_fd(int socket, int fd) noexcept {
+  char byte = 0;
+  iovec data{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
+  ssize_t sent;
+  while ((sent = sendmsg(socket, &message, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  return sent == 1 ? 0 : (sent < 0 ? errno : EIO);
+}
+
+}  // namespace
+
+std::string load_filters(const Options& options, Filters& filters) {
+  namespace protocol = rlm::init_protocol;
+  std::string error;
+  if (options.seccomp_fd >= 0) {
+    error = read_program(options.seccomp_fd, protocol::kSeccompFdFlag, filters.kill);
+    close(options.seccomp_fd);
+  }
+  if (error.empty() && options.seccomp_notify_fd >= 0) {
+    error = read_program(options.seccomp_notify_fd, protocol::kSeccompNotifyFdFlag, filters.notify);
+    close(options.seccomp_notify_fd);
+  }
+  return error;
+}
+
+int install_in_child(const Filters& filters, int socket) noexcept {
+  if (filters.empty()) return 0;
+  // Lets an unprivileged process install a filter, and keeps execve from gaining privileges the
+  // filter's author did not plan for. The namespace backend has set it already; local has not.
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  if (!filters.notify.empty() && socket >= 0) {
+    const long listener = install(filters.notify, SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    if (listener >= 0) return send_fd(socket, static_cast<int>(listener));  // close-on-exec
+    // EINVAL: no user notification here; EBUSY: an outer filter already has a listener.
+    if (errno != EINVAL && errno != EBUSY) return errno;
+  }
+  if (filters.kill.empty()) return EINVAL;
+  return install(filters.kill, 0) == 0 ? 0 : errno;
+}
+
+int receive_listener(int socket) {
+  char byte = 0;
+  iovec data{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  ssize_t received;
+  while ((received = recvmsg(socket, &message, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  if (received <= 0) return -1;  // EOF: the child exec'd or exited without sending
+  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(header), sizeof fd);
+    return fd;
+  }
+  return -1;
+}
+
+NotifyListener::NotifyListener(int fd) : fd_(fd) {
+  if (fd_ < 0) return;
+  // The kernel's structs may be larger than the headers we were built with.
+  seccomp_notif_sizes sizes{};
+  if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0) sizes = {};
+  notification_.resize(std::max<std::size_t>(sizes.seccomp_notif, sizeof(seccomp_notif)));
+  response_.resize(std::max<std::size_t>(sizes.seccomp_notif_resp, sizeof(seccomp_notif_resp)));
+}
+
+NotifyListener::~NotifyListener() {
+  close();
+}
+
+void NotifyListener::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool NotifyListener::receive(Caught& caught) {
+  if (fd_ < 0) return false;
+  // The kernel insists on a zeroed buffer.
+  std::fill(notification_.begin(), notification_.end(), 0);
+  int rc;
+  while ((rc = ioctl(fd_, SECCOMP_IOCTL_NOTIF_RECV, notification_.data())) < 0 && errno == EINTR) {
+  }
+  if (rc < 0) return false;  // ENOENT: withdrawn, the caller died
+  seccomp_notif notification{};
+  std::memcpy(&notification, notification_.data(), sizeof notification);
+  caught.id = notification.id;
+  caught.pid = static_cast<pid_t>(notification.pid);
+  caught.syscall = notification.data.nr;
+  return true;
+}
+
+void NotifyListener::deny(const Caught& caught) {
+  if (fd_ < 0) return;
+  std::fill(response_.begin(), response_.end(), 0);
+  seccomp_notif_resp response{};
+  response.id = caught.id;
+  response.error = -EPERM;
+  std::memcpy(response_.data(), &response, sizeof response);
+  ioctl(fd_, SECCOMP_IOCTL_NOTIF_SEND, response_.data());
+}
+
+}  // namespace rlm::init
