@@ -1,0 +1,17 @@
+# Security and acceptance suite of the namespace backend: escape attempts from inside the default
+# sandbox (security_escape_test.cpp), resource attacks with deadlines (security_limits_test.cpp)
+# and leftovers after many runs (security_cleanup_test.cpp). docs/security.md maps each property
+# of the threat model to its test.
+rlm_add_test(namespace_security_tests ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_test.cpp)
+add_dependencies(namespace_security_tests rlm-sandbox rlm-sandbox-init)
+
+# These load the machine, assert deadlines or count what exists machine-wide (cgroups, mounts), so
+# no other test may run beside them.
+add_executable(namespace_security_serial_tests
+  ${CMAKE_CURRENT_SOURCE_DIR}/security_limits_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/security_cleanup_test.cpp)
+target_link_libraries(namespace_security_serial_tests PRIVATE rlm_sandbox rlm_test_support
+                                                              GTest::gtest_main Threads::Threads)
+gtest_discover_tests(namespace_security_serial_tests DISCOVERY_TIMEOUT 60
+                     PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+add_dependencies(namespace_security_serial_tests rlm-sandbox rlm-sandbox-init)

@@ -1,0 +1,241 @@
+// Nothing is left behind: many runs, consecutive and concurrent, ending well or badly, leave no
+// cgroup, no mount, no child process and no file descriptor behind in the process that ran them.
+// These run serially (see security_tests.cmake) so that no other test's runs are counted.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "security_test_util.hpp"
+
+namespace rlm::sectest {
+namespace {
+
+// Every directory under an rlm-sandbox parent in any cgroup hierarchy (v1 controllers, the v2
+// unified mount, or a v2-only root), the parents themselves excluded.
+std::set<std::string> cgroup_dirs() {
+  std::set<std::string> dirs;
+  std::vector<std::filesystem::path> parents{"/sys/fs/cgroup/rlm-sandbox"};
+  std::error_code ec;
+  for (const auto& hierarchy : std::filesystem::directory_iterator("/sys/fs/cgroup", ec))
+    parents.push_back(hierarchy.path() / "rlm-sandbox");
+  for (const auto& parent : parents) {
+    if (!std::filesystem::is_directory(parent, ec)) continue;
+    for (auto it = std::filesystem::recursive_directory_iterator(parent, ec);
+         it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      if (it->is_directory(ec)) dirs.insert(it->path().string());
+    }
+  }
+  return dirs;
+}
+
+std::set<std::string> mountinfo_lines() {
+  std::set<std::string> lines;
+  std::istringstream in(read_file("/proc/self/mountinfo"));
+  for (std::string line; std::getline(in, line);) lines.insert(line);
+  return lines;
+}
+
+std::set<pid_t> child_processes() {
+  std::set<pid_t> children;
+  const std::string self = std::to_string(::getpid());
+  for (pid_t pid : host_pids()) {
+    auto status = read_file("/proc/" + std::to_string(pid) + "/status");
+    if (status_field(status, "PPid") == self) children.insert(pid);
+  }
+  return children;
+}
+
+// fd number -> what it refers to.
+std::map<int, std::string> open_fds() {
+  std::map<int, std::string> fds;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return fds;
+  const int own = ::dirfd(dir);
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    int fd = std::atoi(entry->d_name);
+    if (fd == own) continue;
+    char target[512] = {};
+    ssize_t n = ::readlinkat(own, entry->d_name, target, sizeof target - 1);
+    fds[fd] = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+  }
+  ::closedir(dir);
+  return fds;
+}
+
+struct Footprint {
+  std::set<std::string> cgroups;
+  std::set<std::string> mounts;
+  std::set<pid_t> children;
+  std::map<int, std::string> fds;
+
+  static Footprint take() {
+    return {cgroup_dirs(), mountinfo_lines(), child_processes(), open_fds()};
+  }
+};
+
+// Whether a run group belongs to a live process other than this one. Group names start with the
+// owning runtime process's pid ("<pid>-<starttime>-<pidns>-<counter>", see the cgroup code); other
+// processes on this machine (another build's tests) may be running sandboxes while we count.
+bool owned_by_another_live_process(const std::string& dir) {
+  std::filesystem::path path(dir);
+  while (path.has_parent_path() && path.parent_path().filename() != "rlm-sandbox")
+    path = path.parent_path();
+  const std::string name = path.filename().string();
+  const auto dash = name.find('-');
+  if (dash == 0 || dash == std::string::npos || name.find_first_not_of("0123456789") != dash)
+    return false;  // not a run id: counted
+  const pid_t owner = static_cast<pid_t>(std::stol(name.substr(0, dash)));
+  return owner != ::getpid() && test::process_alive(owner);
+}
+
+// Cgroup directories that are new since `before` and not another live process's. A group that is
+// being removed as the run returns gets a moment to go; a leaked group stays forever.
+std::vector<std::string> new_cgroups(const Footprint& before) {
+  std::vector<std::string> leaked;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    leaked.clear();
+    for (const auto& dir : cgroup_dirs())
+      if (!before.cgroups.count(dir) && !owned_by_another_live_process(dir)) leaked.push_back(dir);
+    if (leaked.empty()) return leaked;
+    std::this_thread::sleep_for(100ms);
+  }
+  return leaked;
+}
+
+void expect_nothing_left(const Footprint& before, const std::string& what) {
+  auto after = Footprint::take();
+  for (const auto& dir : new_cgroups(before))
+    ADD_FAILURE() << what << " left a cgroup behind: " << dir;
+  for (const auto& line : after.mounts)
+    if (!before.mounts.count(line)) ADD_FAILURE() << what << " left a mount behind: " << line;
+  EXPECT_EQ(after.mounts.size(), before.mounts.size()) << what << ": mountinfo line count";
+  for (pid_t pid : after.children)
+    if (!before.children.count(pid))
+      ADD_FAILURE() << what << " left a child process behind: pid " << pid << " "
+                    << read_file("/proc/" + std::to_string(pid) + "/cmdline");
+  for (const auto& [fd, target] : after.fds)
+    if (!before.fds.count(fd) || before.fds.at(fd) != target)
+      ADD_FAILURE() << what << " left fd " << fd << " open: " << target;
+  EXPECT_EQ(after.fds.size(), before.fds.size()) << what << ": open fd count";
+}
+
+class CleanupTest : public NamespaceTest {
+ protected:
+  void SetUp() override {
+    NamespaceTest::SetUp();
+    if (HasFatalFailure()) return;
+    // One run first, so whatever a backend sets up once per process (stale-group collection,
+    // caches) is in place before counting starts.
+    auto warm = run({"true"});
+    ASSERT_EQ(warm.status, Status::ok) << describe(warm);
+  }
+};
+
+TEST_F(CleanupTest, ThousandConsecutiveRunsLeaveNothingBehind) {
+  auto before = Footprint::take();
+  auto start = std::chrono::steady_clock::now();
+  int failures = 0;
+  std::string first_failure;
+  for (int i = 0; i < 1000; ++i) {
+    auto result = run({"/bin/true"});
+    if (result.status != Status::ok && failures++ == 0) first_failure = describe(result);
+  }
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  EXPECT_EQ(failures, 0) << "first: " << first_failure;
+  std::cout << "[          ] 1000 runs of /bin/true in " << elapsed.count() << " ms ("
+            << elapsed.count() / 1000.0 << " ms each)\n";
+  expect_nothing_left(before, "1000 consecutive runs");
+}
+
+TEST_F(CleanupTest, EightThreadsTimesTwoHundredConcurrentRunsLeaveNothingBehind) {
+  auto before = Footprint::take();
+  std::atomic<int> failures{0}, crossed{0};
+  std::vector<std::string> first_failure(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      auto backend = make_backend("namespace");  // one per thread; the registry is shared
+      for (int i = 0; i < 200; ++i) {
+        // Each run echoes its own tag, so output crossing between concurrent runs shows.
+        const std::string tag = "run-" + std::to_string(t) + "-" + std::to_string(i);
+        Request request;
+        request.argv = {"/bin/echo", tag};
+        auto result = backend->run(request, policy_);
+        if (result.status != Status::ok) {
+          if (failures++ == 0) first_failure[t] = describe(result);
+        } else if (result.stdout_data != tag + "\n") {
+          crossed++;
+        }
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  std::string failure;
+  for (const auto& text : first_failure) failure += text;
+  EXPECT_EQ(failures.load(), 0) << failure;
+  EXPECT_EQ(crossed.load(), 0) << "runs received another run's output";
+  expect_nothing_left(before, "8 threads x 200 concurrent runs");
+}
+
+TEST_F(CleanupTest, RunsThatEndBadlyLeaveNothingBehind) {
+  auto before = Footprint::take();
+  auto with = [this](auto change) {
+    Policy policy = policy_;
+    change(policy.limits);
+    return policy;
+  };
+  struct Case {
+    const char* name;
+    Policy policy;
+    std::vector<std::string> argv;
+    std::optional<std::chrono::milliseconds> timeout;
+    Status expected;
+  };
+  const std::vector<Case> cases{
+      {"timeout", policy_, {"sleep", "60"}, 300ms, Status::timeout},
+      {"memory",
+       with([](Limits& l) { l.memory_bytes = 32ull << 20; }),
+       {"python3", "-c", "b = bytearray(1 << 30)"},
+       std::nullopt,
+       Status::memory_limit},
+      {"pids",
+       with([](Limits& l) { l.pids = 16; }),
+       {"python3", "-c", "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"},
+       2000ms,
+       Status::pids_limit},
+      {"output",
+       with([](Limits& l) { l.output_bytes = 4096; }),
+       {"sh", "-c", "yes rlm-output-flood"},
+       std::nullopt,
+       Status::output_limit},
+      {"signal", policy_, {"sh", "-c", "kill -SEGV $$"}, std::nullopt, Status::signaled},
+      {"exit", policy_, {"sh", "-c", "sleep 60 & exit 3"}, std::nullopt, Status::exit_nonzero},
+      {"not found", policy_, {"rlm-no-such-command"}, std::nullopt, Status::exit_nonzero},
+  };
+  for (const auto& c : cases)
+    for (int i = 0; i < 5; ++i) {
+      auto result = run(c.argv, c.policy, c.timeout);
+      EXPECT_EQ(result.status, c.expected) << c.name << ": " << describe(result);
+    }
+  expect_nothing_left(before, "runs ending in limits, signals and failures");
+}
+
+TEST_F(CleanupTest, CliRunsLeaveNothingBehindOnTheHost) {
+  auto before = Footprint::take();
+  for (int i = 0; i < 50; ++i) {
+    auto out = cli({"run", "--", "true"});
+    ASSERT_EQ(out.exit_code, 0) << out.err;
+  }
+  auto timed_out = cli({"run", "--timeout", "300ms", "--", "sh", "-c", "sleep 60 & sleep 60"});
+  EXPECT_EQ(timed_out.exit_code, 124) << timed_out.err;
+  expect_nothing_left(before, "51 CLI runs");
+}
+
+}  // namespace
+}  // namespace rlm::sectest

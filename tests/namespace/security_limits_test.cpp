@@ -1,0 +1,172 @@
+// Resource attacks against the default sandbox on the namespace backend: memory, processes, time,
+// and processes that try to outlive their run. These run serially (see security_tests.cmake):
+// they load the machine and some of them assert deadlines.
+#include <signal.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+#include "security_test_util.hpp"
+
+namespace rlm::sectest {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+// A 1 GiB balloon whose every page is touched.
+const char* const kBalloon = R"PY(
+b = bytearray(1 << 30)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+print('survived', len(b))
+)PY";
+
+TEST_F(NamespaceTest, MemoryBalloonEndsInMemoryLimitNearTheLimit) {
+  Policy policy = policy_;
+  policy.limits.memory_bytes = 64 * kMiB;
+  auto result = python(kBalloon, policy);
+  EXPECT_EQ(result.status, Status::memory_limit) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("survived"), std::string::npos) << describe(result);
+  EXPECT_GE(result.peak_memory_bytes, 48 * kMiB) << describe(result);
+  EXPECT_LE(result.peak_memory_bytes, 80 * kMiB) << describe(result);
+}
+
+TEST_F(NamespaceTest, CliMemoryBalloonExits137WithMemoryLimit) {
+  auto out = cli({"run", "--memory", "64M", "--json", "--", "python3", "-c", kBalloon});
+  EXPECT_EQ(out.exit_code, 137) << out.err;
+  auto result = nlohmann::json::parse(out.out, nullptr, false);
+  ASSERT_FALSE(result.is_discarded()) << out.out << out.err;
+  EXPECT_EQ(result["status"], "memory_limit") << out.out;
+  EXPECT_EQ(result["backend"], "namespace") << out.out;
+  auto peak = result["peak_memory_bytes"].get<std::uint64_t>();
+  EXPECT_GE(peak, 48 * kMiB) << out.out;
+  EXPECT_LE(peak, 80 * kMiB) << out.out;
+}
+
+// Forks forever; failed forks are retried at once, so the tree stays at the limit and spins.
+const char* const kForkBomb = R"PY(
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+)PY";
+
+TEST_F(NamespaceTest, ForkBombEndsInPidsLimitAndTheHostStaysResponsive) {
+  if (!backend_->isolated())
+    GTEST_SKIP() << "refusing to fork-bomb the host through the unisolated " << backend_->name()
+                 << " backend";
+  Policy policy = policy_;
+  policy.limits.pids = 32;
+  auto bomb = std::async(std::launch::async, [&] {
+    return python(kForkBomb, policy, std::chrono::milliseconds(5000));
+  });
+
+  // While it rages, the host still starts processes promptly.
+  std::this_thread::sleep_for(1500ms);
+  auto host = test::run_process({"/bin/true"});
+  EXPECT_EQ(host.exit_code, 0);
+  EXPECT_LT(host.wall, 1000ms) << "the host stalled during the fork bomb";
+
+  auto result = bomb.get();
+  EXPECT_EQ(result.status, Status::pids_limit) << describe(result);
+
+  // And right after it, a trivial sandboxed run succeeds promptly.
+  auto after = cli({"run", "--", "true"});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_LT(after.wall, 2000ms) << "a trivial run after the fork bomb was slow";
+}
+
+TEST_F(NamespaceTest, CliTimeoutExits124WithinTheDeadline) {
+  auto out = cli({"run", "--timeout", "1s", "--", "sleep", "60"});
+  EXPECT_EQ(out.exit_code, 124) << out.err;
+  EXPECT_LE(out.wall, 1200ms) << "`sleep 60` under a 1s timeout took " << out.wall.count() << "ms";
+}
+
+TEST_F(NamespaceTest, TimeoutReportsStatusTimeout) {
+  auto result = run({"sleep", "60"}, policy_, 1000ms);
+  EXPECT_EQ(result.status, Status::timeout) << describe(result);
+  EXPECT_EQ(result.cli_exit_code(), 124);
+  EXPECT_LE(result.wall, std::chrono::microseconds(1200ms)) << describe(result);
+}
+
+TEST_F(NamespaceTest, CliTimeoutKillsAPayloadThatIgnoresSigterm) {
+  auto out = cli({"run", "--timeout", "1s", "--", "sh", "-c", "trap '' TERM; sleep 60; :"});
+  EXPECT_EQ(out.exit_code, 124) << out.err;
+  EXPECT_LE(out.wall, 2000ms) << "a SIGTERM-ignoring payload took " << out.wall.count() << "ms";
+}
+
+// The payload double-forks a grandchild into its own session that ignores SIGTERM and SIGHUP,
+// waits until the grandchild has announced itself through a read-write bind, and exits. The
+// grandchild's command line carries `token`, which the host then looks for in every /proc entry.
+std::string escaping_grandchild_script(const std::string& token) {
+  return R"PY(
+import os, time
+sleeper = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nsignal.signal(signal.SIGHUP, signal.SIG_IGN)\ntime.sleep(300)"
+child = os.fork()
+if child == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open('/out/started', 'w') as f:
+            f.write(str(os.getpid()))
+        os.execv('/usr/bin/python3', ['python3', '-c', sleeper, ')PY" +
+         token + R"PY('])
+    os._exit(0)
+os.waitpid(child, 0)
+for _ in range(500):
+    if os.path.exists('/out/started'):
+        break
+    time.sleep(0.01)
+time.sleep(0.2)  # let the exec happen
+print('started', os.path.exists('/out/started'))
+)PY";
+}
+
+void expect_nothing_survives(const std::string& token) {
+  auto survivors = processes_with_token(token);
+  if (survivors.empty()) return;
+  std::this_thread::sleep_for(1s);
+  auto still = processes_with_token(token);
+  ADD_FAILURE() << survivors.size() << " process(es) of the run were alive on the host after it "
+                << "returned (host pid " << survivors.front() << "); one second later "
+                << still.size() << " still were";
+  for (pid_t pid : still) ::kill(pid, SIGKILL);  // leave nothing behind even when failing
+}
+
+TEST_F(NamespaceTest, SetsidDoubleForkLeavesNothingAlive) {
+  SharedDir shared;
+  const std::string token = "rlm-escapee-" + random_token();
+  auto result =
+      python(escaping_grandchild_script(token), with_rw_bind(shared.path(), "/out"), 10'000ms);
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(parse_lines(result.stdout_data)["started"], "True") << describe(result);
+  EXPECT_FALSE(shared.read("started").empty()) << "the grandchild never ran";
+  expect_nothing_survives(token);
+}
+
+TEST_F(NamespaceTest, CliSetsidDoubleForkLeavesNothingAlive) {
+  SharedDir shared;
+  const std::string token = "rlm-escapee-" + random_token();
+  auto out = cli({"run", "--bind", shared.path() + ":/out", "--", "python3", "-c",
+                  escaping_grandchild_script(token)});
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_EQ(out.out, "started True\n");
+  EXPECT_FALSE(shared.read("started").empty()) << "the grandchild never ran";
+  expect_nothing_survives(token);
+}
+
+TEST_F(NamespaceTest, TimedOutRunLeavesNothingAlive) {
+  // The same escape attempt, but the payload is still running when the wall timeout ends it.
+  SharedDir shared;
+  const std::string token = "rlm-escapee-" + random_token();
+  auto result = python(escaping_grandchild_script(token) + "time.sleep(60)\n",
+                       with_rw_bind(shared.path(), "/out"), 3000ms);
+  EXPECT_EQ(result.status, Status::timeout) << describe(result);
+  EXPECT_FALSE(shared.read("started").empty()) << "the grandchild never ran";
+  expect_nothing_survives(token);
+}
+
+}  // namespace
+}  // namespace rlm::sectest

@@ -1,0 +1,191 @@
+// Shared pieces of the namespace backend's security and acceptance suite: the backend under test
+// (reached only through the public API), payload helpers, and host-side probes that look for
+// anything a sandbox left behind or let through.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
+#include "rlm_sandbox/result.hpp"
+#include "support/subprocess.hpp"
+
+namespace rlm {
+// So that a failed EXPECT_EQ on a status reads "memory_limit", not a byte dump.
+inline void PrintTo(Status status, std::ostream* out) {
+  *out << to_string(status);
+}
+}  // namespace rlm
+
+namespace rlm::sectest {
+
+using namespace std::chrono_literals;
+using test::ProcessOptions;
+using test::ProcessOutcome;
+
+// 16 hex digits from the kernel's random pool: names no other test or run can collide with.
+inline std::string random_token() {
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char bytes[8] = {};
+  urandom.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  static const char* digits = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token += digits[b >> 4];
+    token += digits[b & 15];
+  }
+  return token;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "key rest of line" lines, as the payload scripts print them; a repeated key keeps the last.
+inline std::map<std::string, std::string> parse_lines(const std::string& text) {
+  std::map<std::string, std::string> values;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto space = line.find(' ');
+    if (space == std::string::npos)
+      values[line] = "";
+    else
+      values[line.substr(0, space)] = line.substr(space + 1);
+  }
+  return values;
+}
+
+// The whole Result, for failure messages: status, detail, output, usage.
+inline std::string describe(const Result& result) {
+  return result.to_json().dump();
+}
+
+// The `rlm-sandbox` binary, run the way a user runs it.
+inline ProcessOutcome cli(std::vector<std::string> args, const ProcessOptions& options = {}) {
+  args.insert(args.begin(), test::bin_path("rlm-sandbox"));
+  return test::run_process(args, options);
+}
+
+// A host directory the sandbox user can write to through a read-write bind (mkdtemp makes it
+// 0700 root, which the mapped sandbox uid may not enter).
+class SharedDir : public test::TempDir {
+ public:
+  SharedDir() { ::chmod(path().c_str(), 0777); }
+};
+
+// The backend under test: "namespace", unless $RLM_SECURITY_BACKEND names another (pointing the
+// suite at the unisolated "local" backend shows which of its tests catch a sandbox that does not
+// hold -- nearly all of them should fail there).
+inline std::string backend_under_test() {
+  const char* name = std::getenv("RLM_SECURITY_BACKEND");
+  return name && *name ? name : "namespace";
+}
+
+// Every test starts from the shipped default policy on the namespace backend. A build without
+// the backend, or a host where it reports itself unavailable, fails the test: the suite exists to
+// prove the default sandbox holds, and a sandbox that does not run proves nothing.
+class NamespaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name = backend_under_test();
+    backend_ = make_backend(name);
+    ASSERT_NE(backend_, nullptr) << "make_backend(\"" << name
+                                 << "\") returned nullptr: that backend is not part of this build";
+    Health health = backend_->health();
+    ASSERT_TRUE(health.available) << name << " backend unavailable: " << health.detail
+                                  << " (fix: " << health.fix << ")";
+    policy_ = load_policy("default");
+  }
+
+  Result run(std::vector<std::string> argv) { return run(std::move(argv), policy_); }
+  Result run(std::vector<std::string> argv, const Policy& policy,
+             std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+    Request request;
+    request.argv = std::move(argv);
+    request.timeout = timeout;
+    return backend_->run(request, policy);
+  }
+  Result python(std::string code) { return python(std::move(code), policy_); }
+  Result python(std::string code, const Policy& policy,
+                std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+    Request request;
+    request.code = std::move(code);
+    request.language = "python";
+    request.timeout = timeout;
+    return backend_->run(request, policy);
+  }
+
+  // The default policy plus a read-write bind of `host_dir` at `target`.
+  Policy with_rw_bind(const std::string& host_dir, const std::string& target) const {
+    Policy policy = policy_;
+    Mount mount;
+    mount.source = host_dir;
+    mount.target = target;
+    mount.type = Mount::Type::bind;
+    mount.readonly = false;
+    policy.filesystem.mounts.push_back(mount);
+    return policy;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  Policy policy_;
+};
+
+// ---- Host-side probes ---------------------------------------------------------------------------
+
+inline std::vector<pid_t> host_pids() {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
+      pids.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return pids;
+}
+
+// Live (non-zombie) host processes, other than this one, whose command line contains `token`.
+inline std::vector<pid_t> processes_with_token(const std::string& token) {
+  std::vector<pid_t> found;
+  for (pid_t pid : host_pids()) {
+    if (pid == ::getpid()) continue;
+    std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    if (cmdline.find(token) != std::string::npos && test::process_alive(pid)) found.push_back(pid);
+  }
+  return found;
+}
+
+// The value of "Key:" in /proc/PID/status, trimmed; "" when absent.
+inline std::string status_field(const std::string& status_text, const std::string& key) {
+  std::istringstream in(status_text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) != 0) continue;
+    auto value = line.substr(key.size() + 1);
+    auto first = value.find_first_not_of(" \t");
+    return first == std::string::npos ? "" : value.substr(first);
+  }
+  return "";
+}
+
+}  // namespace rlm::sectest
