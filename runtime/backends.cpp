@@ -32,13 +32,16 @@ std::string refusal(const Backend& backend, const Policy& policy) {
            policy_label(policy) +
            " requires it (backend.allow_unisolated is false); use an isolating backend, or a "
            "policy that allows unisolated runs such as --policy trusted-local";
-  Health health = backend.health();
-  if (!health.available)
-    return health.detail + (health.fix.empty() ? "" : "; to fix: " + health.fix);
-  return "";
+  return backend.unavailable_reason();
 }
 
 }  // namespace
+
+std::string Backend::unavailable_reason() const {
+  Health health = this->health();
+  if (health.available) return "";
+  return health.detail + (health.fix.empty() ? "" : "; to fix: " + health.fix);
+}
 
 nlohmann::json Health::to_json() const {
   return {

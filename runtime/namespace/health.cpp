@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 
 #include "common/init_locator.hpp"
 #include "namespace/cgroup.hpp"
@@ -43,6 +44,23 @@ std::string probe_namespaces_cached() {
   return problem;
 }
 
+// Before every run selection only needs to know that user namespaces are not switched off; the
+// sysctls say that without the cost of cloning a probe child in each CLI process. When they do not
+// clearly allow it, the real probe decides (and a clone that still fails is the run's setup error).
+bool sysctls_allow_user_namespaces() {
+  const auto read_number = [](const char* path) -> long {
+    std::ifstream file(path);
+    long value = -1;
+    if (!(file >> value)) return -1;
+    return value;
+  };
+  if (read_number("/proc/sys/user/max_user_namespaces") <= 0) return false;
+  if (geteuid() == 0) return true;
+  // Debian's and Ubuntu's switches for unprivileged creation (absent elsewhere).
+  if (read_number("/proc/sys/kernel/unprivileged_userns_clone") == 0) return false;
+  return read_number("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") <= 0;
+}
+
 std::string probe_seccomp_cached() {
   static std::atomic<bool> works{false};
   if (works.load()) return "";
@@ -57,27 +75,51 @@ std::string probe_seccomp_cached() {
 
 }  // namespace
 
+namespace {
+
+// What must hold for any run at all (a missing cgroup is a fallback, not unavailability). Fills
+// detail and fix and returns false when something is missing; cheap after the first call.
+// `thorough` probes for real (health); otherwise cheap checks stand in where they can (selection).
+bool check_prerequisites(Health& health, common::InitLocation& init, bool thorough) {
+  init = common::locate_init();
+  if (init.path.empty()) {
+    health.detail = init.problem();
+    health.fix = common::InitLocation::fix();
+    return false;
+  }
+  if (thorough || !sysctls_allow_user_namespaces()) {
+    if (auto problem = probe_namespaces_cached(); !problem.empty()) {
+      health.detail = problem;
+      health.fix = user_namespace_fix();
+      return false;
+    }
+  }
+  // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
+  if (!thorough) return true;
+  if (auto problem = probe_seccomp_cached(); !problem.empty()) {
+    health.detail = problem;
+    health.fix = "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker backend";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string namespace_unavailable_reason() {
+  Health health;
+  common::InitLocation init;
+  if (check_prerequisites(health, init, /*thorough=*/false)) return "";
+  return health.detail + (health.fix.empty() ? "" : "; to fix: " + health.fix);
+}
+
 Health namespace_health() {
   Health health;
   health.backend = "namespace";
   health.isolated = true;
 
-  const auto init = common::locate_init();
-  if (init.path.empty()) {
-    health.detail = init.problem();
-    health.fix = common::InitLocation::fix();
-    return health;
-  }
-  if (auto problem = probe_namespaces_cached(); !problem.empty()) {
-    health.detail = problem;
-    health.fix = user_namespace_fix();
-    return health;
-  }
-  if (auto problem = probe_seccomp_cached(); !problem.empty()) {
-    health.detail = problem;
-    health.fix = "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker backend";
-    return health;
-  }
+  common::InitLocation init;
+  if (!check_prerequisites(health, init, /*thorough=*/true)) return health;
 
   health.available = true;
   const bool root = geteuid() == 0;

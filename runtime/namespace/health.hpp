@@ -8,5 +8,7 @@
 namespace rlm::ns {
 
 Health namespace_health();
+// Why no run can start here, or "" when one can: what selection asks before every run.
+std::string namespace_unavailable_reason();
 
 }  // namespace rlm::ns

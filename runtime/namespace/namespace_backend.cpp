@@ -270,6 +270,7 @@ class NamespaceBackend final : public Backend {
   std::string_view name() const override { return "namespace"; }
   bool isolated() const override { return true; }
   Health health() const override { return namespace_health(); }
+  std::string unavailable_reason() const override { return namespace_unavailable_reason(); }
 
   Result run(const Request& request, const Policy& policy) override {
     // An invalid request throws here, before anything starts.

@@ -32,6 +32,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual bool isolated() const = 0;
   virtual Health health() const = 0;
+  // Why this backend cannot run here, or "" when it can. Selection asks it before every run, so it
+  // must be cheap; health() may probe at length (the default calls it).
+  virtual std::string unavailable_reason() const;
   // A failing payload is a Result; so is a sandbox that could not be set up at run time
   // (Status::sandbox_error). Throws Error only for a request that is invalid for the policy.
   virtual Result run(const Request& request, const Policy& policy) = 0;
