@@ -1,5 +1,8 @@
 // Teardown shared by v1 and v2: kill every member, then rmdir, bounded and exception-free.
+#include <unistd.h>
+
 #include <cerrno>
+#include <string>
 
 #include "namespace/cgroup_fs.hpp"
 #include "namespace/cgroup_impl.hpp"
@@ -13,7 +16,13 @@ GroupDirs::GroupDirs(const RunId& id, std::vector<std::string> dirs)
 GroupDirs::~GroupDirs() {
   try {
     cgfs::kill_until_empty(dirs_, suffix_, kKillTimeout);
-    for (const auto& dir : dirs_) cgfs::remove_group(dir, suffix_, kRemoveTimeout);
+    for (const auto& dir : dirs_) {
+      if (!cgfs::remove_group(dir, suffix_, kRemoveTimeout)) continue;
+      // The rlm-sandbox parent goes too once no other run uses it, so nothing outlives the last
+      // run. ENOTEMPTY/EBUSY mean another run is in it; creators retry if it vanishes under them.
+      const std::string parent = dir.substr(0, dir.rfind('/'));
+      if (parent.ends_with(std::string("/") + kParentName)) ::rmdir(parent.c_str());
+    }
   } catch (...) {
     // Only allocation can throw here; a group left behind is collected as stale later.
   }

@@ -92,14 +92,16 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
   };
   for (std::size_t i = 0; i < hierarchies.size(); ++i) {
     const std::string parent = hierarchies[i] + "/" + kParentName;
-    if (int err = cgfs::make_dir(parent)) {
-      if (i >= 2) break;  // cpuacct is only accounting: go on without it
-      return fail("cannot create " + parent, err);
-    }
     const std::string dir = parent + "/" + id.to_string();
-    if (::mkdir(dir.c_str(), 0755) != 0) {
-      const int err = errno;
-      if (i >= 2) break;
+    int err = 0;
+    // The last run's teardown removes an empty parent; if that races with us, make it again.
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      if ((err = cgfs::make_dir(parent)) != 0) break;
+      err = ::mkdir(dir.c_str(), 0755) == 0 ? 0 : errno;
+      if (err != ENOENT) break;
+    }
+    if (err != 0) {
+      if (i >= 2) break;  // cpuacct is only accounting: go on without it
       return fail("cannot create " + dir, err);
     }
     made.push_back(dir);

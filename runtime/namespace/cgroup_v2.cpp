@@ -62,12 +62,18 @@ class V2Cgroup final : public GroupDirs {
 
 std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limits,
                                      CgroupFailure& failure) {
-  const std::string parent = prepare_v2_parent(host, failure);
-  if (parent.empty()) return nullptr;
   const RunId id = next_run_id();
-  const std::string dir = parent + "/" + id.to_string();
-  if (::mkdir(dir.c_str(), 0755) != 0) {
-    const int err = errno;
+  std::string dir;
+  int err = 0;
+  // The last run's teardown removes an empty parent; if that races with us, prepare it again.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const std::string parent = prepare_v2_parent(host, failure);
+    if (parent.empty()) return nullptr;
+    dir = parent + "/" + id.to_string();
+    err = ::mkdir(dir.c_str(), 0755) == 0 ? 0 : errno;
+    if (err != ENOENT) break;
+  }
+  if (err != 0) {
     failure.why = "cgroup v2: cannot create " + dir + ": " + cgfs::errno_text(err);
     failure.fix = v2_fix(host, false);
     return nullptr;

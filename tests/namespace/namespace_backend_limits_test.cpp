@@ -93,7 +93,9 @@ TEST(NamespaceBackendLimits, CpuTimeIsLimited) {
   policy.limits.cpu_time = 1s;
   const auto result = run_sh("while :; do :; done", policy);
   EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
-  EXPECT_GE(result.cpu, 900ms);
+  // RLIMIT_CPU fires on tick-sampled time, the cgroup reports precise runtime; under load the two
+  // differ by tens of percent (as in LocalLimits.CpuTimeLimitStopsABusyLoop).
+  EXPECT_GE(result.cpu, 500ms) << describe(result);
 }
 
 TEST(NamespaceBackendLimits, TheTmpfsIsCapped) {
