@@ -73,13 +73,19 @@ class Loop {
   void step() {
     const auto now = Clock::now();
     if (result_.stop == StopReason::none && now >= options_.deadline) stop(StopReason::timeout);
+    if (result_.stop == StopReason::none && options_.limit_reached && now >= next_watch_) {
+      next_watch_ = now + options_.watch_interval;
+      if (options_.limit_reached()) stop(StopReason::limit_reached);
+    }
     if (backstop_ && !result_.init_killed && now >= *backstop_) {
       kill(process_.pid, SIGKILL);  // unreaped child: the pid is still ours
       result_.init_killed = true;
     }
     int timeout = -1;
     if (result_.stop == StopReason::none)
-      timeout = milliseconds_until(options_.deadline, now);
+      timeout = milliseconds_until(
+          options_.limit_reached ? std::min(options_.deadline, next_watch_) : options_.deadline,
+          now);
     else if (!result_.init_killed)
       timeout = milliseconds_until(*backstop_, now);
 
@@ -197,6 +203,7 @@ class Loop {
   StdinPump stdin_;
   std::vector<char> chunk_;
   bool init_exited_ = false;
+  Clock::time_point next_watch_ = Clock::now() + options_.watch_interval;
   std::optional<Clock::time_point> backstop_;
 };
 

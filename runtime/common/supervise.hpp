@@ -24,10 +24,15 @@ struct SupervisionOptions {
   std::string_view stdin_data;
   int stdin_fd = -1;                                           // replaces stdin_data when >= 0
   std::function<void(std::string_view)> on_stdout, on_stderr;  // empty: keep the output
+  // Asked every `watch_interval` while the payload runs; true stops it like a timeout
+  // (StopReason::limit_reached), e.g. once the cgroup's process limit has been hit, so a fork
+  // bomb does not spin until the wall limit.
+  std::function<bool()> limit_reached;
+  std::chrono::milliseconds watch_interval{25};
 };
 
 // Why the runtime stopped the payload early, if it did.
-enum class StopReason { none, timeout, output_limit, caller_error };
+enum class StopReason { none, timeout, output_limit, limit_reached, caller_error };
 
 struct Supervision {
   StopReason stop = StopReason::none;

@@ -310,7 +310,19 @@ class NamespaceBackend final : public Backend {
     common::InitProcess process;
     if (auto problem = start_sandbox(p, policy, deadline, process); !problem.empty())
       return setup_failed(std::move(problem));
+    if (p.cgroup) {
+      // A run that has hit its process limit is stopped there rather than left to spin (a fork
+      // bomb retries forever) until the wall limit.
+      options.limit_reached = [cgroup = p.cgroup.get()] {
+        try {
+          return cgroup->usage().pids_limit_hit;
+        } catch (const std::exception&) {
+          return false;
+        }
+      };
+    }
     auto supervision = common::supervise_init(process, std::move(options));
+    const bool stopped_at_limit = supervision.stop == common::StopReason::limit_reached;
 
     CgroupUsage usage;
     if (p.cgroup) {
@@ -320,7 +332,7 @@ class NamespaceBackend final : public Backend {
     }
     if (supervision.caller_error) std::rethrow_exception(supervision.caller_error);
     common::fill_result(result, std::move(supervision), context);
-    apply_cgroup_usage(result, usage, policy.limits);
+    apply_cgroup_usage(result, usage, policy.limits, stopped_at_limit);
     if (!p.cgroup_problem.empty())
       result.detail += std::string(result.detail.empty() ? "" : "; ") +
                        "note: no cgroup, so limits.memory_bytes was enforced as RLIMIT_AS and "

@@ -13,6 +13,9 @@ namespace rlm::ns {
 // refused a fork it is pids_limit -- a fork bomb usually ends in its own errors or the timeout,
 // and the limit is the real cause. peak_memory_bytes and cpu come from the cgroup when it has
 // them (the whole tree, where rusage only sees what init reaped).
-void apply_cgroup_usage(Result& result, const CgroupUsage& usage, const Limits& limits);
+// `stopped_at_limit`: the runtime stopped the run because the cgroup showed a limit reached, so
+// the limit is the outcome even if the payload's main process then exited cleanly.
+void apply_cgroup_usage(Result& result, const CgroupUsage& usage, const Limits& limits,
+                        bool stopped_at_limit);
 
 }  // namespace rlm::ns

@@ -3,6 +3,9 @@
 // leave behind in this process (fds, children, cgroups, mounts).
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -104,8 +107,17 @@ inline std::vector<pid_t> processes_with_cmdline(const std::string& needle) {
     char* end = nullptr;
     const long pid = std::strtol(entry->d_name, &end, 10);
     if (pid <= 0 || *end) continue;
-    std::ifstream in("/proc/" + std::string(entry->d_name) + "/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Plain read(2): a process exiting mid-read fails with ESRCH, which libstdc++'s filebuf
+    // turns into an exception; here it is just a process that no longer matches.
+    std::string cmdline;
+    const int fd =
+        open(("/proc/" + std::string(entry->d_name) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buffer[4096];
+    ssize_t count;
+    while ((count = read(fd, buffer, sizeof buffer)) > 0)
+      cmdline.append(buffer, static_cast<std::size_t>(count));
+    close(fd);
     for (auto& c : cmdline)
       if (c == '\0') c = ' ';
     if (cmdline.find(needle) != std::string::npos) found.push_back(static_cast<pid_t>(pid));
