@@ -97,6 +97,18 @@ void classify_signal(Result& result, const InitReport& report, const RunContext&
 
 }  // namespace
 
+RunContext run_context(const Policy& policy, std::string argv0, std::string workdir,
+                       std::string init_path, std::chrono::milliseconds wall_limit) {
+  RunContext context;
+  context.argv0 = std::move(argv0);
+  context.workdir = std::move(workdir);
+  context.init_path = std::move(init_path);
+  context.wall_limit = wall_limit;
+  context.cpu_limit = policy.limits.cpu_time;
+  context.output_cap = policy.limits.output_bytes;
+  return context;
+}
+
 void fill_result(Result& result, Supervision supervision, const RunContext& context) {
   const InitReport report = parse_init_report(supervision.report);
   result.stdout_data = std::move(supervision.stdout_data);

@@ -21,6 +21,10 @@ struct RunContext {
   std::uint64_t output_cap = 0;
 };
 
+// `argv0` is the payload's command; `workdir` the directory init was told to enter.
+RunContext run_context(const Policy& policy, std::string argv0, std::string workdir,
+                       std::string init_path, std::chrono::milliseconds wall_limit);
+
 // Fills status, exit_code, signal, detail, the output and its truncation flags, cpu and
 // peak_memory_bytes. Leaves wall, backend and policy to the caller.
 //

@@ -209,6 +209,19 @@ class Loop {
 
 }  // namespace
 
+SupervisionOptions supervision_options(const Request& request, const Policy& policy,
+                                       std::chrono::steady_clock::time_point deadline) {
+  SupervisionOptions options;
+  options.deadline = deadline;
+  options.grace = policy.limits.kill_grace;
+  options.output_cap = policy.limits.output_bytes;
+  options.stdin_data = request.stdin_data;
+  options.stdin_fd = request.stdin_fd;
+  options.on_stdout = request.on_stdout;
+  options.on_stderr = request.on_stderr;
+  return options;
+}
+
 Supervision supervise_init(InitProcess& process, SupervisionOptions options) {
   try {
     return Loop(process, options).run();

@@ -14,6 +14,8 @@
 #include <string_view>
 
 #include "common/launch.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
 
 namespace rlm::common {
 
@@ -30,6 +32,11 @@ struct SupervisionOptions {
   std::function<bool()> limit_reached;
   std::chrono::milliseconds watch_interval{25};
 };
+
+// The options every backend derives from its request and policy: the deadline, the grace, the
+// output cap, stdin and the output callbacks.
+SupervisionOptions supervision_options(const Request& request, const Policy& policy,
+                                       std::chrono::steady_clock::time_point deadline);
 
 // Why the runtime stopped the payload early, if it did.
 enum class StopReason { none, timeout, output_limit, limit_reached, caller_error };

@@ -41,31 +41,6 @@ common::InitSettings init_settings(const Policy& policy, const std::vector<std::
   return settings;
 }
 
-common::SupervisionOptions supervision_options(const Request& request, const Policy& policy,
-                                               Clock::time_point deadline) {
-  common::SupervisionOptions options;
-  options.deadline = deadline;
-  options.grace = policy.limits.kill_grace;
-  options.output_cap = policy.limits.output_bytes;
-  options.stdin_data = request.stdin_data;
-  options.stdin_fd = request.stdin_fd;
-  options.on_stdout = request.on_stdout;
-  options.on_stderr = request.on_stderr;
-  return options;
-}
-
-common::RunContext run_context(const Policy& policy, const common::InitSettings& settings,
-                               const std::string& init_path, std::chrono::milliseconds wall_limit) {
-  common::RunContext context;
-  context.argv0 = settings.payload_argv.front();
-  context.workdir = settings.workdir;
-  context.init_path = init_path;
-  context.wall_limit = wall_limit;
-  context.cpu_limit = policy.limits.cpu_time;
-  context.output_cap = policy.limits.output_bytes;
-  return context;
-}
-
 class LocalBackend final : public Backend {
  public:
   std::string_view name() const override { return "local"; }
@@ -114,8 +89,9 @@ class LocalBackend final : public Backend {
       return setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
     const auto settings = init_settings(policy, argv);
     // Built before the launch, so nothing that can throw sits between launch and supervision.
-    auto options = supervision_options(request, policy, start + wall_limit);
-    const auto context = run_context(policy, settings, init.path, wall_limit);
+    auto options = common::supervision_options(request, policy, start + wall_limit);
+    const auto context = common::run_context(policy, settings.payload_argv.front(),
+                                             settings.workdir, init.path, wall_limit);
 
     // Launch.
     common::InitProcess process;

@@ -192,31 +192,6 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   plan.max_fd = fd_ceiling();
 }
 
-common::SupervisionOptions supervision_options(const Request& request, const Policy& policy,
-                                               Clock::time_point deadline) {
-  common::SupervisionOptions options;
-  options.deadline = deadline;
-  options.grace = policy.limits.kill_grace;
-  options.output_cap = policy.limits.output_bytes;
-  options.stdin_data = request.stdin_data;
-  options.stdin_fd = request.stdin_fd;
-  options.on_stdout = request.on_stdout;
-  options.on_stderr = request.on_stderr;
-  return options;
-}
-
-common::RunContext run_context(const Policy& policy, const std::vector<std::string>& argv,
-                               const std::string& init_path, std::chrono::milliseconds wall_limit) {
-  common::RunContext context;
-  context.argv0 = argv.front();
-  context.workdir = policy.filesystem.workdir;
-  context.init_path = init_path;
-  context.wall_limit = wall_limit;
-  context.cpu_limit = policy.limits.cpu_time;
-  context.output_cap = policy.limits.output_bytes;
-  return context;
-}
-
 int milliseconds_until(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1'000'000'000));
@@ -304,8 +279,9 @@ class NamespaceBackend final : public Backend {
     } catch (const std::exception& error) {
       return setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
     }
-    auto options = supervision_options(request, policy, deadline);
-    const auto context = run_context(policy, argv, init.path, wall_limit);
+    auto options = common::supervision_options(request, policy, deadline);
+    const auto context =
+        common::run_context(policy, argv.front(), policy.filesystem.workdir, init.path, wall_limit);
 
     common::InitProcess process;
     if (auto problem = start_sandbox(p, policy, deadline, process); !problem.empty())
