@@ -42,4 +42,12 @@ class BackendUnavailable : public Error {
   using Error::Error;
 };
 
+// This build has no HTTP client (the statically linked CLI, which leaves libcurl out to start
+// fast). The CLI answers it by re-executing its dynamically linked sibling; a library user never
+// sees it, since the library always has the real client.
+class NeedsFullBinary : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace rlm

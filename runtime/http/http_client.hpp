@@ -1,0 +1,47 @@
+// HTTP/1.1 requests from the host: the Docker Engine API over its unix socket and the HTTP LM
+// handler. The only code that touches libcurl lives behind this header (runtime/http/), in its own
+// library: the static CLI links a stub whose every function throws NeedsFullBinary, and the CLI
+// then re-executes its dynamically linked sibling (which has libcurl) with the same arguments.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rlm_sandbox/error.hpp"
+
+namespace rlm::http {
+
+struct Request {
+  std::string method = "GET";             // GET, POST, DELETE, ...
+  std::string url;                        // "http://localhost/v1.43/containers/json", "https://..."
+  std::string unix_socket;                // when set, connect here instead of the URL's host
+  std::vector<std::string> headers;       // "Content-Type: application/json"
+  std::optional<std::string> body;        // sent as is
+  std::chrono::milliseconds timeout{0};   // whole transfer; 0 = none
+  std::chrono::milliseconds connect_timeout{5'000};
+  // When set, the response body is delivered here as it arrives instead of being kept in
+  // Response::body; returning false aborts the transfer (Response::aborted).
+  std::function<bool(std::string_view)> on_body;
+};
+
+struct Response {
+  long status = 0;  // HTTP status; 0 when no response came
+  std::map<std::string, std::string> headers;  // lower-cased names
+  std::string body;
+  bool aborted = false;
+  std::string error;  // transport failure in words (connect refused, timeout, ...); "" on success
+};
+
+// Performs one request; never throws for transport failures (they are Response::error). Thread-safe
+// (one easy handle per call). Throws NeedsFullBinary in the static CLI build.
+Response perform(const Request& request);
+
+// Whether this build has a real HTTP client (false in the static CLI's stub).
+bool available();
+
+}  // namespace rlm::http
