@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "common/init_protocol.hpp"
+#include "rlm_sandbox/error.hpp"
 
 namespace rlm::common {
 namespace {
@@ -97,14 +98,26 @@ void InitLaunch::exec_in_child() const noexcept {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent_pid_) _exit(init_protocol::kInitFailureExit);  // parent already gone
 
-  if (!install_stdio()) _exit(init_protocol::kInitFailureExit);
+  if (!install_stdio() || !clear_cloexec(inherited_)) _exit(init_protocol::kInitFailureExit);
   // Nothing else crosses: not the host's fds, nor another thread's pipes created concurrently.
-  if (syscall(SYS_close_range, kFirstFreeFd, ~0u, 0) != 0)
-    for (unsigned fd = kFirstFreeFd; fd < max_fd_; ++fd) close(static_cast<int>(fd));
+  close_fds_except(kFirstFreeFd, inherited_, max_fd_);
 
   execve(path_.c_str(), argv_.data(), envp_.data());
   report_exec_failure(init_protocol::kReportFd, errno);
   _exit(init_protocol::kInitFailureExit);
+}
+
+void InitLaunch::inherit(const std::vector<int>& fds) {
+  if (fds.size() > kMaxInheritedFds)
+    throw Error("at most " + std::to_string(kMaxInheritedFds) +
+                " fds can be inherited by the payload");
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i] < kFirstFreeFd)
+      throw Error("an inherited fd must be >= " + std::to_string(kFirstFreeFd) + " (0-" +
+                  std::to_string(kFirstFreeFd - 1) + " are init's stdio and report pipe), got " +
+                  std::to_string(fds[i]));
+    inherited_[i] = fds[i];
+  }
 }
 
 bool InitLaunch::install_stdio() const noexcept {
@@ -135,8 +148,9 @@ InitProcess InitLaunch::finish(pid_t pid, UniqueFd pidfd) {
 }
 
 InitProcess launch_init(std::string init_path, std::vector<std::string> args,
-                        std::vector<std::string> env) {
+                        std::vector<std::string> env, const std::vector<int>& inherit_fds) {
   InitLaunch launch(std::move(init_path), std::move(args), std::move(env));
+  launch.inherit(inherit_fds);
   // Blocked from before the fork until init has set up its signalfd: no host signal handler
   // can run in the child, and a SIGTERM that arrives early stays pending for init.
   sigset_t all, previous;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd_inherit.hpp"
 #include "common/unique_fd.hpp"
 
 namespace rlm::common {
@@ -33,6 +34,11 @@ class InitLaunch {
   // Creates the pipes and the argv/envp arrays. Throws std::system_error when a pipe cannot be
   // made (out of fds).
   InitLaunch(std::string init_path, std::vector<std::string> args, std::vector<std::string> env);
+
+  // Fds (>= 4, at most kMaxInheritedFds) that init, and through it the payload, inherits under
+  // their own numbers; the caller keeps them open until finish(). Throws Error for a bad list.
+  void inherit(const std::vector<int>& fds);
+  const KeptFds& inherited() const { return inherited_; }
 
   // In the forked child: own process group, SIGTERM when the launching thread dies (init then
   // tears the tree down), stdio and the report pipe on fds 0-3, every other fd closed, exec init.
@@ -55,7 +61,13 @@ class InitLaunch {
   std::vector<std::string> args_, env_;
   std::vector<char*> argv_, envp_;
   pid_t parent_pid_;
-  unsigned max_fd_;  // close() fallback ceiling for kernels without close_range
+  unsigned max_fd_;
+  KeptFds inherited_ = no_fds();
+  static KeptFds no_fds() {
+    KeptFds none;
+    none.fill(-1);
+    return none;
+  }  // close() fallback ceiling for kernels without close_range
   // Child ends (fd >= 4, so moving them onto 0-3 never overwrites one not yet moved) and ours.
   UniqueFd child_stdin_, child_stdout_, child_stderr_, child_report_;
   UniqueFd stdin_, stdout_, stderr_, report_;
@@ -64,6 +76,6 @@ class InitLaunch {
 // prepare + fork (every signal blocked around it) + exec_in_child + finish. Returns the process,
 // or throws std::system_error when the pipes or the fork fail.
 InitProcess launch_init(std::string init_path, std::vector<std::string> args,
-                        std::vector<std::string> env);
+                        std::vector<std::string> env, const std::vector<int>& inherit_fds = {});
 
 }  // namespace rlm::common

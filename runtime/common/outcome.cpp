@@ -131,6 +131,10 @@ void fill_result(Result& result, Supervision supervision, const RunContext& cont
     result.status = Status::output_limit;
     result.detail = truncated_streams(supervision) + " exceeded the output limit of " +
                     format_size(context.output_cap);
+  } else if (supervision.stop == StopReason::cancelled) {
+    result.status = Status::signaled;
+    result.signal = SIGTERM;
+    result.detail = "stopped by the caller";
   } else if (supervision.stop == StopReason::caller_error) {
     result.status = Status::sandbox_error;
     result.detail = "stopped: an output callback threw";

@@ -68,7 +68,7 @@ class Loop {
   }
 
  private:
-  enum Slot { kStdout, kStderr, kStdinPipe, kStdinSource, kPidfd, kReport, kSlots };
+  enum Slot { kStdout, kStderr, kStdinPipe, kStdinSource, kPidfd, kReport, kStop, kSlots };
 
   void step() {
     const auto now = Clock::now();
@@ -90,9 +90,13 @@ class Loop {
       timeout = milliseconds_until(*backstop_, now);
 
     pollfd fds[kSlots] = {
-        {process_.stdout_pipe.get(), POLLIN, 0}, {process_.stderr_pipe.get(), POLLIN, 0},
-        {stdin_.write_fd(), POLLOUT, 0},         {stdin_.read_fd(), POLLIN, 0},
-        {process_.pidfd.get(), POLLIN, 0},       {process_.report_pipe.get(), POLLIN, 0},
+        {process_.stdout_pipe.get(), POLLIN, 0},
+        {process_.stderr_pipe.get(), POLLIN, 0},
+        {stdin_.write_fd(), POLLOUT, 0},
+        {stdin_.read_fd(), POLLIN, 0},
+        {process_.pidfd.get(), POLLIN, 0},
+        {process_.report_pipe.get(), POLLIN, 0},
+        {result_.stop == StopReason::none ? options_.stop_fd : -1, POLLIN, 0},
     };
     if (poll(fds, kSlots, timeout) < 0) return;  // EINTR: go round again
     constexpr short kReady = POLLIN | POLLHUP | POLLERR;
@@ -104,6 +108,7 @@ class Loop {
     if (fds[kStdinSource].revents & kReady) stdin_.on_readable();
     if (fds[kReport].revents & kReady) read_report();
     if (fds[kPidfd].revents & kReady) init_exited_ = true;
+    if (fds[kStop].revents & kReady) stop(StopReason::cancelled);
   }
 
   // Reads one chunk; returns false at EOF, on an error, or when nothing is there.
@@ -219,6 +224,7 @@ SupervisionOptions supervision_options(const Request& request, const Policy& pol
   options.stdin_fd = request.stdin_fd;
   options.on_stdout = request.on_stdout;
   options.on_stderr = request.on_stderr;
+  options.stop_fd = request.stop_fd;
   return options;
 }
 

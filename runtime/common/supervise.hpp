@@ -30,6 +30,7 @@ struct SupervisionOptions {
   // (StopReason::limit_reached), e.g. once the cgroup's process limit has been hit, so a fork
   // bomb does not spin until the wall limit.
   std::function<bool()> limit_reached;
+  int stop_fd = -1;  // readable: stop like a timeout (StopReason::cancelled)
   std::chrono::milliseconds watch_interval{25};
 };
 
@@ -39,7 +40,7 @@ SupervisionOptions supervision_options(const Request& request, const Policy& pol
                                        std::chrono::steady_clock::time_point deadline);
 
 // Why the runtime stopped the payload early, if it did.
-enum class StopReason { none, timeout, output_limit, limit_reached, caller_error };
+enum class StopReason { none, timeout, output_limit, limit_reached, caller_error, cancelled };
 
 struct Supervision {
   StopReason stop = StopReason::none;

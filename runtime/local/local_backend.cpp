@@ -97,10 +97,11 @@ class LocalBackend final : public Backend {
     common::InitProcess process;
     try {
       process = common::launch_init(init.path, common::init_arguments(init.path, settings),
-                                    std::move(environment));
+                                    std::move(environment), request.inherit_fds);
     } catch (const std::system_error& error) {
       return setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
     }
+    if (request.on_started) request.on_started([] { return LiveCounters{}; });
 
     // Supervise until everything is gone, then finish.
     auto supervision = common::supervise_init(process, std::move(options));

@@ -34,6 +34,7 @@ struct CgroupUsage {
   std::optional<std::uint64_t> peak_memory_bytes;  // memory.peak / memory.max_usage_in_bytes
   std::optional<std::chrono::microseconds> cpu;    // cpu.stat usage_usec / cpuacct.usage
   bool oom_killed = false;        // memory.events oom_kill / memory.oom_control oom_kill
+  std::uint64_t oom_kills = 0;    // how many
   bool memory_limit_hit = false;  // the limit was reached at all (failcnt / events max)
   bool pids_limit_hit = false;    // pids.events max
 };

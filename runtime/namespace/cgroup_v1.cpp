@@ -28,7 +28,8 @@ class V1Cgroup final : public GroupDirs {
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.peak_memory_bytes = cgfs::read_number(memory_ + "/memory.max_usage_in_bytes");
-    u.oom_killed = cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0) > 0;
+    u.oom_kills = cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0);
+    u.oom_killed = u.oom_kills > 0;
     u.memory_limit_hit =
         u.oom_killed || cgfs::read_number(memory_ + "/memory.failcnt").value_or(0) > 0;
     u.pids_limit_hit = cgfs::read_key(pids_ + "/pids.events", "max").value_or(0) > 0;

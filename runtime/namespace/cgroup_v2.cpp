@@ -35,7 +35,8 @@ class V2Cgroup final : public GroupDirs {
     CgroupUsage u;
     u.peak_memory_bytes = cgfs::read_number(dir_ + "/memory.peak");  // kernel 5.19+
     const std::string events = dir_ + "/memory.events";
-    u.oom_killed = cgfs::read_key(events, "oom_kill").value_or(0) > 0;
+    u.oom_kills = cgfs::read_key(events, "oom_kill").value_or(0);
+    u.oom_killed = u.oom_kills > 0;
     u.memory_limit_hit = u.oom_killed || cgfs::read_key(events, "max").value_or(0) > 0 ||
                          cgfs::read_key(events, "oom").value_or(0) > 0;
     u.pids_limit_hit = cgfs::read_key(dir_ + "/pids.events", "max").value_or(0) > 0;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/fd_inherit.hpp"
 #include "common/init_protocol.hpp"
 
 namespace rlm::ns {
@@ -26,25 +27,6 @@ constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
 
 [[noreturn]] void fail(const ChildPlan& plan, const char* step) noexcept {
   fail(plan, StepFailure{step, errno});
-}
-
-void close_range_or_loop(unsigned first, unsigned last, unsigned ceiling) noexcept {
-  if (first > last) return;
-  if (syscall(SYS_close_range, first, last, 0) == 0) return;
-  for (unsigned fd = first; fd <= last && fd < ceiling; ++fd) close(static_cast<int>(fd));
-}
-
-// Closes every fd from kFirstFreeFd up except `keep`: nothing of the host crosses into the
-// sandbox, not even another thread's pipes created at the moment of the clone.
-void close_all_but(const ChildPlan& plan, std::array<int, 4> keep) noexcept {
-  std::sort(keep.begin(), keep.end());
-  unsigned next = kFirstFreeFd;
-  for (const int fd : keep) {
-    if (fd < static_cast<int>(next)) continue;
-    close_range_or_loop(next, static_cast<unsigned>(fd) - 1, plan.max_fd);
-    next = static_cast<unsigned>(fd) + 1;
-  }
-  close_range_or_loop(next, ~0u, plan.max_fd);
 }
 
 }  // namespace
@@ -79,9 +61,13 @@ void run_child(const ChildPlan& plan) noexcept {
   if (plan.loopback && !plan.loopback->apply(failure)) fail(plan, failure);
 
   if (!plan.launch->install_stdio()) fail(plan, "dup2 (stdio and report pipe)");
-  for (const int fd : plan.pass_fds)
-    if (fd >= 0 && fcntl(fd, F_SETFD, 0) != 0) fail(plan, "fcntl (seccomp memfd)");
-  close_all_but(plan, {plan.error_write, plan.init_fd, plan.pass_fds[0], plan.pass_fds[1]});
+  common::KeptFds keep = plan.launch->inherited();  // the request's fds, then ours
+  keep[common::kMaxInheritedFds] = plan.pass_fds[0];
+  keep[common::kMaxInheritedFds + 1] = plan.pass_fds[1];
+  if (!common::clear_cloexec(keep)) fail(plan, "fcntl (inherited fds)");
+  keep[common::kMaxInheritedFds + 2] = plan.error_write;
+  keep[common::kMaxInheritedFds + 3] = plan.init_fd;
+  common::close_fds_except(kFirstFreeFd, keep, plan.max_fd);
 
   if (plan.privileges && !plan.privileges->apply(failure)) fail(plan, failure);
   syscall(SYS_execveat, plan.init_fd, "", plan.launch->argv(), plan.launch->envp(), AT_EMPTY_PATH);

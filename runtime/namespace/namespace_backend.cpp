@@ -130,6 +130,30 @@ struct Preparation {
   ChildPlan plan;
 };
 
+// The live counters a caller may read from another thread while run() supervises.
+class CgroupProbe {
+ public:
+  explicit CgroupProbe(const RunCgroup* cgroup) : cgroup_(cgroup) {}
+  LiveCounters read() {
+    std::lock_guard lock(mutex_);
+    LiveCounters counters;
+    if (!cgroup_) return counters;
+    try {
+      counters.oom_kills = cgroup_->usage().oom_kills;
+    } catch (const std::exception&) {
+    }
+    return counters;
+  }
+  void detach() {
+    std::lock_guard lock(mutex_);
+    cgroup_ = nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  const RunCgroup* cgroup_;
+};
+
 void collect_stale_groups_once() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -143,7 +167,8 @@ void collect_stale_groups_once() {
 
 // Throws Error or std::system_error with a message for the Result.
 void prepare(Preparation& p, const Policy& policy, const common::InitLocation& init,
-             const std::vector<std::string>& argv, std::vector<std::string> environment) {
+             const std::vector<std::string>& argv, std::vector<std::string> environment,
+             const std::vector<int>& inherit_fds) {
   p.init_fd = above_stdio(UniqueFd(open(init.path.c_str(), O_RDONLY | O_CLOEXEC)));
   if (!p.init_fd)
     throw std::system_error(errno, std::generic_category(), "cannot open " + init.path);
@@ -169,6 +194,7 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's.
   auto args = common::init_arguments(init_protocol::kBinaryName, settings);
   p.launch.emplace(init.path, std::move(args), std::move(environment));
+  p.launch->inherit(inherit_fds);
   p.release = make_pipe();
   p.errors = make_pipe();
 
@@ -275,7 +301,7 @@ class NamespaceBackend final : public Backend {
 
     Preparation p;
     try {
-      prepare(p, policy, init, argv, std::move(environment));
+      prepare(p, policy, init, argv, std::move(environment), request.inherit_fds);
     } catch (const std::exception& error) {
       return setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
     }
@@ -297,7 +323,11 @@ class NamespaceBackend final : public Backend {
         }
       };
     }
+    // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
+    auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get());
+    if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
     auto supervision = common::supervise_init(process, std::move(options));
+    probe_target->detach();
     const bool stopped_at_limit = supervision.stop == common::StopReason::limit_reached;
 
     CgroupUsage usage;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -10,6 +11,11 @@
 #include <vector>
 
 namespace rlm {
+
+// What a running sandbox has counted so far, where the backend can tell (a cgroup).
+struct LiveCounters {
+  std::optional<std::uint64_t> oom_kills;  // processes the kernel killed at the memory limit
+};
 
 struct Request {
   std::vector<std::string> argv;  // either this,
@@ -26,6 +32,15 @@ struct Request {
   // policy's output cap still applies). Called on the thread that called run().
   std::function<void(std::string_view)> on_stdout;
   std::function<void(std::string_view)> on_stderr;
+
+  // For callers that drive the payload while run() blocks on another thread (sessions):
+  // fds the payload inherits under the same numbers (each >= 4, at most 2; the caller keeps
+  // ownership), an fd that stops the run (init and everything under it) once it is readable, and
+  // a callback on run()'s thread once the payload is running, handing over a probe of the run's
+  // counters that stays callable from any thread (it answers empty after run() returned).
+  std::vector<int> inherit_fds;
+  int stop_fd = -1;
+  std::function<void(std::function<LiveCounters()>)> on_started;
 };
 
 // The argv a request runs: `argv` itself, or the interpreter for `language` with `code`.
