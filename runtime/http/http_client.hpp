@@ -17,28 +17,33 @@
 namespace rlm::http {
 
 struct Request {
-  std::string method = "GET";             // GET, POST, DELETE, ...
-  std::string url;                        // "http://localhost/v1.43/containers/json", "https://..."
-  std::string unix_socket;                // when set, connect here instead of the URL's host
-  std::vector<std::string> headers;       // "Content-Type: application/json"
-  std::optional<std::string> body;        // sent as is
-  std::chrono::milliseconds timeout{0};   // whole transfer; 0 = none
+  std::string method = "GET";            // GET, POST, DELETE, ...
+  std::string url;                       // "http://localhost/v1.43/containers/json", "https://..."
+  std::string unix_socket;               // when set, connect here instead of the URL's host
+  std::vector<std::string> headers;      // "Content-Type: application/json"; sent as given, and
+                                         // none is added for a body (not even Content-Type)
+  std::optional<std::string> body;       // sent as is; a POST, PUT or PATCH without one sends
+                                         // "Content-Length: 0"
+  std::chrono::milliseconds timeout{0};  // whole transfer; 0 = none
   std::chrono::milliseconds connect_timeout{5'000};
   // When set, the response body is delivered here as it arrives instead of being kept in
-  // Response::body; returning false aborts the transfer (Response::aborted).
+  // Response::body; returning false aborts the transfer (Response::aborted). An exception it
+  // throws ends the transfer and propagates out of perform().
   std::function<bool(std::string_view)> on_body;
 };
 
 struct Response {
-  long status = 0;  // HTTP status; 0 when no response came
-  std::map<std::string, std::string> headers;  // lower-cased names
+  long status = 0;                             // HTTP status; 0 when no response came
+  std::map<std::string, std::string> headers;  // lower-cased names; repeats joined with ", "
   std::string body;
-  bool aborted = false;
-  std::string error;  // transport failure in words (connect refused, timeout, ...); "" on success
+  bool aborted = false;  // on_body returned false; not an error (Response::error stays "")
+  std::string error;     // transport failure in words (connect refused, timeout, ...); "" on
+                         // success, whatever the HTTP status
 };
 
 // Performs one request; never throws for transport failures (they are Response::error). Thread-safe
-// (one easy handle per call). Throws NeedsFullBinary in the static CLI build.
+// (one easy handle per call, no signals). Speaks http:// and https:// only and follows no
+// redirects. Throws NeedsFullBinary in the static CLI build.
 Response perform(const Request& request);
 
 // Whether this build has a real HTTP client (false in the static CLI's stub).

@@ -2,6 +2,7 @@
 // nothing it receives is evaluated: prompts are strings, answers are strings.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -15,6 +16,11 @@ namespace rlm {
 struct LlmCall {
   std::string prompt;
   std::optional<std::string> model;  // as the sandboxed code asked; nullopt = the handler's default
+  // Set once nobody waits for the answer any more (the cell that asked has ended): a handler
+  // that has not started the call yet answers with an error instead of asking a model.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+
+  bool is_cancelled() const { return cancelled && cancelled->load(); }
 };
 
 struct LlmAnswer {
@@ -25,8 +31,10 @@ struct LlmAnswer {
   static LlmAnswer of_error(std::string error) { return {std::nullopt, std::move(error)}; }
 };
 
-// Answers calls asynchronously: `done` is called exactly once, from any thread, possibly before
-// answer() returns. Implementations must be thread-safe: calls arrive concurrently.
+// Answers calls: `done` is called exactly once, from any thread, possibly before answer() returns
+// (and must not throw). Implementations must be thread-safe: calls arrive concurrently. answer()
+// may block its caller -- the built-in command: and http: handlers do their work on the calling
+// thread -- so a session calls them through limit_llm_handler, whose answer() never blocks.
 class LlmHandler {
  public:
   virtual ~LlmHandler() = default;
@@ -35,21 +43,33 @@ class LlmHandler {
 
 // The built-in handlers, by the `--lm` spelling of the CLI:
 //   "echo"          answers "echo: <prompt>" (demos and tests)
-//   "command:CMD"   runs `sh -c CMD` on the host per call with {"prompt","model"} as one JSON line
-//                   on stdin; its stdout is the answer (a JSON object {"text"} or {"error"} is
-//                   unwrapped; anything else is taken as the text); a non-zero exit is an error
-//                   carrying its stderr
+//   "command:CMD"   runs `/bin/sh -c CMD` on the host per call, in its own process group, with
+//                   {"prompt","model"} as one JSON line on stdin; its stdout is the answer (a JSON
+//                   object {"text"} or {"error"} is unwrapped; anything else is taken as the text,
+//                   less one trailing newline); a non-zero exit or a signal is an error carrying
+//                   the end of its stderr. When the shell exits, what is left of its process group
+//                   is killed; a call still running after 10 minutes is killed the same way, and
+//                   an answer over 8 MiB is an error
 //   "http:URL"      an OpenAI-compatible chat completions endpoint (POST URL with
-//                   {"model","messages":[{"role":"user","content":prompt}]}); the API key comes
-//                   from the host environment variable RLM_SANDBOX_LM_API_KEY (or OPENAI_API_KEY)
-//                   and never enters the sandbox; the model defaults to RLM_SANDBOX_LM_MODEL
-// Throws Error for an unknown spelling.
+//                   {"model","messages":[{"role":"user","content":prompt}]}, the answer being
+//                   choices[0].message.content; a non-2xx status is an error carrying the API's
+//                   error.message); the API key comes from the host environment variable
+//                   RLM_SANDBOX_LM_API_KEY (or OPENAI_API_KEY; no Authorization header when
+//                   neither is set), read when the handler is made, and never enters the sandbox;
+//                   the model defaults to RLM_SANDBOX_LM_MODEL, else gpt-4o-mini
+// Throws Error for an unknown spelling, NeedsFullBinary for http: in the static CLI.
 std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec);
 
 // Wraps a handler with the session's rules: at most `concurrency` calls running at once (the rest
 // queue), each answered with an error after `call_timeout` if the handler has not answered (a late
 // answer is dropped), and at most `budget` calls per session (later ones are answered with an
 // error at once, without reaching the handler).
+// The timeout counts from the call's arrival, queueing included; a call answered by the timeout
+// keeps its place under the concurrency cap until the handler does answer it. Each running call
+// has a thread of its own, so answer() never blocks. Destroying the returned handler answers every
+// unanswered call with an error at once and never waits for the inner handler; no thread outlives
+// it except those still inside the inner handler's answer().
+// Throws Error for a null handler, a zero concurrency or a timeout that is not positive.
 struct LlmLimits {
   std::size_t concurrency = 8;
   std::chrono::milliseconds call_timeout{120'000};

@@ -1,0 +1,49 @@
+// make_llm_handler: the `--lm` spellings, and the echo handler.
+#include <nlohmann/json.hpp>
+
+#include "handlers.hpp"
+#include "rlm_sandbox/error.hpp"
+
+namespace rlm {
+namespace broker {
+namespace {
+
+class EchoHandler final : public LlmHandler {
+ public:
+  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
+    done(call.is_cancelled() ? cancelled_answer() : LlmAnswer::of_text("echo: " + call.prompt));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<LlmHandler> make_echo_handler() {
+  return std::make_shared<EchoHandler>();
+}
+
+LlmAnswer cancelled_answer() {
+  return LlmAnswer::of_error("the LM call was cancelled before it started");
+}
+
+std::string valid_utf8(const std::string& text) {
+  using nlohmann::json;
+  // The serializer's replacing error handler is the one UTF-8 validator at hand.
+  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace))
+      .get<std::string>();
+}
+
+}  // namespace broker
+
+std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec) {
+  constexpr std::string_view kCommand = "command:", kHttp = "http:";
+  if (spec == "echo") return broker::make_echo_handler();
+  if (spec.starts_with(kCommand) && spec.size() > kCommand.size())
+    return broker::make_command_handler(std::string(spec.substr(kCommand.size())));
+  if (spec.starts_with(kHttp) && spec.size() > kHttp.size())
+    return broker::make_http_handler(std::string(spec.substr(kHttp.size())));
+  throw Error("unknown LM handler '" + std::string(spec) +
+              "': expected echo, command:CMD (e.g. command:./ask-llm.sh) or http:URL (e.g. "
+              "http:https://api.openai.com/v1/chat/completions)");
+}
+
+}  // namespace rlm
