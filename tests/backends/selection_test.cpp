@@ -23,7 +23,14 @@ TEST(BackendSelection, NeverPicksTheLocalBackendWithoutAllowUnisolated) {
   }
 }
 
+// Points the docker backend at a socket nobody listens on, so it is unavailable even where a
+// Docker daemon runs (tools/test starts one for the docker backend's tests).
+void without_docker() {
+  setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock", 1);
+}
+
 TEST(BackendSelection, PicksLocalWhenThePolicyAllowsIt) {
+  without_docker();
   Policy policy;
   policy.backend.prefer = {"docker", "local"};
   policy.backend.allow_unisolated = true;
@@ -36,8 +43,9 @@ TEST(BackendSelection, ExplainsEveryBackendItCouldNotUse) {
   Policy policy;
   policy.name = "demo";
   policy.backend.prefer = {"namespace", "docker"};
-  // Without rlm-sandbox-init the namespace backend is unavailable (docker is not built yet).
+  // Without rlm-sandbox-init the namespace backend is unavailable, docker without a daemon.
   setenv("RLM_SANDBOX_INIT", "/nonexistent/rlm-sandbox-init", 1);
+  without_docker();
   try {
     select_backend(policy, "auto");
     unsetenv("RLM_SANDBOX_INIT");

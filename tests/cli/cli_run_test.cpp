@@ -140,8 +140,10 @@ TEST(CliRun, AutoSelectionNeverDropsToLocal) {
 
   // An isolating policy whose backends are missing fails closed with what is missing.
   dir.write("docker-only.json", R"({"extends": "default", "backend": {"prefer": ["docker"]}})");
-  auto missing =
-      cli({"run", "--policy", dir.file("docker-only.json"), "--", "sh", "-c", "echo ran"});
+  ProcessOptions no_daemon;  // even where a Docker daemon runs
+  no_daemon.extra_env["DOCKER_HOST"] = "unix:///nonexistent/docker.sock";
+  auto missing = cli(
+      {"run", "--policy", dir.file("docker-only.json"), "--", "sh", "-c", "echo ran"}, no_daemon);
   EXPECT_EQ(missing.exit_code, 125);
   EXPECT_EQ(missing.out, "");
   EXPECT_NE(missing.err.find("no backend can run"), std::string::npos) << missing.err;

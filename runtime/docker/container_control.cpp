@@ -1,0 +1,118 @@
+#include "docker/container_control.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace rlm::docker {
+namespace {
+
+std::string path_of(const std::string& id, std::string_view what) {
+  return "/containers/" + id + std::string(what);
+}
+
+}  // namespace
+
+std::string create_container(const EngineApi& api, const nlohmann::json& body,
+                             const std::string& name) {
+  const std::string path = "/containers/create?name=" + url_encode(name);
+  const auto reply = api.call("POST", path, &body);
+  if (reply.status == 404) {
+    const std::string image = body.value("Image", std::string());
+    throw DaemonError("the image " + image +
+                          " is not in the Docker daemon's image store (Docker: " + reply.message() +
+                          "); get it with `docker pull " + image +
+                          "`, or build or import it locally (`docker build`, or `docker import` "
+                          "of a root filesystem tarball; see docs/docker-backend.md), or choose "
+                          "another with --image or the policy's docker.image",
+                      404);
+  }
+  if (!reply.ok()) throw api.failure("POST", path, reply);
+  const auto created = reply.json();
+  if (!created.is_object() || !created.contains("Id") || !created["Id"].is_string())
+    throw DaemonError("the Docker daemon created a container but did not say its id: " +
+                      reply.body.substr(0, 200));
+  return created["Id"].get<std::string>();
+}
+
+void start_container(const EngineApi& api, const std::string& id) {
+  api.expect_ok("POST", path_of(id, "/start"));
+}
+
+bool wait_for_exit(const EngineApi& api, const std::string& id, std::chrono::milliseconds timeout) {
+  timeout = std::max(timeout, std::chrono::milliseconds(1));
+  const std::string path = path_of(id, "/wait?condition=not-running");
+  const auto reply = api.call("POST", path, nullptr, timeout);
+  if (reply.timed_out) return false;
+  if (reply.status == 404) return true;  // already removed
+  if (!reply.ok()) throw api.failure("POST", path, reply);
+  return true;
+}
+
+void stop_container(const EngineApi& api, const std::string& id, std::chrono::milliseconds grace) {
+  const auto signal = [&](const char* name) {
+    const std::string path = path_of(id, std::string("/kill?signal=") + name);
+    const auto reply = api.call("POST", path);
+    // 409: it is not running (any more); 404: it is gone. Either way there is nothing to signal.
+    if (!reply.ok() && reply.status != 409 && reply.status != 404)
+      throw api.failure("POST", path, reply);
+  };
+  if (grace.count() > 0) {
+    signal("TERM");
+    if (wait_for_exit(api, id, grace)) return;
+  }
+  signal("KILL");
+  if (!wait_for_exit(api, id, std::chrono::seconds(30)))
+    throw DaemonError("container " + id.substr(0, 12) + " did not stop within 30 s of SIGKILL");
+}
+
+std::string remove_container(const EngineApi& api, const std::string& id) noexcept {
+  try {
+    const std::string path = path_of(id, "?force=1&v=1");
+    const auto reply = api.call("DELETE", path);
+    // 404: already gone; 409 while another caller's removal of it is under way.
+    if (reply.ok() || reply.status == 404) return "";
+    if (reply.status == 409 && reply.message().find("already in progress") != std::string::npos)
+      return "";
+    return api.failure("DELETE", path, reply).what();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
+ContainerState inspect_state(const EngineApi& api, const std::string& id) {
+  const auto inspected = api.expect_json("GET", path_of(id, "/json"));
+  ContainerState state;
+  const auto& s = inspected.contains("State") ? inspected["State"] : nlohmann::json::object();
+  state.running = s.value("Running", false);
+  state.oom_killed = s.value("OOMKilled", false);
+  state.pid = s.value("Pid", 0);
+  if (s.contains("ExitCode") && s["ExitCode"].is_number_integer())
+    state.exit_code = s["ExitCode"].get<int>();
+  return state;
+}
+
+double unix_time_now() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return std::chrono::duration<double>(since_epoch).count();
+}
+
+bool oom_event_since(const EngineApi& api, const std::string& id, double since) {
+  const nlohmann::json filters = {{"container", {id}}, {"event", {"oom"}}};
+  char window[96];
+  // until = now: the daemon answers with the events it has and closes, instead of streaming.
+  std::snprintf(window, sizeof window, "since=%.9f&until=%.9f", since, unix_time_now());
+  const std::string path =
+      "/events?" + std::string(window) + "&filters=" + url_encode(filters.dump());
+  const auto reply = api.call("GET", path, nullptr, std::chrono::seconds(10));
+  if (!reply.ok()) throw api.failure("GET", "/events", reply);
+  return reply.body.find("\"oom\"") != std::string::npos;
+}
+
+std::string ContainerRemover::remove() noexcept {
+  if (id_.empty()) return "";
+  auto problem = remove_container(api_, id_);
+  id_.clear();
+  return problem;
+}
+
+}  // namespace rlm::docker
