@@ -2,10 +2,12 @@
 // isolation never lands on the unisolated local backend, and the error says what is missing.
 #include <algorithm>
 
+#include "docker/docker_backend.hpp"
 #include "local/local_backend.hpp"
 #include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "session/worker_session.hpp"
 
 namespace rlm {
 namespace {
@@ -37,6 +39,10 @@ std::string refusal(const Backend& backend, const Policy& policy) {
 
 }  // namespace
 
+std::unique_ptr<Session> Backend::open_session(const Policy& policy, SessionOptions options) {
+  return session::open_worker_session(*this, policy, std::move(options));
+}
+
 std::string Backend::unavailable_reason() const {
   Health health = this->health();
   if (health.available) return "";
@@ -51,6 +57,7 @@ nlohmann::json Health::to_json() const {
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "namespace") return ns::make_namespace_backend();
+  if (name == "docker") return docker::make_docker_backend();
   if (name == "local") return local::make_local_backend();
   return nullptr;
 }

@@ -1,6 +1,8 @@
 // What the subcommands of the rlm-sandbox CLI share: the exit-status contract and error kinds.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +29,12 @@ class UsageError : public std::runtime_error {
 int run_command(const std::vector<std::string>& args);
 int health_command(const std::vector<std::string>& args);
 int policy_command(const std::vector<std::string>& args);
+int repl_command(const std::vector<std::string>& args);
+
+// Flag values, checked with a message naming the flag (throw Error).
+std::chrono::milliseconds duration_flag(const std::string& flag, const std::string& text);
+std::uint64_t size_flag(const std::string& flag, const std::string& text);
+std::uint32_t count_flag(const std::string& flag, const std::string& text);
 
 // Parses `args` against `options` (plus positional words, collected into "args" when
 // `positional_name` is set); Boost's errors become UsageError for `command`.

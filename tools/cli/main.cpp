@@ -1,5 +1,8 @@
 // rlm-sandbox: run untrusted code under a policy. Dispatches to the subcommands; every error ends
 // as one clear message and an exit status from the contract in cli.hpp, never a stack trace.
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@ usage: rlm-sandbox COMMAND [OPTIONS]
 
 commands:
   run       run a command or code in a sandbox and report what happened
+  repl      a persistent sandboxed Python session driven over JSON lines (for RLM loops)
   health    which backends work on this host, what each enforces, how to fix the rest
   doctor    the same as health
   policy    check, show or list policy files
@@ -24,9 +28,25 @@ Run 'rlm-sandbox COMMAND --help' for a command's options and examples.
 examples:
   rlm-sandbox run -- python3 -c 'print(6 * 7)'
   rlm-sandbox run --policy strict --memory 64M --timeout 2s --json -- ./untrusted
+  rlm-sandbox repl --context prompt.txt --lm echo
   rlm-sandbox policy check my-policy.json
   rlm-sandbox health
 )";
+
+// The static CLI has no HTTP client; its dynamically linked sibling does the same command.
+int run_full_sibling([[maybe_unused]] char** argv, const rlm::NeedsFullBinary& why) {
+#ifdef RLM_CLI_FULL_SIBLING
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto sibling = (self.parent_path() / RLM_CLI_FULL_SIBLING).string();
+  if (!ec) execv(sibling.c_str(), argv);
+  rlm::cli::print_error(std::string(why.what()) + "; and " + sibling +
+                        " (the build with libcurl) cannot be executed");
+#else
+  rlm::cli::print_error(why.what());
+#endif
+  return rlm::cli::kExitSetup;
+}
 
 }  // namespace
 
@@ -40,6 +60,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> rest(words.begin() + 1, words.end());
   try {
     if (command == "run") return rlm::cli::run_command(rest);
+    if (command == "repl") return rlm::cli::repl_command(rest);
     if (command == "health" || command == "doctor") return rlm::cli::health_command(rest);
     if (command == "policy") return rlm::cli::policy_command(rest);
     if (command == "--help" || command == "-h" || command == "help") {
@@ -51,6 +72,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     throw rlm::cli::UsageError("unknown command '" + command + "'", "");
+  } catch (const rlm::NeedsFullBinary& e) {
+    return run_full_sibling(argv, e);
   } catch (const rlm::cli::UsageError& e) {
     rlm::cli::print_error(std::string(e.what()) + " (see 'rlm-sandbox " +
                           (e.command.empty() ? "" : e.command + " ") + "--help')");

@@ -49,35 +49,6 @@ struct MountFlag {
   std::optional<std::uint64_t> size;
 };
 
-std::chrono::milliseconds duration_flag(const std::string& flag, const std::string& text) {
-  auto value = parse_duration(text);
-  if (!value || value->count() <= 0)
-    throw Error(flag + " '" + text +
-                "': not a duration; use milliseconds or a number with ms, s, m or h (e.g. 10s)");
-  return *value;
-}
-
-std::uint64_t size_flag(const std::string& flag, const std::string& text) {
-  auto value = parse_size(text);
-  if (!value || *value == 0)
-    throw Error(flag + " '" + text +
-                "': not a size; use bytes or a number with K, M, G or T (e.g. 256M)");
-  return *value;
-}
-
-std::uint32_t count_flag(const std::string& flag, const std::string& text) {
-  std::size_t used = 0;
-  unsigned long value = 0;
-  try {
-    value = std::stoul(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || text[0] == '-' || value == 0 || value > 1'000'000)
-    throw Error(flag + " '" + text + "': expected a whole number from 1 to 1000000");
-  return static_cast<std::uint32_t>(value);
-}
-
 std::string absolute_target(const std::string& flag, const std::string& value,
                             const std::string& target) {
   if (target.empty() || target.front() != '/')

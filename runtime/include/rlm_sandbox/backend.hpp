@@ -11,6 +11,7 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "rlm_sandbox/session.hpp"
 
 namespace rlm {
 
@@ -38,6 +39,13 @@ class Backend {
   // A failing payload is a Result; so is a sandbox that could not be set up at run time
   // (Status::sandbox_error). Throws Error only for a request that is invalid for the policy.
   virtual Result run(const Request& request, const Policy& policy) = 0;
+  // A persistent REPL session in one sandbox (session.hpp). The default runs the Python worker as
+  // a payload of run() on a thread of its own, with the control channel as an inherited fd; this
+  // backend object must outlive the session. Throws Error when the session cannot start.
+  virtual std::unique_ptr<Session> open_session(const Policy& policy, SessionOptions options);
+  // Whether a payload can inherit fds (Request::inherit_fds); sessions on a backend that cannot
+  // (docker) reach the worker through a socket in a bind-mounted directory instead.
+  virtual bool can_inherit_fds() const { return true; }
 };
 
 // The backend with this name, or nullptr when this build has none by that name.

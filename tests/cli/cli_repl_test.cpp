@@ -1,0 +1,194 @@
+// `rlm-sandbox repl` as an orchestrator drives it: JSON lines in, JSON lines out, with the
+// orchestrator itself answering llm_query events.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.hpp"
+
+namespace rlm::test {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// An interactive rlm-sandbox repl: write a request line, read event lines.
+class Repl {
+ public:
+  explicit Repl(std::vector<std::string> args) {
+    int in[2], out[2];
+    EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    args.insert(args.begin(), {bin_path("rlm-sandbox"), "repl"});
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+  }
+  ~Repl() {
+    if (to_ >= 0) close(to_);
+    close(from_);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  void send(const json& line) {
+    const auto text = line.dump() + "\n";
+    ASSERT_EQ(write(to_, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+  void end_input() {
+    close(to_);
+    to_ = -1;
+  }
+
+  // The next line, or a null json after 30 s or at EOF.
+  json next() {
+    for (;;) {
+      if (auto newline = buffer_.find('\n'); newline != std::string::npos) {
+        auto line = buffer_.substr(0, newline);
+        buffer_.erase(0, newline + 1);
+        return json::parse(line);
+      }
+      pollfd readable{from_, POLLIN, 0};
+      if (poll(&readable, 1, 30'000) <= 0) return json();
+      char chunk[4096];
+      const ssize_t count = read(from_, chunk, sizeof chunk);
+      if (count <= 0) return json();
+      buffer_.append(chunk, static_cast<std::size_t>(count));
+    }
+  }
+
+  int wait_exit() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string buffer_;
+};
+
+TEST(CliRepl, TheOrchestratorAnswersLlmQueriesAndStatePersists) {
+  Repl repl({"--backend", "namespace"});
+  repl.send({{"op", "context"}, {"context", "a long prompt"}});
+  auto ready = repl.next();
+  ASSERT_EQ(ready.value("event", ""), "ready") << ready.dump();
+  EXPECT_EQ(ready["backend"], "namespace");
+
+  repl.send({{"id", 1}, {"op", "execute"}, {"code", "x = 41"}});
+  EXPECT_EQ(repl.next()["result"]["status"], "ok");
+  repl.send({{"id", 2},
+             {"op", "execute"},
+             {"code", "print(x + 1, len(context))\nreply = llm_query('ping', model='small')"}});
+  auto query = repl.next();
+  ASSERT_EQ(query.value("event", ""), "llm_query") << query.dump();
+  EXPECT_EQ(query["id"], 2);
+  EXPECT_EQ(query["prompt"], "ping");
+  EXPECT_EQ(query["model"], "small");
+  repl.send({{"op", "llm_result"}, {"query_id", query["query_id"]}, {"text", "pong"}});
+  auto result = repl.next();
+  EXPECT_EQ(result["id"], 2);
+  EXPECT_EQ(result["result"]["status"], "ok") << result.dump();
+  EXPECT_EQ(result["result"]["stdout"], "42 13\n");
+  EXPECT_EQ(result["result"]["llm_calls"], 1);
+
+  repl.send({{"id", 3}, {"op", "execute"}, {"code", "FINAL_VAR('reply')"}});
+  auto final = repl.next();
+  EXPECT_EQ(final["result"]["final"], "pong") << final.dump();
+
+  repl.send({{"id", 4}, {"op", "close"}});
+  auto closed = repl.next();
+  EXPECT_EQ(closed["id"], 4);
+  EXPECT_EQ(closed["result"]["backend"], "namespace");
+  EXPECT_EQ(repl.wait_exit(), 0);
+}
+
+TEST(CliRepl, AnErrorAnswerFromTheOrchestratorRaisesInTheCell) {
+  Repl repl({"--backend", "namespace"});
+  repl.send(
+      {{"id", 1},
+       {"op", "execute"},
+       {"code", "try:\n    llm_query('q')\nexcept RuntimeError as e:\n    print('failed:', e)"}});
+  ASSERT_EQ(repl.next()["event"], "ready");
+  auto query = repl.next();
+  repl.send({{"op", "llm_result"}, {"query_id", query["query_id"]}, {"error", "rate limited"}});
+  EXPECT_EQ(repl.next()["result"]["stdout"], "failed: rate limited\n");
+}
+
+TEST(CliRepl, WithAnLmHandlerNoEventsReachTheOrchestrator) {
+  TempDir dir;
+  dir.write("context.txt", "file context");
+  ProcessOptions options;
+  options.stdin_data = R"x({"id":"a","op":"execute","code":"print(llm_query(context))"})x"
+                       "\n";
+  auto outcome = cli({"repl", "--lm", "echo", "--context", dir.file("context.txt")}, options);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  std::vector<json> lines;
+  std::istringstream stream(outcome.out);
+  for (std::string line; std::getline(stream, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 2u) << outcome.out;
+  EXPECT_EQ(lines[0]["event"], "ready");
+  EXPECT_EQ(lines[1]["id"], "a");
+  EXPECT_EQ(lines[1]["result"]["stdout"], "echo: file context\n");
+}
+
+TEST(CliRepl, BadRequestsGetAnErrorLineAndTheSessionGoesOn) {
+  ProcessOptions options;
+  options.stdin_data =
+      "not json\n"
+      R"({"id":1,"op":"explode"})"
+      "\n"
+      R"({"id":2,"op":"execute"})"
+      "\n"
+      R"({"id":3,"op":"restore","snapshot":99})"
+      "\n"
+      R"x({"id":4,"op":"execute","code":"print('still here')"})x"
+      "\n";
+  auto outcome = cli({"repl", "--lm", "echo"}, options);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_NE(outcome.out.find(R"("error":"not a JSON object: not json")"), std::string::npos)
+      << outcome.out;
+  EXPECT_NE(outcome.out.find("unknown op 'explode'"), std::string::npos);
+  EXPECT_NE(outcome.out.find(R"(execute needs \"code\")"), std::string::npos);
+  EXPECT_NE(outcome.out.find("no snapshot 99"), std::string::npos);
+  EXPECT_NE(outcome.out.find(R"("stdout":"still here\n")"), std::string::npos);
+}
+
+TEST(CliRepl, SetupMistakesExitWithAMessage) {
+  auto missing = cli({"repl", "--context", "/nonexistent/prompt.txt"});
+  EXPECT_EQ(missing.exit_code, 125);
+  EXPECT_NE(missing.err.find("/nonexistent/prompt.txt"), std::string::npos) << missing.err;
+  EXPECT_TRUE(one_line(missing.err)) << missing.err;
+  auto bad_lm = cli({"repl", "--lm", "carrier-pigeon"});
+  EXPECT_EQ(bad_lm.exit_code, 125);
+  EXPECT_NE(bad_lm.err.find("carrier-pigeon"), std::string::npos) << bad_lm.err;
+  auto unknown_flag = cli({"repl", "--frobnicate"});
+  EXPECT_EQ(unknown_flag.exit_code, 2);
+  auto help = cli({"repl", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("llm_query"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rlm::test
