@@ -5,7 +5,11 @@
 // state, remove it -- whatever happened.
 #include "docker/docker_backend.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "common/environment.hpp"
 #include "docker/attached_stream.hpp"
@@ -149,7 +153,16 @@ class DockerBackend final : public Backend {
       if (stream.end != StreamEnd::closed) stop_container(api, container, policy.limits.kill_grace);
       usage = sampler.finish();
 
-      const auto state = inspect_state(api, container);
+      auto state = inspect_state(api, container);
+      // Docker learns of an OOM kill from an asynchronous event: a SIGKILL we did not send may
+      // be reported before State.OOMKilled is set, and the cgroup may be gone before the
+      // sampler saw it. Ask again for a moment before calling it a plain signal.
+      for (int retry = 0; retry < 10 && stream.end == StreamEnd::closed && !state.oom_killed &&
+                          !usage.oom_kills.value_or(0) && state.exit_code == 128 + SIGKILL;
+           ++retry) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        state = inspect_state(api, container);
+      }
       termination.exit_code = state.exit_code;
       termination.oom_killed = state.oom_killed || usage.oom_kills.value_or(0) > 0;
     } catch (const DaemonError& error) {

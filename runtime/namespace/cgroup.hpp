@@ -64,6 +64,8 @@ class RunCgroup {
   virtual void attach(pid_t pid) = 0;
   // Cheap reads of the control files; valid while the object lives (after kill_all too).
   virtual CgroupUsage usage() const = 0;
+  // Just the OOM-kill count, in one read: a session asks before every cell.
+  virtual std::uint64_t oom_kills() const = 0;
   // Kills every process in the group and waits (bounded, ~2 s) until it is empty; the group
   // stays for usage(). cgroup.kill on v2 (5.14+), else a pidfd kill loop that converges because
   // pids.max bounds every fork flood.

@@ -25,6 +25,10 @@ class V1Cgroup final : public GroupDirs {
   int clone_into_fd() const override { return -1; }
   void attach(pid_t pid) override { attach_all(pid); }
 
+  std::uint64_t oom_kills() const override {
+    return cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0);
+  }
+
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.peak_memory_bytes = cgfs::read_number(memory_ + "/memory.max_usage_in_bytes");

@@ -31,6 +31,10 @@ class V2Cgroup final : public GroupDirs {
   int clone_into_fd() const override { return fd_.get(); }
   void attach(pid_t pid) override { attach_all(pid); }
 
+  std::uint64_t oom_kills() const override {
+    return cgfs::read_key(dir_ + "/memory.events", "oom_kill").value_or(0);
+  }
+
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.peak_memory_bytes = cgfs::read_number(dir_ + "/memory.peak");  // kernel 5.19+

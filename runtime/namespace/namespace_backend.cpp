@@ -139,7 +139,7 @@ class CgroupProbe {
     LiveCounters counters;
     if (!cgroup_) return counters;
     try {
-      counters.oom_kills = cgroup_->usage().oom_kills;
+      counters.oom_kills = cgroup_->oom_kills();
     } catch (const std::exception&) {
     }
     return counters;

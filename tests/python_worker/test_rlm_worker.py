@@ -675,7 +675,7 @@ class RollbackTest(WorkerTestCase):
                 self.assertTrue(wait_until(lambda: is_gone(pid)), 'pid %d survived' % pid)
             self.assertTrue(wait_until(lambda: not [
                 pid for pid in descendants(worker.proc.pid)
-                if 'sleep' in cmdline(pid)]),
+                if cmdline(pid).startswith('sleep ')]),
                 'the setsid sleep survived')
             self.assertIsNone(outsider.poll())
         finally:

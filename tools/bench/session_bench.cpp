@@ -1,6 +1,6 @@
 // rlm-session-bench: what a step of an RLM loop costs in a sandboxed session, beside what it costs
 // without one, measured in the same process:
-//   cold_python     posix_spawn + wait of `python3 -c pass` on the host (no sandbox at all): what
+//   cold_python     posix_spawn + wait of `/usr/bin/python3 -c pass` on the host (no sandbox): what
 //                   a fresh interpreter per cell would cost
 //   cell_pass       Session::execute("pass") on the namespace backend: a whole cell round trip,
 //                   checkpoint fork and output capture included
@@ -103,7 +103,7 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
 
   for (auto _ : state) {
     for (long round = 0; round < g_samples; ++round) {
-      const double cold = spawn_ms({"python3", "-c", "pass"});
+      const double cold = spawn_ms({"/usr/bin/python3", "-c", "pass"});
       if (cold >= 0) g_samples_ms["cold_python"].push_back(cold);
 
       const auto start = Clock::now();

@@ -13,6 +13,7 @@ then forks the next standby and becomes the checkpoint in turn.
 import ast
 import builtins
 import collections
+import gc
 import errno
 import json
 import linecache
@@ -25,12 +26,16 @@ import stat
 import struct
 import sys
 import threading
+import time
 import traceback
 import types
 import warnings
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 DEFAULT_OUTPUT_CAP = 1024 * 1024
+# Seconds between a cell's result and the next standby's fork (and the old checkpoint's exit):
+# both are heavy on the CPU, and the host is taking the result.
+HANDOVER_PAUSE = 0.003
 EXIT_STARTUP = 1   # the worker could not start (bad environment, unreadable context)
 EXIT_PROTOCOL = 2  # the host broke the protocol (oversize or malformed frame, unexpected op)
 CELL_FILE = '<cell>'
@@ -173,7 +178,10 @@ class Channel:
     def _file(self, frame: dict) -> None:
         op = frame.get('op')
         if op == 'discard':
-            os._exit(0)  # in any state, at once
+            # In any state, without another action; the exit (unmapping a whole interpreter)
+            # waits for the host to have taken the result that made this process obsolete.
+            time.sleep(2 * HANDOVER_PAUSE)
+            os._exit(0)
         with self._cond:
             if op in ('llm_result', 'llm_results'):
                 query_id = frame.get('id')
@@ -468,6 +476,7 @@ def fork_standby(channel: Channel, fork_id):
         raise_oom_score()
         child_channel = Channel(theirs, channel.max_frame)
         SESSION.channel = child_channel
+        warm_up()
         return child_channel
     theirs.close()
     try:
@@ -479,6 +488,25 @@ def fork_standby(channel: Channel, fork_id):
     channel.send({'type': 'fork', 'id': fork_id, 'pid': pid}, fd=mine.fileno())
     mine.close()
     return child
+
+
+def warm_up() -> None:
+    """Readies a fresh standby while it waits, so the next cell does not pay for it: every
+    page the fork shares with the checkpoint is copied on its first write, and a cell would
+    otherwise take those faults for the REPL's own machinery (and the garbage collector's
+    full-heap passes). The objects that exist now are frozen out of the collector until the
+    cell ends (run_cell unfreezes them), and one empty cell runs through the same path with
+    nothing sent."""
+    gc.freeze()
+    scratch = {'__builtins__': builtins}
+    capture = OutputCapture().activate(0)
+    try:
+        run_source('pass', scratch)
+    finally:
+        capture.finish()
+    SESSION.next_capture = OutputCapture()
+    json.dumps({'type': 'cell_result', 'id': 0, 'status': 'ok', 'stdout': '', 'stderr': '',
+                'error': None, 'cpu_ms': cpu_seconds()})
 
 
 def roll_back(child: ChildWatch):
@@ -556,18 +584,21 @@ def roll_back_and_refork(channel: Channel, standby: ChildWatch, op_id):
 class CapturedStream:
     """One of fds 1 and 2 pointed at a pipe, keeping at most `cap` bytes of what is written."""
 
-    def __init__(self, fd: int, cap: int):
+    def __init__(self, fd: int):
         self.fd = fd
-        self.cap = cap
+        self.cap = 0
         self.data = bytearray()
         self.truncated = False
         self.open = True
-        read_fd, write_fd = os.pipe()
-        self.saved = os.dup(fd)
-        os.dup2(write_fd, fd)  # inheritable: subprocesses write here too
-        os.close(write_fd)
-        os.set_blocking(read_fd, False)
-        self.read_fd = read_fd
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.saved = -1
+
+    def activate(self, cap: int) -> None:
+        self.cap = cap
+        self.saved = os.dup(self.fd)
+        os.dup2(self.write_fd, self.fd)  # inheritable: subprocesses write here too
+        os.close(self.write_fd)
 
     def read_some(self, max_reads: int) -> None:
         """Reads what the pipe holds (at most max_reads chunks); at EOF marks it closed."""
@@ -595,13 +626,19 @@ class CapturedStream:
 
 
 class OutputCapture:
-    """Points fds 1 and 2 at pipes drained by one thread for the duration of a cell."""
+    """Points fds 1 and 2 at pipes drained by one thread for the duration of a cell. Made (pipes
+    and thread) by a standby while it waits; activate() is all a cell pays for."""
 
-    def __init__(self, cap: int):
-        self.streams = (CapturedStream(1, cap), CapturedStream(2, cap))
+    def __init__(self):
+        self.streams = (CapturedStream(1), CapturedStream(2))
         self.stop_r, self.stop_w = os.pipe()
         self.thread = threading.Thread(target=self._drain, daemon=True)
         self.thread.start()
+
+    def activate(self, cap: int) -> 'OutputCapture':
+        for stream in self.streams:
+            stream.activate(cap)
+        return self
 
     def _drain(self) -> None:
         poller = select.poll()
@@ -733,7 +770,8 @@ def run_cell(channel: Channel, op_id, code: str, output_cap: int) -> dict:
     SESSION.final = None
     streams = sys.stdout, sys.stderr
     flush_std_streams()
-    capture = OutputCapture(output_cap)
+    capture, SESSION.next_capture = SESSION.next_capture or OutputCapture(), None
+    capture.activate(output_cap)
     before = cpu_seconds()
     channel.begin_cell()
     error = None
@@ -749,6 +787,7 @@ def run_cell(channel: Channel, op_id, code: str, output_cap: int) -> dict:
     flush_std_streams()
     (stdout, stdout_truncated), (stderr, stderr_truncated) = capture.finish()
     after = cpu_seconds()
+    gc.unfreeze()  # warm_up froze the state before the cell; it is collectable again
     result = {
         'type': 'cell_result', 'id': op_id, 'status': 'error' if error else 'ok',
         'stdout': stdout, 'stderr': stderr,
@@ -773,6 +812,7 @@ class Session:
         self.namespace = {}
         self.api = {}
         self.final = None
+        self.next_capture = None  # made by the standby's warm_up for its cell
         self.rolled_back = set()  # rollback ids this interpreter (or its ancestor) took
         self.watches = []         # a frozen interpreter's children (pidfds), armed or not
         self.worker_module = sys.modules.get('__main__')  # stays alive once cells own __main__
@@ -903,6 +943,9 @@ def serve(channel: Channel) -> None:
         if kind == 'execute':
             code, cap = execute_op(op)
             fit_cell_result(channel, run_cell(channel, op_id, code, cap))
+            # The host takes the result first; the next standby's fork (a page-table copy of
+            # the whole interpreter) would otherwise compete with it for the CPU.
+            time.sleep(HANDOVER_PAUSE)
             channel = become_checkpoint(channel, op_id)
         elif kind == 'rollback' and was_rolled_back(op_id):
             continue  # stale: the rollback it crossed was already taken
