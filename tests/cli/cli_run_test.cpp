@@ -106,7 +106,14 @@ TEST(CliRun, OutputFloodIsCutAtTheCapWithBoundedMemory) {
   EXPECT_EQ(result["stderr_truncated"], false);
   // Promptly: far less than writing 1 GiB through a pipe and JSON would take.
   EXPECT_LT(out.wall.count(), 10'000);
-  EXPECT_LT(out.max_rss_bytes, 64u << 20)
+  // The bound is what shows the 1 GiB was never held: 64 MiB for the real binary. An ASan build
+  // of the CLI (linked with libcurl) starts at about 80 MiB of shadow memory and quarantine.
+#ifdef RLM_TEST_SANITIZED
+  constexpr std::uint64_t kRssBound = 192u << 20;
+#else
+  constexpr std::uint64_t kRssBound = 64u << 20;
+#endif
+  EXPECT_LT(out.max_rss_bytes, kRssBound)
       << "the CLI (or its payload) grew to " << out.max_rss_bytes << " bytes";
 }
 
