@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/capped_output.hpp"
+#include "docker/request_checks.hpp"
 #include "docker/stream_demux.hpp"
 
 namespace rlm::docker {
@@ -89,6 +90,20 @@ class StdinFeed {
 };
 
 }  // namespace
+
+StreamSettings stream_settings(const Request& request, const Policy& policy,
+                               std::chrono::steady_clock::time_point deadline) {
+  StreamSettings settings;
+  settings.feeds_stdin = wants_stdin(request);
+  settings.stdin_data = request.stdin_data;
+  settings.stdin_fd = request.stdin_fd;
+  settings.output_cap = policy.limits.output_bytes;
+  settings.on_stdout = request.on_stdout;
+  settings.on_stderr = request.on_stderr;
+  settings.deadline = deadline;
+  settings.stop_fd = request.stop_fd;
+  return settings;
+}
 
 StreamOutcome pump_stream(HijackedConnection& connection, const StreamSettings& settings) {
   StreamOutcome outcome;

@@ -13,6 +13,8 @@
 #include <string_view>
 
 #include "docker/hijack.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
 
 namespace rlm::docker {
 
@@ -33,6 +35,11 @@ struct StreamSettings {
   std::chrono::steady_clock::time_point deadline;
   int stop_fd = -1;
 };
+
+// The settings every docker run derives from its request and policy: stdin (fed when
+// wants_stdin(request)), the output cap and callbacks, the stop fd, and `deadline`.
+StreamSettings stream_settings(const Request& request, const Policy& policy,
+                               std::chrono::steady_clock::time_point deadline);
 
 struct StreamOutcome {
   StreamEnd end = StreamEnd::closed;

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <thread>
 
-#include "common/environment.hpp"
+#include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
 #include "docker/container_cgroup.hpp"
 #include "docker/container_control.hpp"
@@ -31,10 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kExitSlack{250};
-
-std::chrono::microseconds since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
 
 std::chrono::milliseconds until(Clock::time_point deadline) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -75,38 +71,25 @@ class DockerBackend final : public Backend {
   Result run(const Request& request, const Policy& policy) override {
     require_runnable(request);
     // An invalid request throws here, before anything starts.
-    const auto argv = resolve_argv(request);
-    const auto wall_limit = effective_wall_time(request, policy);
-    auto environment = common::payload_environment(policy.env, request.env);
-
-    const auto start = Clock::now();
-    const auto deadline = start + wall_limit;
-    Result result;
-    result.backend = "docker";
-    result.policy = policy.name;
-    const auto setup_failed = [&](std::string detail) {
-      result.status = Status::sandbox_error;
-      result.detail = std::move(detail);
-      result.wall = since(start);
-      return result;
-    };
+    common::RunStart run("docker", request, policy);
+    const auto deadline = run.deadline();
 
     const auto endpoint = endpoint_from_environment();
-    if (!endpoint.problem.empty()) return setup_failed(endpoint.problem);
+    if (!endpoint.problem.empty()) return run.setup_failed(endpoint.problem);
     const EngineApi api(endpoint.socket_path);
     DaemonInfo info;
     try {
       info = daemon_info(api);
     } catch (const DaemonError& error) {
-      return setup_failed(error.what());
+      return run.setup_failed(error.what());
     }
     require_supported(policy, info.traits);  // what Docker cannot honour is an Error, not a Result
     collect_stale_containers_once(api);
 
     const std::string id = new_owned_id();
     ContainerPlan plan;
-    plan.command = argv;
-    plan.environment = std::move(environment);
+    plan.command = run.argv;
+    plan.environment = std::move(run.environment);
     plan.open_stdin = wants_stdin(request);
     plan.session = id;
     plan.owner = id;
@@ -125,25 +108,15 @@ class DockerBackend final : public Backend {
               "/attach?stream=1&stdout=1&stderr=1&stdin=" + (plan.open_stdin ? "1" : "0"),
           std::nullopt, std::chrono::seconds(30));
       if (auto not_found = start_or_not_found(api, container); !not_found.empty()) {
-        fill_not_found(result, not_found);
-        result.wall = since(start);
-        return result;  // the remover takes the container
+        fill_not_found(run.result, not_found);
+        return run.finish();  // the remover takes the container
       }
       if (request.on_started) request.on_started([] { return LiveCounters{}; });
 
       // A payload that is already gone has no cgroup left to read: its usage is not available.
       const auto running = inspect_state(api, container);
       StatsSampler sampler(ContainerCgroup::find(running.pid, container));
-      StreamSettings settings;
-      settings.feeds_stdin = plan.open_stdin;
-      settings.stdin_data = request.stdin_data;
-      settings.stdin_fd = request.stdin_fd;
-      settings.output_cap = policy.limits.output_bytes;
-      settings.on_stdout = request.on_stdout;
-      settings.on_stderr = request.on_stderr;
-      settings.deadline = deadline;
-      settings.stop_fd = request.stop_fd;
-      stream = pump_stream(connection, settings);
+      stream = pump_stream(connection, stream_settings(request, policy, deadline));
       connection.fd.reset();
       // Output closed is not exit: a payload may close stdout and stderr and keep running. One
       // whose output closed just before the deadline is given a moment to be seen exiting.
@@ -167,16 +140,16 @@ class DockerBackend final : public Backend {
       termination.oom_killed = state.oom_killed || usage.oom_kills.value_or(0) > 0;
     } catch (const DaemonError& error) {
       if (stream.caller_error) std::rethrow_exception(stream.caller_error);
-      return setup_failed(error.what());
+      return run.setup_failed(error.what());
     }
     const auto caller_error = stream.caller_error;
-    fill_result(result, std::move(stream), termination, usage, policy, wall_limit);
+    fill_result(run.result, std::move(stream), termination, usage, policy, run.wall_limit);
     if (auto problem = remover.remove(); !problem.empty())
-      result.detail += std::string(result.detail.empty() ? "" : "; ") +
-                       "the container could not be removed: " + problem;
+      run.result.detail += std::string(run.result.detail.empty() ? "" : "; ") +
+                           "the container could not be removed: " + problem;
+    // Rethrown only now: the container is removed first.
     if (caller_error) std::rethrow_exception(caller_error);
-    result.wall = since(start);
-    return result;
+    return run.finish();
   }
 };
 

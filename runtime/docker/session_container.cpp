@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/environment.hpp"
+#include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
 #include "docker/container_cgroup.hpp"
 #include "docker/container_control.hpp"
@@ -23,10 +24,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kExitSlack{250};
 
 const std::vector<std::string> kKeepAlive = {"/bin/sh", "-c", "while :; do sleep 3600; done"};
-
-std::chrono::microseconds since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
 
 std::string socket_or_throw(const Endpoint& endpoint) {
   if (!endpoint.problem.empty()) throw BackendUnavailable(endpoint.problem);
@@ -148,21 +145,8 @@ void DockerSessionContainer::close() noexcept {
 
 Result DockerSessionContainer::run(const Request& request) {
   require_runnable(request);
-  const auto argv = resolve_argv(request);
-  const auto wall_limit = effective_wall_time(request, policy_);
-  auto environment = common::payload_environment(policy_.env, request.env);
-
-  const auto start = Clock::now();
-  const auto deadline = start + wall_limit;
-  Result result;
-  result.backend = "docker";
-  result.policy = policy_.name;
-  const auto setup_failed = [&](std::string detail) {
-    result.status = Status::sandbox_error;
-    result.detail = std::move(detail);
-    result.wall = since(start);
-    return result;
-  };
+  common::RunStart run("docker", request, policy_);
+  const auto deadline = run.deadline();
 
   const bool open_stdin = wants_stdin(request);
   const nlohmann::json exec_body = {
@@ -170,8 +154,8 @@ Result DockerSessionContainer::run(const Request& request) {
       {"AttachStdout", true},
       {"AttachStderr", true},
       {"Tty", false},
-      {"Cmd", argv},
-      {"Env", environment},
+      {"Cmd", run.argv},
+      {"Env", run.environment},
       {"User", std::to_string(policy_.user.uid) + ":" + std::to_string(policy_.user.gid)},
       {"WorkingDir", policy_.filesystem.workdir.empty() ? "/" : policy_.filesystem.workdir},
   };
@@ -195,7 +179,7 @@ Result DockerSessionContainer::run(const Request& request) {
       }
     }
   } catch (const DaemonError& error) {
-    return setup_failed(error.what());
+    return run.setup_failed(error.what());
   }
 
   StreamOutcome stream;
@@ -210,16 +194,7 @@ Result DockerSessionContainer::run(const Request& request) {
                                     std::chrono::seconds(30));
     if (request.on_started) request.on_started([] { return LiveCounters{}; });
 
-    StreamSettings settings;
-    settings.feeds_stdin = open_stdin;
-    settings.stdin_data = request.stdin_data;
-    settings.stdin_fd = request.stdin_fd;
-    settings.output_cap = policy_.limits.output_bytes;
-    settings.on_stdout = request.on_stdout;
-    settings.on_stderr = request.on_stderr;
-    settings.deadline = deadline;
-    settings.stop_fd = request.stop_fd;
-    stream = pump_stream(connection, settings);
+    stream = pump_stream(connection, stream_settings(request, policy_, deadline));
     connection.fd.reset();
 
     if (stream.end == StreamEnd::closed) {
@@ -254,15 +229,14 @@ Result DockerSessionContainer::run(const Request& request) {
     if (stream.caller_error) std::rethrow_exception(stream.caller_error);
     // Its exec vanished with the container another run stopped: say that, not the 404.
     if (container->stopped_over_limit && !stopped_it)
-      return setup_failed(
+      return run.setup_failed(
           "the session's container was stopped because another execution on it hit a limit");
-    return setup_failed(error.what());
+    return run.setup_failed(error.what());
   }
   const auto caller_error = stream.caller_error;
-  fill_result(result, std::move(stream), termination, usage, policy_, wall_limit);
+  fill_result(run.result, std::move(stream), termination, usage, policy_, run.wall_limit);
   if (caller_error) std::rethrow_exception(caller_error);
-  result.wall = since(start);
-  return result;
+  return run.finish();
 }
 
 }  // namespace rlm::docker

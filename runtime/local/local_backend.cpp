@@ -4,18 +4,16 @@
 
 #include <system_error>
 
-#include "common/environment.hpp"
 #include "common/init_command.hpp"
 #include "common/init_locator.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
+#include "common/run_start.hpp"
 #include "common/supervise.hpp"
 #include "local/rlimits.hpp"
 
 namespace rlm::local {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Policy fields as the policy JSON names them, so health() speaks the policy's language.
 const std::vector<std::string> kEnforced = {
@@ -27,10 +25,6 @@ const std::vector<std::string> kUnenforced = {
     "limits.pids", "limits.tmpfs_bytes", "namespaces", "filesystem.mounts", "network",
     "seccomp",     "capabilities",       "user",       "hostname",
 };
-
-std::chrono::microseconds since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
 
 common::InitSettings init_settings(const Policy& policy, const std::vector<std::string>& argv) {
   common::InitSettings settings;
@@ -69,46 +63,30 @@ class LocalBackend final : public Backend {
 
   Result run(const Request& request, const Policy& policy) override {
     // Prepare: an invalid request throws here, before anything starts.
-    const auto argv = resolve_argv(request);
-    const auto wall_limit = effective_wall_time(request, policy);
-    auto environment = common::payload_environment(policy.env, request.env);
-
-    const auto start = Clock::now();
-    Result result;
-    result.backend = "local";
-    result.policy = policy.name;
-    const auto setup_failed = [&](std::string detail) {
-      result.status = Status::sandbox_error;
-      result.detail = std::move(detail);
-      result.wall = since(start);
-      return result;
-    };
+    common::RunStart run("local", request, policy);
 
     const auto init = common::locate_init();
     if (init.path.empty())
-      return setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
-    const auto settings = init_settings(policy, argv);
+      return run.setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
+    const auto settings = init_settings(policy, run.argv);
     // Built before the launch, so nothing that can throw sits between launch and supervision.
-    auto options = common::supervision_options(request, policy, start + wall_limit);
+    auto options = common::supervision_options(request, policy, run.deadline());
     const auto context = common::run_context(policy, settings.payload_argv.front(),
-                                             settings.workdir, init.path, wall_limit);
+                                             settings.workdir, init.path, run.wall_limit);
 
     // Launch.
     common::InitProcess process;
     try {
       process = common::launch_init(init.path, common::init_arguments(init.path, settings),
-                                    std::move(environment), request.inherit_fds);
+                                    std::move(run.environment), request.inherit_fds);
     } catch (const std::system_error& error) {
-      return setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
+      return run.setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
     }
     if (request.on_started) request.on_started([] { return LiveCounters{}; });
 
     // Supervise until everything is gone, then finish.
-    auto supervision = common::supervise_init(process, std::move(options));
-    if (supervision.caller_error) std::rethrow_exception(supervision.caller_error);
-    common::fill_result(result, std::move(supervision), context);
-    result.wall = since(start);
-    return result;
+    run.fill_from(common::supervise_init(process, std::move(options)), context);
+    return run.finish();
   }
 };
 

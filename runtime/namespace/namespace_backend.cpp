@@ -15,12 +15,12 @@
 #include <optional>
 #include <system_error>
 
-#include "common/environment.hpp"
 #include "common/init_command.hpp"
 #include "common/init_locator.hpp"
 #include "common/init_protocol.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
+#include "common/run_start.hpp"
 #include "common/supervise.hpp"
 #include "local/rlimits.hpp"
 #include "namespace/cgroup.hpp"
@@ -39,10 +39,6 @@ using Clock = std::chrono::steady_clock;
 using common::UniqueFd;
 
 constexpr int kFirstFreeFd = 4;  // 0-3 are init's stdio and report pipe in the child
-
-std::chrono::microseconds since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
 
 std::string errno_text(int error) {
   return std::generic_category().message(error);
@@ -275,43 +271,30 @@ class NamespaceBackend final : public Backend {
 
   Result run(const Request& request, const Policy& policy) override {
     // An invalid request throws here, before anything starts.
-    const auto argv = resolve_argv(request);
-    const auto wall_limit = effective_wall_time(request, policy);
-    auto environment = common::payload_environment(policy.env, request.env);
-
-    const auto start = Clock::now();
-    const auto deadline = start + wall_limit;
-    Result result;
-    result.backend = "namespace";
-    result.policy = policy.name;
-    const auto setup_failed = [&](std::string detail) {
-      result.status = Status::sandbox_error;
-      result.detail = std::move(detail);
-      result.wall = since(start);
-      return result;
-    };
+    common::RunStart run("namespace", request, policy);
+    const auto deadline = run.deadline();
 
     if (!policy.namespaces.user)
-      return setup_failed(
+      return run.setup_failed(
           "namespaces.user: false is not supported by the namespace backend: its isolation "
           "(an unmapped root, capabilities confined to the sandbox) rests on a user namespace");
     const auto init = common::locate_init();
     if (init.path.empty())
-      return setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
+      return run.setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
 
     Preparation p;
     try {
-      prepare(p, policy, init, argv, std::move(environment), request.inherit_fds);
+      prepare(p, policy, init, run.argv, std::move(run.environment), request.inherit_fds);
     } catch (const std::exception& error) {
-      return setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
+      return run.setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
     }
     auto options = common::supervision_options(request, policy, deadline);
-    const auto context =
-        common::run_context(policy, argv.front(), policy.filesystem.workdir, init.path, wall_limit);
+    const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
+                                             init.path, run.wall_limit);
 
     common::InitProcess process;
     if (auto problem = start_sandbox(p, policy, deadline, process); !problem.empty())
-      return setup_failed(std::move(problem));
+      return run.setup_failed(std::move(problem));
     if (p.cgroup) {
       // A run that has hit its process limit is stopped there rather than left to spin (a fork
       // bomb retries forever) until the wall limit.
@@ -336,16 +319,14 @@ class NamespaceBackend final : public Backend {
       p.cgroup->kill_all();
       p.cgroup.reset();
     }
-    if (supervision.caller_error) std::rethrow_exception(supervision.caller_error);
-    common::fill_result(result, std::move(supervision), context);
-    apply_cgroup_usage(result, usage, policy.limits, stopped_at_limit);
+    run.fill_from(std::move(supervision), context);
+    apply_cgroup_usage(run.result, usage, policy.limits, stopped_at_limit);
     if (!p.cgroup_problem.empty())
-      result.detail += std::string(result.detail.empty() ? "" : "; ") +
-                       "note: no cgroup, so limits.memory_bytes was enforced as RLIMIT_AS and "
-                       "limits.pids not at all (" +
-                       p.cgroup_problem + ")";
-    result.wall = since(start);
-    return result;
+      run.result.detail += std::string(run.result.detail.empty() ? "" : "; ") +
+                           "note: no cgroup, so limits.memory_bytes was enforced as RLIMIT_AS and "
+                           "limits.pids not at all (" +
+                           p.cgroup_problem + ")";
+    return run.finish();
   }
 };
 

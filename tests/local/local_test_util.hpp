@@ -1,13 +1,8 @@
-// Shared helpers for the local backend tests: a permissive policy built in code (no policy files)
-// and one-call runs.
+// Shared helpers for the local backend tests: a permissive policy built in code (no policy files),
+// one-call runs, and (from support/host_probes.hpp) what a run could leave behind.
 #pragma once
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +11,7 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "support/host_probes.hpp"
 
 namespace rlm::test {
 
@@ -48,53 +44,6 @@ inline Result run_sh(const std::string& script, const Policy& policy = local_pol
 
 inline std::string describe(const Result& result) {
   return result.to_json().dump();
-}
-
-inline std::size_t open_fd_count() {
-  std::size_t count = 0;
-  DIR* dir = opendir("/proc/self/fd");
-  while (const dirent* entry = readdir(dir))
-    if (entry->d_name[0] != '.') ++count;
-  closedir(dir);
-  return count - 1;  // the directory stream's own fd
-}
-
-// Pids of live or zombie processes whose parent is this process.
-inline std::vector<pid_t> children_of_this_process() {
-  std::vector<pid_t> children;
-  DIR* dir = opendir("/proc");
-  while (const dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const auto paren = line.rfind(')');
-    if (paren == std::string::npos || paren + 4 > line.size()) continue;
-    if (std::atol(line.c_str() + paren + 4) == getpid())
-      children.push_back(static_cast<pid_t>(pid));
-  }
-  closedir(dir);
-  return children;
-}
-
-// Pids of processes whose command line contains `needle` (NULs between arguments become spaces).
-inline std::vector<pid_t> processes_with_cmdline(const std::string& needle) {
-  std::vector<pid_t> found;
-  DIR* dir = opendir("/proc");
-  while (const dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    std::ifstream in("/proc/" + std::string(entry->d_name) + "/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (auto& c : cmdline)
-      if (c == '\0') c = ' ';
-    if (cmdline.find(needle) != std::string::npos) found.push_back(static_cast<pid_t>(pid));
-  }
-  closedir(dir);
-  return found;
 }
 
 }  // namespace rlm::test

@@ -206,13 +206,6 @@ Policy test_policy() {
   return policy;
 }
 
-std::string host_mountinfo() {
-  std::ifstream in("/proc/self/mountinfo");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
   std::vector<std::string> lines;
   std::istringstream in(text);

@@ -42,9 +42,6 @@ Policy test_policy();
 // The probe helper (static binary) in the build tree.
 std::string probe_path();
 
-// The calling process's /proc/self/mountinfo, to show the host's mounts are left alone.
-std::string host_mountinfo();
-
 // The lines of `text` containing `needle`.
 std::vector<std::string> lines_with(const std::string& text, const std::string& needle);
 

@@ -1,20 +1,12 @@
 // Shared helpers for the namespace backend's functional tests: the shipped default policy with
-// roomier limits, one-call runs, a host directory bound into the sandbox, and what a run could
-// leave behind in this process (fds, children, cgroups, mounts).
+// roomier limits, one-call runs, a host directory bound into the sandbox, and (from
+// support/host_probes.hpp) what a run could leave behind in this process.
 #pragma once
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +15,7 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "support/host_probes.hpp"
 #include "support/subprocess.hpp"
 
 namespace rlm::test {
@@ -68,89 +61,6 @@ inline void bind_writable(Policy& policy, const TempDir& dir, const std::string&
 // The host uid the sandbox user is mapped to.
 inline uid_t sandbox_host_uid() {
   return geteuid() == 0 ? 65534 : geteuid();
-}
-
-inline std::size_t open_fd_count() {
-  std::size_t count = 0;
-  DIR* dir = opendir("/proc/self/fd");
-  while (const dirent* entry = readdir(dir))
-    if (entry->d_name[0] != '.') ++count;
-  closedir(dir);
-  return count - 1;  // the directory stream's own fd
-}
-
-// Pids of live or zombie processes whose parent is this process.
-inline std::vector<pid_t> children_of_this_process() {
-  std::vector<pid_t> children;
-  DIR* dir = opendir("/proc");
-  while (const dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const auto paren = line.rfind(')');
-    if (paren == std::string::npos || paren + 4 > line.size()) continue;
-    if (std::atol(line.c_str() + paren + 4) == getpid())
-      children.push_back(static_cast<pid_t>(pid));
-  }
-  closedir(dir);
-  return children;
-}
-
-// Pids of processes whose command line contains `needle` (NULs between arguments become spaces).
-inline std::vector<pid_t> processes_with_cmdline(const std::string& needle) {
-  std::vector<pid_t> found;
-  DIR* dir = opendir("/proc");
-  while (const dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    // Plain read(2): a process exiting mid-read fails with ESRCH, which libstdc++'s filebuf
-    // turns into an exception; here it is just a process that no longer matches.
-    std::string cmdline;
-    const int fd =
-        open(("/proc/" + std::string(entry->d_name) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    char buffer[4096];
-    ssize_t count;
-    while ((count = read(fd, buffer, sizeof buffer)) > 0)
-      cmdline.append(buffer, static_cast<std::size_t>(count));
-    close(fd);
-    for (auto& c : cmdline)
-      if (c == '\0') c = ' ';
-    if (cmdline.find(needle) != std::string::npos) found.push_back(static_cast<pid_t>(pid));
-  }
-  closedir(dir);
-  return found;
-}
-
-// cgroup directories this process created for its runs (their names start with "<pid>-", see
-// runtime/namespace/cgroup_run_id.hpp), anywhere under /sys/fs/cgroup.
-inline std::vector<std::string> own_cgroup_dirs() {
-  namespace fs = std::filesystem;
-  const std::string prefix = std::to_string(getpid()) + "-";
-  std::vector<std::string> found;
-  std::error_code error;
-  fs::recursive_directory_iterator it("/sys/fs/cgroup",
-                                      fs::directory_options::skip_permission_denied, error);
-  for (; !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
-    if (it.depth() > 4) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (!it->is_directory(error) || it->is_symlink(error)) continue;
-    if (it->path().filename().string().starts_with(prefix)) found.push_back(it->path().string());
-  }
-  return found;
-}
-
-inline std::string mountinfo() {
-  std::ifstream in("/proc/self/mountinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace rlm::test

@@ -12,6 +12,7 @@
 
 #include "child_setup_harness.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "support/host_probes.hpp"
 #include "support/subprocess.hpp"
 
 namespace rlm::ns::test {
@@ -19,10 +20,10 @@ namespace {
 
 class Rootfs : public ::testing::Test {
  protected:
-  void SetUp() override { before_ = host_mountinfo(); }
+  void SetUp() override { before_ = rlm::test::mountinfo(); }
   // Every test also shows that nothing was mounted (or left mounted) on the host.
   void TearDown() override {
-    EXPECT_EQ(host_mountinfo(), before_) << "the host's mount table changed";
+    EXPECT_EQ(rlm::test::mountinfo(), before_) << "the host's mount table changed";
   }
 
   // Runs `script` under policy_ and expects it to succeed.
@@ -160,7 +161,8 @@ TEST_F(Rootfs, BindSourcesAnywhereOnTheHostIncludingUnderTmp) {
 TEST_F(Rootfs, MountsBelowAReadOnlyBindSourceAreReadOnlyToo) {
   // The host's /dev/shm is a writable (1777) tmpfs mounted below /dev; bound recursively under a
   // read-only bind of /dev, it must not stay writable.
-  if (mount_options(host_mountinfo(), "/dev/shm").empty()) GTEST_SKIP() << "no /dev/shm mount";
+  if (mount_options(rlm::test::mountinfo(), "/dev/shm").empty())
+    GTEST_SKIP() << "no /dev/shm mount";
   const std::string name = "rlm-child-setup-" + std::to_string(getpid());
   Mount dev;
   dev.source = "/dev";

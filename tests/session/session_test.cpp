@@ -1,19 +1,21 @@
 // Sessions end to end: the Python REPL worker in a real sandbox (namespace backend, and the local
 // backend where the policy allows it), driven through rlm::Session.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
 
-#include "../namespace/namespace_backend_test_util.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/llm.hpp"
+#include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/session.hpp"
+#include "support/host_probes.hpp"
+#include "support/subprocess.hpp"
 
 namespace rlm::test {
 namespace {
@@ -261,19 +263,6 @@ TEST_P(SessionTest, GarbageOnTheChannelEndsOnlyThatSession) {
     session->close();
   }
   EXPECT_EQ(bystander->execute("print(alive)").stdout_data, "True\n");
-}
-
-// Processes whose environment holds `mark` (every process of a session inherits it).
-std::vector<pid_t> processes_with_environment(const std::string& mark) {
-  std::vector<pid_t> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const auto name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream environ(entry.path() / "environ", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
-    if (text.find(mark) != std::string::npos) found.push_back(std::stoi(name));
-  }
-  return found;
 }
 
 TEST_P(SessionTest, CloseLeavesNothingBehind) {
