@@ -50,9 +50,15 @@ std::string Backend::unavailable_reason() const {
 }
 
 nlohmann::json Health::to_json() const {
-  return {
-      {"backend", backend}, {"available", available}, {"isolated", isolated},    {"detail", detail},
-      {"fix", fix},         {"enforced", enforced},   {"unenforced", unenforced}};
+  return {{"backend", backend},
+          {"available", available},
+          {"isolated", isolated},
+          {"detail", detail},
+          {"fix", fix},
+          {"enforced", enforced},
+          {"unenforced", unenforced},
+          {"fallbacks", fallbacks},
+          {"host", host}};
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {

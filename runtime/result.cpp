@@ -96,6 +96,7 @@ nlohmann::json Result::to_json() const {
       {"stderr_truncated", stderr_truncated},
       {"backend", backend},
       {"policy", policy},
+      {"unenforced", unenforced},
   };
 }
 

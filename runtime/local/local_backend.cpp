@@ -64,6 +64,9 @@ class LocalBackend final : public Backend {
   Result run(const Request& request, const Policy& policy) override {
     // Prepare: an invalid request throws here, before anything starts.
     common::RunStart run("local", request, policy);
+    // No isolation means no process or tmpfs cap: say so in every Result.
+    for (const auto& field : kUnenforced)
+      if (field.starts_with("limits.")) run.result.unenforced.push_back(field);
 
     const auto init = common::locate_init();
     if (init.path.empty())

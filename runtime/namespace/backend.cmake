@@ -7,4 +7,5 @@ target_sources(rlm_sandbox PRIVATE
   userns.cpp             # uid/gid maps, the user namespace probe
   payload_filter.cpp     # seccomp programs in sealed memfds for init
   run_outcome.cpp        # cgroup usage -> Result
+  limit_fallback.cpp     # rlimits in place of cgroup limits
   health.cpp)

@@ -1,6 +1,8 @@
 // Picks v2 or v1 for this host, and reports what it found for `health`.
 #include "namespace/cgroup.hpp"
 
+#include <sys/statvfs.h>
+
 #include "namespace/cgroup_impl.hpp"
 
 namespace rlm::ns {
@@ -11,6 +13,27 @@ struct Attempt {
   CgroupSupport::Mode mode = CgroupSupport::Mode::none;
   CgroupFailure failure;
 };
+
+// Inside a container that was not given a writable cgroupfs (Docker's default, most Kubernetes
+// pods) every write fails with EROFS: say that, rather than suggest a delegation that cannot help.
+void explain_read_only(const HostCgroups& host, CgroupFailure& failure) {
+  std::string mount;
+  if (host.v2) {
+    mount = host.v2->mount_point;
+  } else if (!host.v1_memory.empty()) {
+    mount = host.v1_memory;
+  } else {
+    return;
+  }
+  struct statvfs fs {};
+  if (::statvfs(mount.c_str(), &fs) != 0 || (fs.f_flag & ST_RDONLY) == 0) return;
+  failure.why += " (" + mount + " is mounted read-only)";
+  failure.fix =
+      "the cgroup filesystem is read-only here, as in a container that was not given a writable "
+      "one: give the container a writable, delegated cgroup (Docker: --privileged, or "
+      "--cgroupns=private with a writable /sys/fs/cgroup; Kubernetes: a privileged container), "
+      "or run rlm-sandbox on the host; until then rlimits stand in (see docs/cgroups.md)";
+}
 
 Attempt attempt(const Limits& limits) {
   Attempt a;
@@ -28,7 +51,10 @@ Attempt attempt(const Limits& limits) {
         "mount cgroup2 at /sys/fs/cgroup with the memory and pids controllers "
         "(see docs/cgroups.md)";
   }
-  if (!a.group) a.mode = CgroupSupport::Mode::none;
+  if (!a.group) {
+    a.mode = CgroupSupport::Mode::none;
+    explain_read_only(host, a.failure);
+  }
   return a;
 }
 
@@ -52,7 +78,8 @@ CgroupSupport probe_cgroups() {
     // Name the parents, not the throw-away probe group.
     std::string parents;
     for (const auto& dir : a.group->dirs()) {
-      parents += (parents.empty() ? "" : ", ") + dir.substr(0, dir.rfind('/'));
+      s.parents.push_back(dir.substr(0, dir.rfind('/')));
+      parents += (parents.empty() ? "" : ", ") + s.parents.back();
     }
     s.detail = std::string(a.mode == CgroupSupport::Mode::v2 ? "cgroup v2" : "cgroup v1") +
                ": memory and pids limits in groups under " + parents;

@@ -1,8 +1,10 @@
 // cgroups for one sandboxed run: v2 (unified) or v1 (memory, pids, cpu/cpuacct hierarchies).
 // Created in the parent before clone, joined by the child before it execs, read after the run,
 // and removed with everything in them. Every group lives under a parent named "rlm-sandbox";
-// nothing else on the host is ever touched, except that on v2 memory and pids are enabled in the
-// cgroup.subtree_control of our own cgroup when it is the root, or of a cgroup delegated to us.
+// nothing else on the host is ever touched, except in cgroups that are ours on v2: memory and
+// pids are enabled in the cgroup.subtree_control of our own cgroup when it is the root, or of a
+// cgroup delegated to us, and a busy delegated cgroup of ours is split into a leaf
+// (cgroup_v2_parent.cpp, docs/cgroups.md).
 #pragma once
 
 #include <sys/types.h>
@@ -26,6 +28,7 @@ struct CgroupSupport {
                        // or, with mode none, why no group could be made
   std::string fix;     // with mode none: what gives a writable/delegated cgroup; else empty
   std::vector<std::string> enforced;  // policy fields enforced through cgroups here
+  std::vector<std::string> parents;   // the rlm-sandbox parent directories runs go under
 };
 CgroupSupport probe_cgroups();
 

@@ -13,6 +13,8 @@
 namespace rlm::ns {
 
 inline constexpr const char* kParentName = "rlm-sandbox";
+// v2: where the processes of a busy cgroup of ours go, so that it can pass controllers down.
+inline constexpr const char* kLeafName = "leaf";
 // kill_all() waits this long for the group to empty; the destructor this long to rmdir.
 inline constexpr std::chrono::milliseconds kKillTimeout{2000};
 inline constexpr std::chrono::milliseconds kRemoveTimeout{5000};
@@ -21,6 +23,9 @@ inline constexpr std::chrono::milliseconds kRemoveTimeout{5000};
 struct CgroupFailure {
   std::string why;
   std::string fix;
+  // The rlm-sandbox parent vanished (or was re-made) under us: another run's teardown removed it
+  // while it looked empty. Not a failure to report: the creator tries again.
+  bool raced = false;
 };
 
 // The run's directories (one on v2, one per hierarchy on v1), killed and removed on destruction.

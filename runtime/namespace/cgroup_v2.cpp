@@ -65,26 +65,22 @@ class V2Cgroup final : public GroupDirs {
 
 }  // namespace
 
-std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limits,
-                                     CgroupFailure& failure) {
-  const RunId id = next_run_id();
-  std::string dir;
-  int err = 0;
-  // The last run's teardown removes an empty parent; if that races with us, prepare it again.
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const std::string parent = prepare_v2_parent(host, failure);
-    if (parent.empty()) return nullptr;
-    dir = parent + "/" + id.to_string();
-    err = ::mkdir(dir.c_str(), 0755) == 0 ? 0 : errno;
-    if (err != ENOENT) break;
-  }
-  if (err != 0) {
+namespace {
+
+// One attempt at <parent>/<id> with its limits. ENOENT anywhere means the parent was removed by
+// another run's teardown (and perhaps made again, without controllers yet): `failure.raced`.
+std::unique_ptr<GroupDirs> make_group(const std::string& parent, const RunId& id,
+                                      const Limits& limits, CgroupFailure& failure) {
+  const std::string dir = parent + "/" + id.to_string();
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    const int err = errno;
+    failure.raced = err == ENOENT;
     failure.why = "cgroup v2: cannot create " + dir + ": " + cgfs::errno_text(err);
-    failure.fix = v2_fix(host, false);
     return nullptr;
   }
   auto fail = [&](const std::string& what, int err) -> std::unique_ptr<GroupDirs> {
     ::rmdir(dir.c_str());  // still empty: nothing was attached
+    failure.raced = err == ENOENT;
     failure.why = "cgroup v2: " + what + ": " + cgfs::errno_text(err);
     return nullptr;
   };
@@ -106,6 +102,29 @@ std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limi
     return fail("cannot open " + dir, err);
   }
   return std::make_unique<V2Cgroup>(id, dir, std::move(fd));
+}
+
+}  // namespace
+
+std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limits,
+                                     CgroupFailure& failure) {
+  const RunId id = next_run_id();
+  // The last run's teardown removes an empty parent; if that races with us, prepare it again.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    failure = {};
+    const std::string parent = prepare_v2_parent(host, failure);
+    if (parent.empty() && !failure.raced) return nullptr;
+    if (parent.empty()) continue;
+    if (auto group = make_group(parent, id, limits, failure)) return group;
+    if (!failure.raced) {
+      failure.fix = v2_fix(host, false);
+      return nullptr;
+    }
+  }
+  failure.why =
+      "cgroup v2: the rlm-sandbox parent kept vanishing under concurrent runs: " + failure.why;
+  failure.fix = v2_fix(host, false);
+  return nullptr;
 }
 
 }  // namespace rlm::ns

@@ -9,7 +9,10 @@
 //  3. at the hierarchy root, as root, when the root already passes memory and pids down (it
 //     does on every systemd host). We never write the host's root subtree_control unless the
 //     root is our own cgroup (1).
-// We never move this process (or any other) between cgroups to make room.
+// When none works and our own cgroup is busy but ours to arrange -- delegated to us (what
+// `systemd-run --scope -p Delegate=yes` hands over), or the root of a container's cgroup
+// namespace -- every process in it moves into <own>/leaf, which frees <own> to pass controllers
+// down: the layout of 2. A cgroup that is not ours is never rearranged.
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -48,6 +51,7 @@ bool xattr_says_delegated(const std::string& dir, const char* name) {
 }
 
 bool delegated_to_us(const std::string& dir) {
+  if (::access((dir + "/cgroup.procs").c_str(), W_OK) != 0) return false;
   if (xattr_says_delegated(dir, "trusted.delegate") || xattr_says_delegated(dir, "user.delegate"))
     return true;
   // Without the xattr (older systemd, manual delegation): a non-root owner is the delegate.
@@ -57,7 +61,7 @@ bool delegated_to_us(const std::string& dir) {
          ::access((dir + "/cgroup.subtree_control").c_str(), W_OK) == 0;
 }
 
-enum class Problem { none, busy, denied, unavailable };
+enum class Problem { none, busy, denied, unavailable, vanished };
 struct Outcome {
   Problem problem = Problem::none;
   std::string text;
@@ -65,11 +69,14 @@ struct Outcome {
 
 // Makes sure `dir`'s children get memory and pids, enabling them when `may_write`.
 Outcome pass_down(const std::string& dir, bool may_write) {
+  if (!cgfs::exists(dir + "/cgroup.subtree_control")) return {Problem::vanished, dir + " vanished"};
   const auto enabled = cgfs::read_words(dir + "/cgroup.subtree_control");
   const auto available = cgfs::read_words(dir + "/cgroup.controllers");
   for (const char* c : {"memory", "pids"}) {
     if (cgfs::contains(enabled, c)) continue;
     if (!cgfs::contains(available, c)) {
+      // An unreadable list: the directory went away after the check above.
+      if (!cgfs::exists(dir + "/cgroup.controllers")) return {Problem::vanished, dir + " vanished"};
       return {Problem::unavailable, std::string(c) + " is not available in " + dir +
                                         " (its parent does not pass it down)"};
     }
@@ -78,6 +85,7 @@ Outcome pass_down(const std::string& dir, bool may_write) {
               std::string(c) + " is not enabled in " + dir + "/cgroup.subtree_control"};
     }
     int err = cgfs::write_file(dir + "/cgroup.subtree_control", std::string("+") + c);
+    if (err == ENOENT) return {Problem::vanished, dir + " vanished"};
     if (err == EBUSY) {
       return {Problem::busy, dir + " holds processes, so cgroup v2 cannot enable " + c +
                                  " for groups below it (the no-internal-processes rule)"};
@@ -105,7 +113,38 @@ Outcome try_base(const Candidate& c, std::string& parent) {
     return {err == EACCES || err == EPERM || err == EROFS ? Problem::denied : Problem::unavailable,
             "cannot create " + parent + ": " + cgfs::errno_text(err)};
   }
-  return pass_down(parent, true);
+  Outcome out = pass_down(parent, true);
+  // The base passes memory and pids down (checked above), so a parent of ours that lacks them is
+  // one being removed by another run's teardown right now (a dying cgroup's files read empty).
+  if (out.problem == Problem::unavailable) out.problem = Problem::vanished;
+  return out;
+}
+
+// Our busy own cgroup, when we may move its processes: delegated to us, or (as root) the top of
+// our view of the hierarchy while it is not the real root -- the real root never says EBUSY, so
+// this is a container's cgroup namespace, whose processes are all the container's.
+bool may_rearrange(const HostCgroups& host, const std::string& own) {
+  return delegated_to_us(own) || (::geteuid() == 0 && own == host.v2->mount_point);
+}
+
+// Moves every process of `own` into <own>/leaf, until none is left (they may fork meanwhile).
+Outcome move_into_leaf(const std::string& own) {
+  const std::string leaf = own + "/" + kLeafName;
+  if (int err = cgfs::make_dir(leaf)) {
+    return {Problem::denied, "cannot create " + leaf + ": " + cgfs::errno_text(err)};
+  }
+  for (int round = 0; round < 100; ++round) {
+    const auto pids = cgfs::members(own);
+    if (pids.empty()) return {};
+    for (pid_t pid : pids) {
+      int err = cgfs::write_file(leaf + "/cgroup.procs", std::to_string(pid));
+      if (err != 0 && err != ESRCH) {
+        return {Problem::denied, "cannot move process " + std::to_string(pid) + " from " + own +
+                                     " into " + leaf + ": " + cgfs::errno_text(err)};
+      }
+    }
+  }
+  return {Problem::busy, own + " keeps filling with new processes"};
 }
 
 }  // namespace
@@ -128,13 +167,30 @@ std::string v2_fix(const HostCgroups& host, bool busy) {
 
 std::string prepare_v2_parent(const HostCgroups& host, CgroupFailure& failure) {
   std::string reasons;
-  bool busy = false;
+  bool busy = false, own_busy = false;
   for (const auto& c : candidates(host)) {
     std::string parent;
     Outcome out = try_base(c, parent);
     if (out.problem == Problem::none) return parent;
+    if (out.problem == Problem::vanished) {
+      failure.raced = true;
+      return "";
+    }
     busy = busy || out.problem == Problem::busy;
+    own_busy = own_busy || (c.kind == Kind::own && out.problem == Problem::busy);
     reasons += (reasons.empty() ? "" : "; ") + out.text;
+  }
+  // The no-internal-processes rule, on a cgroup that is ours: make it a unit with a leaf.
+  if (own_busy && may_rearrange(host, host.v2_own)) {
+    Outcome moved = move_into_leaf(host.v2_own);
+    std::string parent;
+    if (moved.problem == Problem::none) moved = try_base({host.v2_own, Kind::own}, parent);
+    if (moved.problem == Problem::none) return parent;
+    if (moved.problem == Problem::vanished) {
+      failure.raced = true;
+      return "";
+    }
+    reasons += "; " + moved.text;
   }
   if (reasons.empty()) reasons = "this process's cgroup is not visible in " + host.v2->mount_point;
   failure.why = "cgroup v2: no usable cgroup for the sandbox: " + reasons;

@@ -8,6 +8,7 @@
 
 #include "common/init_locator.hpp"
 #include "namespace/cgroup.hpp"
+#include "namespace/limit_fallback.hpp"
 #include "namespace/userns.hpp"
 #include "seccomp/seccomp.hpp"
 
@@ -106,6 +107,36 @@ bool check_prerequisites(Health& health, common::InitLocation& init, bool thorou
 
 }  // namespace
 
+namespace {
+
+// The four setups users run on (docs/cgroups.md, tests/lanes): who runs the runtime, and where
+// its limits come from.
+std::string host_setup(bool root, CgroupSupport::Mode mode) {
+  switch (mode) {
+    case CgroupSupport::Mode::v1:
+      return root ? "root-cgroup-v1" : "user-cgroup-v1";
+    case CgroupSupport::Mode::v2:
+      return root ? "root-cgroup-v2" : "user-delegated-cgroup-v2";
+    case CgroupSupport::Mode::none:
+      break;
+  }
+  return root ? "root-no-cgroup" : "user-no-cgroup";
+}
+
+const char* mode_name(CgroupSupport::Mode mode) {
+  switch (mode) {
+    case CgroupSupport::Mode::v1:
+      return "v1";
+    case CgroupSupport::Mode::v2:
+      return "v2";
+    case CgroupSupport::Mode::none:
+      break;
+  }
+  return "none";
+}
+
+}  // namespace
+
 std::string namespace_unavailable_reason() {
   Health health;
   common::InitLocation init;
@@ -136,16 +167,20 @@ Health namespace_health() {
     health.detail += "; " + cgroups.detail;
     health.enforced.insert(health.enforced.end(), cgroups.enforced.begin(), cgroups.enforced.end());
   } else {
-    health.detail += "; no usable cgroup (" + cgroups.detail +
-                     "): limits.memory_bytes falls back to RLIMIT_AS (address space, per "
-                     "process) and limits.pids is not enforced (RLIMIT_NPROC would count every "
-                     "process of the host uid, across sandboxes)";
+    health.detail += "; no usable cgroup (" + cgroups.detail + "), so rlimits stand in";
     health.fix = cgroups.fix;
-    health.enforced.push_back("limits.memory_bytes");
+    for (const auto& fallback : cgroup_limit_fallbacks()) {
+      health.fallbacks[fallback.field] = fallback.how;
+      if (fallback.enforced) health.enforced.push_back(fallback.field);
+    }
   }
   for (const char* field : {"limits.memory_bytes", "limits.pids"})
     if (std::find(health.enforced.begin(), health.enforced.end(), field) == health.enforced.end())
       health.unenforced.push_back(field);
+  health.host = {{"setup", host_setup(root, cgroups.mode)},
+                 {"cgroup", mode_name(cgroups.mode)},
+                 {"cgroup_parents", cgroups.parents},
+                 {"runtime_uid", geteuid()}};
   return health;
 }
 

@@ -28,6 +28,7 @@
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
 #include "namespace/health.hpp"
+#include "namespace/limit_fallback.hpp"
 #include "namespace/payload_filter.hpp"
 #include "namespace/run_outcome.hpp"
 #include "namespace/userns.hpp"
@@ -68,15 +69,6 @@ unsigned fd_ceiling() {
   return getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
              ? static_cast<unsigned>(files.rlim_cur)
              : (1u << 20);
-}
-
-// RLIMIT_AS stands in for the memory limit only when no cgroup enforces it: address space is a
-// poor proxy for memory (runtimes reserve far more than they use).
-std::vector<std::string> init_rlimits(const Limits& limits, bool cgroup_limits_memory) {
-  auto rlimits = local::rlimit_arguments(limits);
-  if (cgroup_limits_memory)
-    std::erase_if(rlimits, [](const std::string& r) { return r.starts_with("as="); });
-  return rlimits;
 }
 
 std::uint64_t clone_flags(const Policy& policy) {
@@ -321,11 +313,7 @@ class NamespaceBackend final : public Backend {
     }
     run.fill_from(std::move(supervision), context);
     apply_cgroup_usage(run.result, usage, policy.limits, stopped_at_limit);
-    if (!p.cgroup_problem.empty())
-      run.result.detail += std::string(run.result.detail.empty() ? "" : "; ") +
-                           "note: no cgroup, so limits.memory_bytes was enforced as RLIMIT_AS and "
-                           "limits.pids not at all (" +
-                           p.cgroup_problem + ")";
+    if (!p.cgroup_problem.empty()) note_limit_fallbacks(run.result, p.cgroup_problem);
     return run.finish();
   }
 };

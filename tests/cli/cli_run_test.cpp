@@ -22,11 +22,11 @@ TEST(CliRun, JsonReportsExitNonzeroWithOutput) {
   EXPECT_EQ(result["stdout"], "hi\n");
   EXPECT_EQ(result["backend"], "local");
   EXPECT_EQ(result["policy"], "trusted-local");
-  for (const char* key :
-       {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms", "peak_memory_bytes",
-        "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy"})
+  for (const char* key : {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms",
+                          "peak_memory_bytes", "stdout", "stderr", "stdout_truncated",
+                          "stderr_truncated", "backend", "policy", "unenforced"})
     EXPECT_TRUE(result.contains(key)) << key;
-  EXPECT_EQ(result.size(), 13u) << result.dump();
+  EXPECT_EQ(result.size(), 14u) << result.dump();
 }
 
 TEST(CliRun, PlainModeStreamsOutputAndExitsWithThePayloadsCode) {

@@ -37,6 +37,13 @@ TEST(LocalRun, ExitZeroIsOk) {
   EXPECT_EQ(result.cli_exit_code(), 0);
 }
 
+TEST(LocalRun, EveryResultNamesTheLimitsItCannotEnforce) {
+  auto result = run_local({"true"});
+  EXPECT_EQ(result.unenforced, (std::vector<std::string>{"limits.pids", "limits.tmpfs_bytes"}));
+  EXPECT_EQ(result.to_json()["unenforced"],
+            nlohmann::json::array({"limits.pids", "limits.tmpfs_bytes"}));
+}
+
 TEST(LocalRun, CodeRequestsRunTheirInterpreter) {
   Request request;
   request.language = "sh";

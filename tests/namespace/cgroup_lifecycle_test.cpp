@@ -16,10 +16,6 @@ namespace {
 
 constexpr std::uint64_t MiB = 1ull << 20;
 
-int sleep_forever() {
-  for (;;) ::pause();
-}
-
 // Entries under the groups' parents that this process created (names start "<pid>-<start>-").
 std::vector<std::string> own_leftovers(const std::vector<std::string>& parents) {
   const std::string prefix = std::to_string(::getpid()) + "-" +
@@ -43,7 +39,7 @@ std::vector<std::string> parents_of(const std::vector<std::string>& dirs) {
 }
 
 TEST(CgroupLifecycle, ProbeMatchesTheHost) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   const auto support = ns::probe_cgroups();
   const auto expected =
       is_cgroup2_host() ? ns::CgroupSupport::Mode::v2 : ns::CgroupSupport::Mode::v1;
@@ -55,7 +51,7 @@ TEST(CgroupLifecycle, ProbeMatchesTheHost) {
 }
 
 TEST(CgroupLifecycle, GroupsAreNamedAndLimited) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
   const auto& dirs = dirs_of(*group);
   ASSERT_FALSE(dirs.empty());
@@ -99,7 +95,7 @@ TEST(CgroupLifecycle, GroupsAreNamedAndLimited) {
 }
 
 TEST(CgroupLifecycle, DestructorKillsMembersAndRemovesTheGroups) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
   const auto dirs = dirs_of(*group);
   WaitingChild child([] {
@@ -120,7 +116,7 @@ TEST(CgroupLifecycle, DestructorKillsMembersAndRemovesTheGroups) {
 }
 
 TEST(CgroupLifecycle, KillAllEmptiesTheGroupAndKeepsIt) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   RLM_MAKE_GROUP(group, limits(64 * MiB, 64));
   const auto dirs = dirs_of(*group);
   WaitingChild child([] {
@@ -144,7 +140,7 @@ TEST(CgroupLifecycle, KillAllEmptiesTheGroupAndKeepsIt) {
 }
 
 TEST(CgroupLifecycle, AttachingAMissingProcessThrows) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
   WaitingChild gone([] { return 0; });
   gone.release();
@@ -153,7 +149,7 @@ TEST(CgroupLifecycle, AttachingAMissingProcessThrows) {
 }
 
 TEST(CgroupLifecycle, HundredCyclesLeaveNothingBehind) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   std::vector<std::string> parents;
   for (int i = 0; i < 100; ++i) {
     RLM_MAKE_GROUP(group, limits(32 * MiB, 8));
@@ -169,11 +165,12 @@ TEST(CgroupLifecycle, HundredCyclesLeaveNothingBehind) {
 }
 
 TEST(CgroupLifecycle, ConcurrentCreateAndDestroyFromEightThreads) {
-  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_CGROUP_ACCESS();
   std::atomic<int> failures{0};
   std::mutex mu;
   std::set<std::string> seen;
   std::vector<std::string> parents;
+  std::string first_failure;
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
@@ -182,6 +179,8 @@ TEST(CgroupLifecycle, ConcurrentCreateAndDestroyFromEightThreads) {
         auto group = ns::RunCgroup::create(limits(32 * MiB, 8), &why);
         if (!group) {
           ++failures;
+          std::lock_guard lock(mu);
+          if (first_failure.empty()) first_failure = why;
           continue;
         }
         {
@@ -200,7 +199,7 @@ TEST(CgroupLifecycle, ConcurrentCreateAndDestroyFromEightThreads) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures.load(), 0) << first_failure;
   EXPECT_EQ(seen.size(), 8u * 15u * (is_cgroup2_host() ? 1 : parents.size()));
   EXPECT_EQ(own_leftovers(parents), std::vector<std::string>{});
 }

@@ -3,6 +3,8 @@
 // no-internal-processes rule explained, and non-root users on either version.
 #include <grp.h>
 #include <linux/sched.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
@@ -25,7 +27,7 @@ std::string parent_of(const std::string& dir) {
 #define RLM_REQUIRE_V2()                                                                 \
   if (!is_cgroup2_host())                                                                \
   GTEST_SKIP() << "this host mounts cgroup v1 at /sys/fs/cgroup; the cgroup v2 path is " \
-                  "tested on a v2-only kernel (tools: ../shared/tools/cgroup2-vm -- cgroup_tests)"
+                  "tested on a v2-only kernel by the VM lanes (tests/vm/lanes, ctest -L vm)"
 
 // Runs `body` in a forked child and returns the text it wrote to the given fd. The child may
 // allocate: these tests run single-threaded.
@@ -139,34 +141,117 @@ TEST(CgroupPlacement, DelegatedSubtreeServesANonRootUser) {
       << "the group goes beside the leaf, in the delegated unit";
   EXPECT_FALSE(dir_exists(leaf + "/rlm-sandbox")) << "nothing is made inside the busy leaf";
 
-  for (const auto& dir : {unit + "/rlm-sandbox", leaf, unit}) {
+  EXPECT_FALSE(dir_exists(unit + "/rlm-sandbox")) << "the last run removes the parent it made";
+  for (const auto& dir : {leaf, unit}) {
     EXPECT_EQ(::rmdir(dir.c_str()), 0) << dir << ": " << std::strerror(errno);
   }
 }
 
-TEST(CgroupPlacement, BusyOwnCgroupIsExplainedNotRearranged) {
+std::string own_cgroup_line() {
+  auto text = ns::cgfs::read_file("/proc/self/cgroup").value_or("?");
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+TEST(CgroupPlacement, ABusyDelegatedCgroupIsSplitIntoALeaf) {
   RLM_REQUIRE_ROOT();
   RLM_REQUIRE_V2();
-  // A user's own cgroup that holds their process and is not in a delegated unit: cgroup v2's
-  // no-internal-processes rule forbids controllers below it, and we must not move anyone.
+  // What `systemd-run --user --scope -p Delegate=yes` hands a user: a cgroup of their own that
+  // holds their processes. The no-internal-processes rule forbids controllers below it until
+  // its processes move into a leaf, which the runtime does itself.
   RLM_MAKE_GROUP(anchor, limits(64 * MiB, 16));
-  const std::string own =
-      parent_of(dirs_of(*anchor)[0]) + "/test-busy-" + std::to_string(::getpid());
-  ASSERT_EQ(::mkdir(own.c_str(), 0755), 0) << own;
-  give_to_nobody(own);
-  const std::string before = ns::cgfs::read_file(own + "/cgroup.subtree_control").value_or("?");
+  const std::string scope =
+      parent_of(dirs_of(*anchor)[0]) + "/test-scope-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(scope.c_str(), 0755), 0) << scope;
+  give_to_nobody(scope);
+  // A second process of the user in the scope: it must move too, or the rule still applies.
+  WaitingChild sibling(sleep_forever);
+  ASSERT_EQ(ns::cgfs::write_file(scope + "/cgroup.procs", std::to_string(sibling.pid())), 0);
 
   const std::string result = in_child([&] {
-    if (ns::cgfs::write_file(own + "/cgroup.procs", "0") != 0) return std::string("move failed");
+    if (ns::cgfs::write_file(scope + "/cgroup.procs", "0") != 0) return std::string("move failed");
     if (!become_nobody()) return std::string("setuid failed");
-    return try_create();
+    std::string created = try_create();  // before reading where we are now
+    return created + "\n" + own_cgroup_line();
   });
-  EXPECT_EQ(result.rfind("FAIL ", 0), 0u) << result;
-  EXPECT_NE(result.find("holds processes"), std::string::npos) << result;
-  EXPECT_NE(result.find("DelegateSubgroup"), std::string::npos) << result;
-  EXPECT_EQ(ns::cgfs::read_file(own + "/cgroup.subtree_control").value_or("?"), before);
-  EXPECT_FALSE(dir_exists(own + "/rlm-sandbox"));
-  EXPECT_EQ(::rmdir(own.c_str()), 0) << own << ": " << std::strerror(errno);
+  const std::string base = scope.substr(std::string("/sys/fs/cgroup").size());
+  EXPECT_EQ(result.rfind("OK " + scope + "/rlm-sandbox/", 0), 0u) << result;
+  EXPECT_NE(result.find("\n0::" + base + "/leaf"), std::string::npos)
+      << "the runtime moved itself into the leaf: " << result;
+  EXPECT_EQ(ns::cgfs::members(scope), std::vector<pid_t>{}) << "the scope holds no process now";
+  EXPECT_EQ(ns::cgfs::members(scope + "/leaf"), std::vector<pid_t>{sibling.pid()});
+  EXPECT_EQ(ns::cgfs::read_words(scope + "/cgroup.subtree_control"),
+            (std::vector<std::string>{"memory", "pids"}));
+  ::kill(sibling.pid(), SIGKILL);
+  sibling.wait();
+  EXPECT_FALSE(dir_exists(scope + "/rlm-sandbox"));
+  for (const auto& dir : {scope + "/leaf", scope}) {
+    EXPECT_EQ(::rmdir(dir.c_str()), 0) << dir << ": " << std::strerror(errno);
+  }
+}
+
+TEST(CgroupPlacement, ABusyCgroupThatIsNotOursIsNotRearranged) {
+  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_V2();
+  // Root in a busy cgroup no one delegated (a systemd service without Delegate=): its processes
+  // stay where they are; the group goes elsewhere (the top, which passes controllers down).
+  RLM_MAKE_GROUP(anchor, limits(64 * MiB, 16));
+  const std::string service =
+      parent_of(dirs_of(*anchor)[0]) + "/test-service-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(service.c_str(), 0755), 0) << service;
+  const std::string before = ns::cgfs::read_file(service + "/cgroup.subtree_control").value_or("?");
+
+  const std::string result = in_child([&] {
+    if (ns::cgfs::write_file(service + "/cgroup.procs", "0") != 0)
+      return std::string("move failed");
+    std::string created = try_create();  // before reading where we are now
+    return created + "\n" + own_cgroup_line();
+  });
+  const std::string base = service.substr(std::string("/sys/fs/cgroup").size());
+  EXPECT_EQ(result.rfind("OK /sys/fs/cgroup/rlm-sandbox/", 0), 0u) << result;
+  EXPECT_NE(result.find("\n0::" + base), std::string::npos) << result;
+  EXPECT_EQ(result.find("/leaf"), std::string::npos) << result;
+  EXPECT_EQ(ns::cgfs::read_file(service + "/cgroup.subtree_control").value_or("?"), before);
+  EXPECT_FALSE(dir_exists(service + "/leaf"));
+  EXPECT_EQ(::rmdir(service.c_str()), 0) << service << ": " << std::strerror(errno);
+}
+
+TEST(CgroupPlacement, InsideAContainersCgroupNamespaceItsRootIsSplitIntoALeaf) {
+  RLM_REQUIRE_ROOT();
+  RLM_REQUIRE_V2();
+  // A container with a private cgroup namespace and a writable cgroupfs (docker run
+  // --cgroupns=private, given a writable /sys/fs/cgroup): its cgroup is the root of its view and
+  // holds the container's processes, so the no-internal-processes rule applies to it.
+  RLM_MAKE_GROUP(anchor, limits(64 * MiB, 16));
+  const std::string container =
+      parent_of(dirs_of(*anchor)[0]) + "/test-container-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(container.c_str(), 0755), 0) << container;
+
+  const std::string result = in_child([&] {
+    if (ns::cgfs::write_file(container + "/cgroup.procs", "0") != 0)
+      return std::string("move failed");
+    if (::unshare(CLONE_NEWCGROUP | CLONE_NEWNS) != 0) return std::string("unshare failed");
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+      return std::string("making / private failed");
+    // The container's own cgroupfs: the inherited mount shows the host's root ("/.."), a fresh
+    // one the namespace's root.
+    if (::umount2("/sys/fs/cgroup", MNT_DETACH) != 0) return std::string("umount failed");
+    if (::mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
+      return "mounting cgroup2 failed: " + std::string(std::strerror(errno));
+    std::string created = try_create();  // before reading where we are now
+    return created + "\n" + own_cgroup_line();
+  });
+  // In the container's view: the group under its root, the container's processes in /leaf.
+  EXPECT_EQ(result.rfind("OK /sys/fs/cgroup/rlm-sandbox/", 0), 0u) << result;
+  EXPECT_NE(result.find("\n0::/leaf"), std::string::npos) << result;
+  // In the host's: the container's cgroup passes the controllers down and holds no process.
+  EXPECT_EQ(ns::cgfs::read_words(container + "/cgroup.subtree_control"),
+            (std::vector<std::string>{"memory", "pids"}));
+  EXPECT_EQ(ns::cgfs::members(container), std::vector<pid_t>{});
+  EXPECT_FALSE(dir_exists(container + "/rlm-sandbox")) << "the run removed what it made";
+  for (const auto& dir : {container + "/leaf", container}) {
+    EXPECT_EQ(::rmdir(dir.c_str()), 0) << dir << ": " << std::strerror(errno);
+  }
 }
 
 TEST(CgroupPlacement, NonRootWithoutDelegationIsToldHowToFixIt) {

@@ -20,6 +20,7 @@
 
 #include "namespace/cgroup.hpp"
 #include "namespace/cgroup_impl.hpp"
+#include "support/lane.hpp"
 
 namespace rlm::test {
 
@@ -88,6 +89,11 @@ class WaitingChild {
   bool reaped_ = false;
 };
 
+// A WaitingChild body that never ends by itself.
+inline int sleep_forever() {
+  for (;;) ::pause();
+}
+
 inline const std::vector<std::string>& dirs_of(const ns::RunCgroup& group) {
   return dynamic_cast<const ns::GroupDirs&>(group).dirs();
 }
@@ -112,6 +118,14 @@ inline bool is_cgroup2_host() {
   if (::geteuid() != 0)                                              \
   GTEST_SKIP() << "needs root: cgroup groups are created under the " \
                   "host's hierarchies (run the tests as root)"
+
+// Skips a test that needs to create groups where this user cannot: root always can (on v1 the
+// groups go under the host's hierarchies); an ordinary user only in a delegated cgroup v2
+// subtree (lane user-delegated-cgroup-v2, see tests/lanes/run-lane).
+#define RLM_REQUIRE_CGROUP_ACCESS()                                                        \
+  if (::geteuid() != 0 && !::rlm::test::lane_has_cgroups())                                \
+  GTEST_SKIP() << "this user can create no cgroup here (lane " << ::rlm::test::test_lane() \
+               << "); its rlimit fallback is tested by namespace_security_serial_tests"
 
 inline Limits limits(std::uint64_t memory_bytes, std::uint32_t pids) {
   Limits l;

@@ -25,6 +25,7 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "support/lane.hpp"
 #include "support/subprocess.hpp"
 
 namespace rlm {

@@ -19,6 +19,14 @@ cannot, and for each missing piece the command that fixes it.
 With --policy, also tells which backend a run under that policy would use, and exits 1 when no
 backend can run it (the run would fail closed with exit 125).
 
+For the namespace backend, "host setup" names which of the setups of docs/cgroups.md this host is:
+  root-cgroup-v1            root on a cgroup v1 (or hybrid) host
+  root-cgroup-v2            root on a cgroup v2 host; rlm-sandbox enables the controllers it needs
+  user-delegated-cgroup-v2  an ordinary user with a delegated cgroup v2 subtree
+  user-no-cgroup            an ordinary user without a writable cgroup: rlimits stand in for the
+                            memory and pids limits (listed under "falls back to"), and the "to fix"
+                            line says how to get a delegated subtree
+
 examples:
   rlm-sandbox health
   rlm-sandbox health --json
@@ -88,6 +96,10 @@ int health_command(const std::vector<std::string>& args) {
     std::cout << health.backend << ": " << (health.available ? "available" : "unavailable")
               << (health.available && !health.isolated ? " (no isolation)" : "") << "\n";
     std::cout << "    " << health.detail << "\n";
+    if (health.host.is_object() && health.host.contains("setup"))
+      std::cout << "    host setup: " << health.host["setup"].get<std::string>() << "\n";
+    for (const auto& [field, how] : health.fallbacks)
+      std::cout << "    " << field << " falls back to " << how << "\n";
     if (!health.fix.empty()) std::cout << "    to fix: " << health.fix << "\n";
     print_list("enforces", health.enforced);
     print_list("does not enforce", health.unenforced);

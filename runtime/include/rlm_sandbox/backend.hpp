@@ -1,6 +1,7 @@
 // Backends behind one interface, and the registry that picks one for a policy (fail closed).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +24,13 @@ struct Health {
   std::string fix;                      // the command or step that fixes it; "" when nothing to fix
   std::vector<std::string> enforced;    // policy limits this backend enforces here
   std::vector<std::string> unenforced;  // and those it cannot, so a caller is never misled
+  // Fields enforced here by a stand-in for the backend's usual means (or not at all), and how:
+  // e.g. without a cgroup, "limits.pids" -> "RLIMIT_NPROC of the sandbox user ...".
+  std::map<std::string, std::string> fallbacks;
+  // What this host is, for this backend; for namespace: {"setup": "root-cgroup-v1" |
+  // "root-cgroup-v2" | "user-delegated-cgroup-v2" | "user-no-cgroup" | ..., "cgroup": "v1" |
+  // "v2" | "none", "cgroup_parents": [...], "runtime_uid": N}. Null when there is nothing to say.
+  nlohmann::json host;
 
   nlohmann::json to_json() const;
 };

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,9 +39,13 @@ struct Result {
   std::uint64_t peak_memory_bytes = 0;
   std::string backend;
   std::string policy;
+  // Policy limits ("limits.memory_bytes", ...) this run could not enforce as the policy means
+  // them, e.g. without a usable cgroup; `detail` says what stood in. Empty when all held.
+  std::vector<std::string> unenforced;
 
   // {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms", "peak_memory_bytes",
-  //  "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy"}.
+  //  "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy",
+  //  "unenforced"}.
   // Output that is not valid UTF-8 has the offending bytes replaced with U+FFFD.
   nlohmann::json to_json() const;
 

@@ -1,0 +1,38 @@
+// What stands in for the cgroup limits when this host gives the runtime no usable cgroup (an
+// ordinary user without a delegated subtree, a container with a read-only cgroupfs): rlimits
+// applied by rlm-sandbox-init, and an honest account of what they do not cover, for `health` and
+// for the Result.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/result.hpp"
+
+namespace rlm::ns {
+
+struct LimitFallback {
+  std::string field;  // "limits.memory_bytes"
+  bool enforced;      // whether the stand-in really bounds what the field promises
+  std::string how;    // what enforces it instead, and what is lost
+};
+
+// Since Linux 5.14 RLIMIT_NPROC is counted per (user namespace, uid): in the sandbox's own user
+// namespace it bounds that sandbox's processes alone. Before, it counted every process of the
+// host uid, across sandboxes and the user's own session.
+bool nproc_rlimit_is_per_user_namespace();
+
+// One entry per cgroup-backed policy field (memory, pids).
+std::vector<LimitFallback> cgroup_limit_fallbacks();
+
+// rlm-sandbox-init's rlimits for a run: the policy's, with RLIMIT_AS only when no cgroup limits
+// memory (address space is a poor proxy: runtimes reserve far more than they use), and
+// RLIMIT_NPROC for limits.pids when no cgroup does and the kernel counts it per namespace.
+std::vector<std::string> init_rlimits(const Limits& limits, bool have_cgroup);
+
+// For a run without a cgroup: lists the limits that did not hold in `result.unenforced` and says
+// in `result.detail` what stood in and why there was no cgroup (`why`).
+void note_limit_fallbacks(Result& result, const std::string& why);
+
+}  // namespace rlm::ns
