@@ -65,6 +65,12 @@ class RunCgroup {
   // Moves `pid` into the group(s) (every hierarchy on v1); called by the parent while the child
   // waits, before it execs or unshares its cgroup namespace. Throws Error (e.g. ESRCH).
   virtual void attach(pid_t pid) = 0;
+  // v1: write-only fds (owned by this object, O_CLOEXEC) of each group's `tasks` file, so the
+  // cloned child can move itself by writing "0" to each before it changes its ids. A process
+  // moving itself alone skips the kernel's global threadgroup lock, whose RCU grace period made
+  // a move by the parent (attach) stall for up to ~30 ms on busy hosts. Empty on v2 (clone3's
+  // CLONE_INTO_CGROUP does better). Opened on first call; throws Error when one cannot be.
+  virtual std::vector<int> self_join_fds() { return {}; }
   // Cheap reads of the control files; valid while the object lives (after kill_all too).
   virtual CgroupUsage usage() const = 0;
   // Just the OOM-kill count, in one read: a session asks before every cell.

@@ -1,14 +1,17 @@
 // cgroup v1: one group per hierarchy we use -- memory and pids (required), cpuacct (optional,
 // for CPU accounting) -- at <hierarchy>/rlm-sandbox/<run-id>. The hierarchies are found by
 // controller in mountinfo, so "cpu,cpuacct" co-mounted and separate mounts both work.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cerrno>
 
+#include "common/unique_fd.hpp"
 #include "namespace/cgroup_fs.hpp"
 #include "namespace/cgroup_impl.hpp"
+#include "rlm_sandbox/error.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -24,6 +27,19 @@ class V1Cgroup final : public GroupDirs {
 
   int clone_into_fd() const override { return -1; }
   void attach(pid_t pid) override { attach_all(pid); }
+
+  std::vector<int> self_join_fds() override {
+    if (join_fds_.empty()) {
+      for (const auto& dir : dirs()) {
+        common::UniqueFd fd(::open((dir + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd) throw Error("cannot open " + dir + "/tasks: " + cgfs::errno_text(errno));
+        join_fds_.push_back(std::move(fd));
+      }
+    }
+    std::vector<int> fds;
+    for (const auto& fd : join_fds_) fds.push_back(fd.get());
+    return fds;
+  }
 
   std::uint64_t oom_kills() const override {
     return cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0);
@@ -53,6 +69,7 @@ class V1Cgroup final : public GroupDirs {
 
  private:
   std::string memory_, pids_, cpuacct_;
+  std::vector<common::UniqueFd> join_fds_;
 };
 
 std::string non_root_hint() {

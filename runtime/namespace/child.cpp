@@ -41,6 +41,10 @@ void run_child(const ChildPlan& plan) noexcept {
   }
   if (got != 1) _exit(init_protocol::kInitFailureExit);  // the parent gave up on us
 
+  // Into the run's cgroups (v1) while our euid is still the runtime's, which may write there.
+  for (int fd : plan.join_cgroup_fds)
+    if (fd >= 0 && write(fd, "0", 1) != 1) fail(plan, "joining the run's cgroup (tasks)");
+
   StepFailure failure;
   if (!apply_ids(*plan.ids, failure)) fail(plan, failure);
   // After the id change, which clears the parent-death signal. If the runtime dies from here on,

@@ -187,6 +187,12 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   p.errors = make_pipe();
 
   ChildPlan& plan = p.plan;
+  if (p.cgroup) {
+    const auto join = p.cgroup->self_join_fds();
+    if (join.size() > plan.join_cgroup_fds.size())
+      throw Error("more cgroup hierarchies than a sandbox joins: " + p.cgroup->describe());
+    std::copy(join.begin(), join.end(), plan.join_cgroup_fds.begin());
+  }
   plan.release_read = p.release.read.get();
   plan.release_write = p.release.write.get();
   plan.error_read = p.errors.read.get();
@@ -234,7 +240,8 @@ std::string start_sandbox(Preparation& p, const Policy& policy, Clock::time_poin
 
   if (auto error = write_id_maps(child.pid, p.ids); !error.empty())
     return "cannot map the sandbox user: " + error;
-  if (p.cgroup && !child.into_cgroup) {
+  // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.
+  if (p.cgroup && !child.into_cgroup && p.plan.join_cgroup_fds[0] < 0) {
     try {
       p.cgroup->attach(child.pid);
     } catch (const std::exception& error) {

@@ -115,6 +115,33 @@ TEST(CgroupLifecycle, DestructorKillsMembersAndRemovesTheGroups) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
 
+TEST(CgroupLifecycle, AChildJoinsItsV1GroupsItself) {
+  RLM_REQUIRE_CGROUP_ACCESS();
+  RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
+  const auto fds = group->self_join_fds();
+  if (is_cgroup2_host()) {
+    // v2 has clone3(CLONE_INTO_CGROUP) instead.
+    EXPECT_TRUE(fds.empty());
+    EXPECT_GE(group->clone_into_fd(), 0);
+    return;
+  }
+  // One fd per hierarchy, as the namespace backend's child uses them: "0" to each `tasks`.
+  ASSERT_EQ(fds.size(), dirs_of(*group).size());
+  EXPECT_EQ(group->self_join_fds(), fds) << "opened once";
+  WaitingChild child([fds] {
+    for (int fd : fds)
+      if (::write(fd, "0", 1) != 1) return 3;
+    return sleep_forever();
+  });
+  child.release();
+  for (const auto& dir : dirs_of(*group)) {
+    std::vector<pid_t> members;
+    for (int i = 0; i < 1000 && members.empty(); ++i, ::usleep(1000))
+      members = ns::cgfs::members(dir);
+    EXPECT_EQ(members, std::vector<pid_t>{child.pid()}) << dir;
+  }
+}
+
 TEST(CgroupLifecycle, KillAllEmptiesTheGroupAndKeepsIt) {
   RLM_REQUIRE_CGROUP_ACCESS();
   RLM_MAKE_GROUP(group, limits(64 * MiB, 64));
