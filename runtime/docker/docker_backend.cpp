@@ -111,11 +111,19 @@ class DockerBackend final : public Backend {
         fill_not_found(run.result, not_found);
         return run.finish();  // the remover takes the container
       }
-      if (request.on_started) request.on_started([] { return LiveCounters{}; });
-
       // A payload that is already gone has no cgroup left to read: its usage is not available.
       const auto running = inspect_state(api, container);
-      StatsSampler sampler(ContainerCgroup::find(running.pid, container));
+      auto cgroup = ContainerCgroup::find(running.pid, container);
+      // A session asks before and after each cell how many OOM kills its container has seen, to
+      // tell a cell the OOM killer took (memory_limit) from one that crashed. The files are read
+      // by path: once the container is gone they simply answer nothing.
+      if (request.on_started)
+        request.on_started([cgroup] {
+          LiveCounters counters;
+          if (cgroup) counters.oom_kills = cgroup->read().oom_kills;
+          return counters;
+        });
+      StatsSampler sampler(std::move(cgroup));
       stream = pump_stream(connection, stream_settings(request, policy, deadline));
       connection.fd.reset();
       // Output closed is not exit: a payload may close stdout and stderr and keep running. One

@@ -64,5 +64,22 @@ TEST(DockerRlmSession, StateLlmQueryRollbackAndCleanup) {
   EXPECT_EQ(session_dirs(), dirs_before) << "the session's socket directory was left in /tmp";
 }
 
+// The container's cgroup tells a cell the OOM killer took from one that crashed, as on the
+// namespace backend: memory_limit, rolled back, and the session goes on.
+TEST(DockerRlmSession, AMemoryBalloonIsRolledBackAsMemoryLimit) {
+  REQUIRE_DOCKER();
+  auto backend = make_backend("docker");
+  ASSERT_TRUE(backend);
+  Policy policy = docker_policy();
+  policy.limits.memory_bytes = 128u << 20;
+  auto session = backend->open_session(policy, {});
+  ASSERT_EQ(session->execute("kept = list(range(10))").status, CellStatus::ok);
+  auto balloon = session->execute("b = bytearray(1 << 30)\nb[::4096] = b'x' * (len(b) // 4096)");
+  EXPECT_EQ(balloon.status, CellStatus::memory_limit) << dump(balloon);
+  EXPECT_TRUE(balloon.rolled_back) << dump(balloon);
+  EXPECT_EQ(session->execute("print(sum(kept))").stdout_data, "45\n");
+  session->close();
+}
+
 }  // namespace
 }  // namespace rlm::test
