@@ -25,6 +25,8 @@ const std::vector<std::string> kUnenforced = {
     "limits.pids", "limits.tmpfs_bytes", "namespaces", "filesystem.mounts", "network",
     "seccomp",     "capabilities",       "user",       "hostname",
 };
+// The limits among them, which every Result lists.
+const std::vector<std::string> kUnenforcedLimits = {"limits.pids", "limits.tmpfs_bytes"};
 
 common::InitSettings init_settings(const Policy& policy, const std::vector<std::string>& argv) {
   common::InitSettings settings;
@@ -65,8 +67,7 @@ class LocalBackend final : public Backend {
     // Prepare: an invalid request throws here, before anything starts.
     common::RunStart run("local", request, policy);
     // No isolation means no process or tmpfs cap: say so in every Result.
-    for (const auto& field : kUnenforced)
-      if (field.starts_with("limits.")) run.result.unenforced.push_back(field);
+    run.result.unenforced = kUnenforcedLimits;
 
     const auto init = common::locate_init();
     if (init.path.empty())

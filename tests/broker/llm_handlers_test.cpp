@@ -176,25 +176,14 @@ TEST(LlmCommand, ConcurrentCallsEachGetTheirOwnAnswer) {
   }
 }
 
-class LlmHttp : public ::testing::Test {
+class LlmHttp : public WithEchoServer {
  protected:
-  static void SetUpTestSuite() { server_ = new EchoServer(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static const EchoServer& server() { return *server_; }
-
   // What the test server received, which its chat completion answers with.
   static json received(const LlmAnswer& answer) {
     EXPECT_TRUE(answer.text) << answer.error;
     return answer.text ? json::parse(*answer.text) : json();
   }
-
- private:
-  static EchoServer* server_;
 };
-EchoServer* LlmHttp::server_ = nullptr;
 
 TEST_F(LlmHttp, PostsAChatCompletionWithTheKeyFromTheEnvironment) {
   ScopedEnv key("RLM_SANDBOX_LM_API_KEY", "sk-test-key");

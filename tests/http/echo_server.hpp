@@ -2,8 +2,10 @@
 // socket that echoes what it receives (see the script for its paths).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 
 #include "support/subprocess.hpp"
@@ -28,6 +30,18 @@ class EchoServer {
   pid_t pid_ = -1;
   int port_ = 0;
   int stdin_ = -1;  // the server exits when this closes
+};
+
+// A test suite whose tests share one EchoServer, started before the first and stopped after the
+// last: `class MySuite : public WithEchoServer {...}`, then server() in the tests.
+class WithEchoServer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = std::make_unique<EchoServer>(); }
+  static void TearDownTestSuite() { server_.reset(); }
+  static const EchoServer& server() { return *server_; }
+
+ private:
+  static inline std::unique_ptr<EchoServer> server_;
 };
 
 }  // namespace rlm::test

@@ -20,19 +20,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-class HttpClient : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = new EchoServer(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static const EchoServer& server() { return *server_; }
-
- private:
-  static EchoServer* server_;
-};
-EchoServer* HttpClient::server_ = nullptr;
+class HttpClient : public WithEchoServer {};
 
 TEST_F(HttpClient, IsAvailable) {
   EXPECT_TRUE(http::available());
