@@ -120,7 +120,11 @@ class DockerBackend final : public Backend {
       if (request.on_started)
         request.on_started([cgroup] {
           LiveCounters counters;
-          if (cgroup) counters.oom_kills = cgroup->read().oom_kills;
+          if (!cgroup) return counters;
+          const auto reading = cgroup->read();
+          counters.oom_kills = reading.oom_kills;
+          if (reading.cpu_nanoseconds)
+            counters.cpu = std::chrono::microseconds(*reading.cpu_nanoseconds / 1000);
           return counters;
         });
       StatsSampler sampler(std::move(cgroup));

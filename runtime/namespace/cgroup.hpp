@@ -75,6 +75,8 @@ class RunCgroup {
   virtual CgroupUsage usage() const = 0;
   // Just the OOM-kill count, in one read: a session asks before every cell.
   virtual std::uint64_t oom_kills() const = 0;
+  // Just the CPU time of the whole group, in one read: a session's cell clock asks it often.
+  virtual std::optional<std::chrono::microseconds> cpu_time() const = 0;
   // Kills every process in the group and waits (bounded, ~2 s) until it is empty; the group
   // stays for usage(). cgroup.kill on v2 (5.14+), else a pidfd kill loop that converges because
   // pids.max bounds every fork flood.

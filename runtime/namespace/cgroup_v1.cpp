@@ -53,12 +53,15 @@ class V1Cgroup final : public GroupDirs {
     u.memory_limit_hit =
         u.oom_killed || cgfs::read_number(memory_ + "/memory.failcnt").value_or(0) > 0;
     u.pids_limit_hit = cgfs::read_key(pids_ + "/pids.events", "max").value_or(0) > 0;
-    if (!cpuacct_.empty()) {
-      if (auto ns = cgfs::read_number(cpuacct_ + "/cpuacct.usage")) {
-        u.cpu = std::chrono::microseconds(*ns / 1000);
-      }
-    }
+    u.cpu = cpu_time();
     return u;
+  }
+
+  std::optional<std::chrono::microseconds> cpu_time() const override {
+    if (cpuacct_.empty()) return std::nullopt;
+    const auto ns = cgfs::read_number(cpuacct_ + "/cpuacct.usage");
+    if (!ns) return std::nullopt;
+    return std::chrono::microseconds(*ns / 1000);
   }
 
   std::string describe() const override {

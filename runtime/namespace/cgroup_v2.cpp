@@ -44,11 +44,15 @@ class V2Cgroup final : public GroupDirs {
     u.memory_limit_hit = u.oom_killed || cgfs::read_key(events, "max").value_or(0) > 0 ||
                          cgfs::read_key(events, "oom").value_or(0) > 0;
     u.pids_limit_hit = cgfs::read_key(dir_ + "/pids.events", "max").value_or(0) > 0;
-    // cpu.stat's usage_usec is always there, with or without the cpu controller.
-    if (auto usec = cgfs::read_key(dir_ + "/cpu.stat", "usage_usec")) {
-      u.cpu = std::chrono::microseconds(*usec);
-    }
+    u.cpu = cpu_time();
     return u;
+  }
+
+  // cpu.stat's usage_usec is always there, with or without the cpu controller.
+  std::optional<std::chrono::microseconds> cpu_time() const override {
+    const auto usec = cgfs::read_key(dir_ + "/cpu.stat", "usage_usec");
+    if (!usec) return std::nullopt;
+    return std::chrono::microseconds(*usec);
   }
 
   void kill_all() override {

@@ -128,6 +128,7 @@ class CgroupProbe {
     if (!cgroup_) return counters;
     try {
       counters.oom_kills = cgroup_->oom_kills();
+      counters.cpu = cgroup_->cpu_time();
     } catch (const std::exception&) {
     }
     return counters;

@@ -14,7 +14,8 @@ namespace rlm {
 
 // What a running sandbox has counted so far, where the backend can tell (a cgroup).
 struct LiveCounters {
-  std::optional<std::uint64_t> oom_kills;  // processes the kernel killed at the memory limit
+  std::optional<std::uint64_t> oom_kills;        // processes the kernel killed at the memory limit
+  std::optional<std::chrono::microseconds> cpu;  // CPU time of every process in the sandbox
 };
 
 struct Request {
