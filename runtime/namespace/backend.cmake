@@ -4,7 +4,8 @@ target_sources(rlm_sandbox PRIVATE
   namespace_backend.cpp  # run(): prepare, clone, finish, supervise
   child.cpp              # the child between clone and exec
   clone.cpp              # clone3 with fallback to clone
-  userns.cpp             # uid/gid maps, the user namespace probe
+  userns.cpp             # uid/gid maps, the namespace's owner, the user namespace probe
+  sandbox_uid.cpp        # a host uid of its own per live sandbox (root runtime)
   payload_filter.cpp     # seccomp programs in sealed memfds for init
   run_outcome.cpp        # cgroup usage -> Result
   limit_fallback.cpp     # rlimits in place of cgroup limits

@@ -9,6 +9,7 @@
 #include "common/init_locator.hpp"
 #include "namespace/cgroup.hpp"
 #include "namespace/limit_fallback.hpp"
+#include "namespace/sandbox_uid.hpp"
 #include "namespace/userns.hpp"
 #include "seccomp/seccomp.hpp"
 
@@ -95,6 +96,17 @@ bool check_prerequisites(Health& health, common::InitLocation& init, bool thorou
       return false;
     }
   }
+  // A root runtime gives each sandbox a host uid of the range; a malformed one fails every run.
+  if (geteuid() == 0) {
+    try {
+      sandbox_uid_range();
+    } catch (const std::exception& error) {
+      health.detail = error.what();
+      health.fix = std::string("set ") + kUidRangeVariable +
+                   "=FIRST-LAST (unused host uids) in the runtime's environment, or unset it";
+      return false;
+    }
+  }
   // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
   if (!thorough) return true;
   if (auto problem = probe_seccomp_cached(); !problem.empty()) {
@@ -154,11 +166,17 @@ Health namespace_health() {
 
   health.available = true;
   const bool root = geteuid() == 0;
+  const std::string uid_range = root ? sandbox_uid_range().describe() : "";
   health.detail =
       "user, PID, mount, network, IPC, UTS and cgroup namespaces; rlm-sandbox-init as PID 1 (" +
-      init.path + "); the sandbox user mapped to host " +
-      (root ? std::string("uid/gid 65534 (runtime is root)")
-            : "uid " + std::to_string(geteuid()) + " (rootless)") +
+      init.path + "); the sandbox user mapped to " +
+      (root ? "a host uid/gid of each live sandbox's own from " + uid_range +
+                  " (runtime is root; " + kUidRangeVariable +
+                  "), which owns its user namespace, so per-user kernel limits (inotify, fds in "
+                  "flight, processes, message queues) are per sandbox"
+            : "host uid " + std::to_string(geteuid()) +
+                  " (rootless): every sandbox shares this uid's per-user kernel limits (inotify, "
+                  "fds in flight, processes, message queues) with the others and with the caller") +
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
       "Result)";
   health.enforced = kAlwaysEnforced;
@@ -180,7 +198,8 @@ Health namespace_health() {
   health.host = {{"setup", host_setup(root, cgroups.mode)},
                  {"cgroup", mode_name(cgroups.mode)},
                  {"cgroup_parents", cgroups.parents},
-                 {"runtime_uid", geteuid()}};
+                 {"runtime_uid", geteuid()},
+                 {"sandbox_uid_range", uid_range}};
   return health;
 }
 

@@ -228,9 +228,16 @@ std::string start_sandbox(Preparation& p, const Policy& policy, Clock::time_poin
   sigset_t all, previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
+  // The user namespace is owned by the sandbox's host uid, not root (userns.hpp).
+  OwnerSwitch owner;
+  if (auto error = owner.become_owner(p.ids); !error.empty()) {
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    return "cannot create the sandbox's user namespace as its host uid (" + error + ")";
+  }
   auto child = clone_process(clone_flags(policy), p.cgroup ? p.cgroup->clone_into_fd() : -1);
   if (child.pid == 0) run_child(p.plan);
   const int clone_error = errno;
+  owner.restore();
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (child.pid < 0)
     return "cannot create the sandbox's namespaces (clone: " + errno_text(clone_error) +

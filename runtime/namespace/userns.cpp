@@ -1,6 +1,7 @@
 #include "namespace/userns.hpp"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <system_error>
 
@@ -15,10 +17,6 @@
 
 namespace rlm::ns {
 namespace {
-
-// What a privileged runtime maps the sandbox user to: an id that owns nothing on the host.
-constexpr uid_t kNobody = 65534;
-constexpr gid_t kNogroup = 65534;
 
 std::string errno_text(int error) {
   return std::generic_category().message(error);
@@ -51,8 +49,14 @@ IdMapping prepare_id_mapping(const User& user) {
   mapping.uid = user.uid;
   mapping.gid = user.gid;
   mapping.privileged = geteuid() == 0;
-  mapping.host_uid = mapping.privileged ? kNobody : geteuid();
-  mapping.host_gid = mapping.privileged ? kNogroup : getegid();
+  if (mapping.privileged) {
+    mapping.slot = SandboxUid::acquire(sandbox_uid_range());
+    mapping.host_uid = mapping.slot.uid();
+    mapping.host_gid = static_cast<gid_t>(mapping.slot.uid());
+  } else {
+    mapping.host_uid = geteuid();
+    mapping.host_gid = getegid();
+  }
   mapping.uid_map = std::to_string(mapping.uid) + " " + std::to_string(mapping.host_uid) + " 1\n";
   mapping.gid_map = std::to_string(mapping.gid) + " " + std::to_string(mapping.host_gid) + " 1\n";
   return mapping;
@@ -84,6 +88,58 @@ bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
     return false;
   }
   return true;
+}
+
+namespace {
+
+bool get_caps(__user_cap_data_struct (&caps)[2]) noexcept {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  return syscall(SYS_capget, &header, caps) == 0;
+}
+
+bool set_caps(__user_cap_data_struct (&caps)[2]) noexcept {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  return syscall(SYS_capset, &header, caps) == 0;
+}
+
+}  // namespace
+
+std::string OwnerSwitch::become_owner(const IdMapping& mapping) noexcept {
+  if (!mapping.privileged) return "";
+  uid_t ruid = 0;
+  gid_t rgid = 0, sgid = 0;
+  if (syscall(SYS_getresuid, &ruid, &euid_, &suid_) != 0 ||
+      syscall(SYS_getresgid, &rgid, &egid_, &sgid) != 0)
+    return std::string("getresuid: ") + errno_text(errno);
+  if (!get_caps(caps_)) return std::string("capget: ") + errno_text(errno);
+  // The gid first, while CAP_SETGID is still effective. The saved uid becomes 0 so that the
+  // permitted set survives the euid change (the kernel clears it when no uid is 0 any more); the
+  // euid change clears the effective set and moves the fsuid along, both put back right after.
+  if (syscall(SYS_setresgid, -1, mapping.host_gid, -1) != 0)
+    return std::string("setresgid (namespace owner): ") + errno_text(errno);
+  switched_ = true;
+  if (syscall(SYS_setresuid, -1, mapping.host_uid, 0) != 0) {
+    const int error = errno;
+    restore();
+    return std::string("setresuid (namespace owner): ") + errno_text(error);
+  }
+  syscall(SYS_setfsuid, euid_);
+  syscall(SYS_setfsgid, egid_);
+  if (!set_caps(caps_)) {
+    const int error = errno;
+    restore();
+    return std::string("capset (namespace owner): ") + errno_text(error);
+  }
+  return "";
+}
+
+void OwnerSwitch::restore() noexcept {
+  if (!switched_) return;
+  switched_ = false;
+  // The permitted set was kept (the saved uid is 0), so these are allowed; the fs ids follow.
+  if (syscall(SYS_setresuid, -1, euid_, suid_) != 0 || syscall(SYS_setresgid, -1, egid_, -1) != 0 ||
+      !set_caps(caps_))
+    std::abort();  // a thread of the host left with another uid: never carry on
 }
 
 std::string probe_user_namespaces() {

@@ -1,13 +1,21 @@
-// The sandbox's user namespace: which ids the sandbox sees and which host ids they are. The
-// sandbox user (policy.user, e.g. 1000) is the only id mapped; uid 0 of the namespace is not
-// mapped at all, so nothing inside can ever be "root" there.
+// The sandbox's user namespace: which ids the sandbox sees, which host ids they are, and who owns
+// the namespace. The sandbox user (policy.user, e.g. 1000) is the only id mapped; uid 0 of the
+// namespace is not mapped at all, so nothing inside can ever be "root" there.
+//
+// Per-user kernel counters (ucounts) are charged per (user namespace, uid) and, one level up, to
+// the namespace's OWNER, which is the effective uid of the process that created it. So a root
+// runtime maps each sandbox to a host uid of its own (sandbox_uid.hpp) and creates the namespace
+// with that uid as its effective uid: everything the sandbox does is counted against that uid at
+// every level, never against root or another sandbox.
 #pragma once
 
+#include <linux/capability.h>
 #include <sys/types.h>
 
 #include <string>
 
 #include "namespace/child_setup.hpp"
+#include "namespace/sandbox_uid.hpp"
 #include "rlm_sandbox/policy.hpp"
 
 namespace rlm::ns {
@@ -15,16 +23,41 @@ namespace rlm::ns {
 struct IdMapping {
   uid_t uid = 0, host_uid = 0;  // inside -> host
   gid_t gid = 0, host_gid = 0;
-  // Privileged runtime (root): the host ids are nobody/nogroup and the child drops the
-  // supplementary groups it inherited (root's, which would otherwise still grant their group
-  // permissions on bound host files). Rootless: the runtime's own ids, its groups kept (they are
-  // the caller's own), and setgroups denied as the kernel requires for an unprivileged map.
+  // Privileged runtime (root): the host uid and gid are one number of the sandbox uid range, held
+  // by `slot` for the sandbox's life; the namespace is created owned by it (OwnerSwitch); the child
+  // drops the supplementary groups it inherited (root's, which would otherwise still grant their
+  // group permissions on bound host files). Rootless: the runtime's own ids (the only ones an
+  // unprivileged map may name), its groups kept (they are the caller's own), and setgroups denied
+  // as the kernel requires for an unprivileged map.
   bool privileged = false;
+  SandboxUid slot;               // privileged only
   std::string uid_map, gid_map;  // the lines written to /proc/PID/{uid,gid}_map
 };
 
-// Parent, before clone.
+// Parent, before clone. Privileged: takes the first free uid of sandbox_uid_range() (throws
+// rlm::Error when the range is malformed or every uid of it is held).
 IdMapping prepare_id_mapping(const User& user);
+
+// Parent, around clone (privileged runtime only; a no-op rootless): the calling thread, and only
+// it, takes the sandbox's host uid and gid as its effective ids, so that the user namespace the
+// clone creates is owned by them; its capabilities and filesystem ids stay root's (the clone still
+// may create the namespaces and enter the run's cgroup). restore() in the parent right after the
+// clone puts the thread back as it was; the child keeps the switched ids until apply_ids(). Raw
+// syscalls only: glibc's set*id wrappers would broadcast the change to every thread of the
+// process. Call with every signal blocked, as the clone requires anyway.
+class OwnerSwitch {
+ public:
+  // "" when switched (or nothing to do), else the step that failed and why; the thread is then
+  // as it was.
+  std::string become_owner(const IdMapping& mapping) noexcept;
+  void restore() noexcept;  // aborts if the thread cannot get its ids back (never left half-root)
+
+ private:
+  bool switched_ = false;
+  uid_t euid_ = 0, suid_ = 0;
+  gid_t egid_ = 0;
+  __user_cap_data_struct caps_[2]{};
+};
 
 // Parent, after clone while the child waits: setgroups, gid_map, uid_map. "" or what failed.
 std::string write_id_maps(pid_t child, const IdMapping& mapping);

@@ -95,7 +95,7 @@ TEST(NamespaceBackend, FilesWrittenToAWritableBindBelongToTheMappedHostUser) {
   EXPECT_EQ(result.stdout_data, "1000\n");  // inside, the file is the sandbox user's
   struct stat info {};
   ASSERT_EQ(stat(dir.file("made").c_str(), &info), 0);
-  EXPECT_EQ(info.st_uid, sandbox_host_uid());
+  EXPECT_TRUE(is_sandbox_host_uid(info.st_uid)) << info.st_uid;
   EXPECT_EQ(dir.read("made"), "1000\n");
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "namespace/namespace_backend.hpp"
+#include "namespace/sandbox_uid.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
@@ -46,8 +47,8 @@ inline std::string describe(const Result& result) {
   return result.to_json().dump();
 }
 
-// A host directory the sandbox user can write (its host uid is 65534 under a root runtime),
-// bound read-write at `target`.
+// A host directory the sandbox user can write (under a root runtime its host uid is one of the
+// sandbox uid range, different for every live sandbox), bound read-write at `target`.
 inline void bind_writable(Policy& policy, const TempDir& dir, const std::string& target) {
   chmod(dir.path().c_str(), 0777);
   Mount mount;
@@ -58,9 +59,12 @@ inline void bind_writable(Policy& policy, const TempDir& dir, const std::string&
   policy.filesystem.mounts.push_back(mount);
 }
 
-// The host uid the sandbox user is mapped to.
-inline uid_t sandbox_host_uid() {
-  return geteuid() == 0 ? 65534 : geteuid();
+// Whether `uid` is a host uid the sandbox user may be mapped to: one of the sandbox uid range
+// (root runtime; each live sandbox has its own), the caller's own uid (rootless).
+inline bool is_sandbox_host_uid(uid_t uid) {
+  if (geteuid() != 0) return uid == geteuid();
+  const auto range = ns::sandbox_uid_range();
+  return range.first <= uid && uid <= range.last;
 }
 
 }  // namespace rlm::test
