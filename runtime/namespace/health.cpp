@@ -176,7 +176,9 @@ Health namespace_health() {
                   "flight, processes, message queues) are per sandbox"
             : "host uid " + std::to_string(geteuid()) +
                   " (rootless): every sandbox shares this uid's per-user kernel limits (inotify, "
-                  "fds in flight, processes, message queues) with the others and with the caller") +
+                  "fds in flight, processes, message queues) with the others and with the caller; "
+                  "each sandbox's own namespace caps it at half the inotify and fanotify "
+                  "budgets") +
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
       "Result)";
   health.enforced = kAlwaysEnforced;

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -42,6 +43,26 @@ std::string read_file(const char* path) {
   return value;
 }
 
+// Half of the runtime's own namespace's value of each shared budget (there, for a runtime in the
+// host's namespace, these are the host's per-user limits, e.g. fs.inotify.max_user_instances);
+// none for nested user namespaces. Only the files this kernel has.
+std::vector<IdMapping::NamespaceLimit> prepare_namespace_limits() {
+  std::vector<IdMapping::NamespaceLimit> limits;
+  const auto add = [&](const std::string& name, bool halve) {
+    const std::string path = "/proc/sys/user/" + name;
+    std::ifstream in(path);
+    long long value = -1;
+    if (!(in >> value) || value < 0) return;
+    const long long limit = halve ? std::max(1LL, value / 2) : 0;
+    limits.push_back({path, std::to_string(limit) + "\n", "limit " + path});
+  };
+  for (const char* name : {"max_inotify_instances", "max_inotify_watches", "max_fanotify_groups",
+                           "max_fanotify_marks"})
+    add(name, true);
+  add("max_user_namespaces", false);
+  return limits;
+}
+
 }  // namespace
 
 IdMapping prepare_id_mapping(const User& user) {
@@ -59,6 +80,7 @@ IdMapping prepare_id_mapping(const User& user) {
   }
   mapping.uid_map = std::to_string(mapping.uid) + " " + std::to_string(mapping.host_uid) + " 1\n";
   mapping.gid_map = std::to_string(mapping.gid) + " " + std::to_string(mapping.host_gid) + " 1\n";
+  mapping.namespace_limits = prepare_namespace_limits();
   return mapping;
 }
 
@@ -86,6 +108,18 @@ bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
   if (syscall(SYS_setresuid, mapping.uid, mapping.uid, mapping.uid) != 0) {
     failure = {"setresuid (sandbox uid)", errno};
     return false;
+  }
+  // The sysctl files of /proc/sys/user are the opener's user namespace's: this one's, writable
+  // with the CAP_SYS_RESOURCE the child still holds in it.
+  for (const auto& limit : mapping.namespace_limits) {
+    const int fd = open(limit.path.c_str(), O_WRONLY | O_CLOEXEC);
+    const ssize_t written = fd < 0 ? -1 : write(fd, limit.value.data(), limit.value.size());
+    const int error = written < 0 ? errno : EIO;
+    if (fd >= 0) close(fd);
+    if (written != static_cast<ssize_t>(limit.value.size())) {
+      failure = {limit.step.c_str(), error};
+      return false;
+    }
   }
   return true;
 }

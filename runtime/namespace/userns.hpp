@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "namespace/child_setup.hpp"
 #include "namespace/sandbox_uid.hpp"
@@ -32,6 +33,15 @@ struct IdMapping {
   bool privileged = false;
   SandboxUid slot;               // privileged only
   std::string uid_map, gid_map;  // the lines written to /proc/PID/{uid,gid}_map
+
+  // The new namespace's own limits of per-user counters (/proc/sys/user/*, which the child may
+  // write while it holds CAP_SYS_RESOURCE there): half of the runtime's for inotify instances and
+  // watches and fanotify groups and marks, so that one sandbox never takes a whole per-user budget
+  // even where it shares its uid with others (rootless); no user namespaces nested in it.
+  struct NamespaceLimit {
+    std::string path, value, step;  // step: "limit <path>", for a StepFailure
+  };
+  std::vector<NamespaceLimit> namespace_limits;
 };
 
 // Parent, before clone. Privileged: takes the first free uid of sandbox_uid_range() (throws
@@ -63,8 +73,9 @@ class OwnerSwitch {
 std::string write_id_maps(pid_t child, const IdMapping& mapping);
 
 // Child, once the maps are written: drop supplementary groups (privileged), then become the
-// sandbox gid and uid. Every capability of the new user namespace is kept: the kernel clears them
-// on leaving uid 0, and uid 0 is not mapped here. Raw syscalls only.
+// sandbox gid and uid, then write the namespace's own limits (namespace_limits). Every capability
+// of the new user namespace is kept: the kernel clears them on leaving uid 0, and uid 0 is not
+// mapped here. Raw syscalls only.
 bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept;
 
 // Whether this process can create the namespaces a default sandbox uses: clones a child into

@@ -265,6 +265,34 @@ TEST(SandboxUid, ASandboxHoldingEveryInotifyInstanceLeavesOtherSandboxesAndTheHo
   EXPECT_TRUE(children_of_this_process().empty());
 }
 
+// Rootless, every sandbox shares the caller's uid and so its per-user budgets; the sandbox's own
+// user namespace then caps its share: half of the host's inotify and fanotify budgets, and no
+// nested user namespaces. (Asserted under a root runtime, where the same caps apply.)
+TEST(SandboxUid, TheSandboxsOwnNamespaceCapsItsShareOfEachPerUserBudget) {
+  RLM_REQUIRE_ROOT_RUNTIME();
+  const unsigned per_user = read_number("/proc/sys/fs/inotify/max_user_instances");
+  const unsigned watches = read_number("/proc/sys/user/max_inotify_watches");
+  Policy policy = ns_policy();
+  policy.limits.open_files = std::max(policy.limits.open_files, per_user + 64);
+  const auto result = run_ns(
+      {"python3", "-c",
+       "import ctypes\n"
+       "for name in ('max_inotify_instances', 'max_inotify_watches', 'max_user_namespaces'):\n"
+       "    print(name, open('/proc/sys/user/' + name).read().strip())\n"
+       "libc = ctypes.CDLL(None, use_errno=True)\n"
+       "count = 0\n"
+       "while count < 100000 and libc.inotify_init1(0) >= 0:\n"
+       "    count += 1\n"
+       "print('opened', count)\n"},
+      policy);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  const std::string expected =
+      "max_inotify_instances " + std::to_string(std::max(1u, per_user / 2)) +
+      "\nmax_inotify_watches " + std::to_string(std::max(1u, watches / 2)) +
+      "\nmax_user_namespaces 0\nopened " + std::to_string(std::max(1u, per_user / 2)) + "\n";
+  EXPECT_EQ(result.stdout_data, expected) << describe(result);
+}
+
 // ---- fds in flight (SCM_RIGHTS) -----------------------------------------------------------------
 
 TEST(SandboxUid, ASandboxWithFdsInFlightLeavesOtherSandboxesAndSessionsTheirs) {
