@@ -110,9 +110,11 @@ bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
     return false;
   }
   // The sysctl files of /proc/sys/user are the opener's user namespace's: this one's, writable
-  // with the CAP_SYS_RESOURCE the child still holds in it.
+  // with the CAP_SYS_RESOURCE the child still holds in it. A runtime inside a container whose
+  // /proc/sys is mounted read-only cannot set them: the sandbox then runs without these caps.
   for (const auto& limit : mapping.namespace_limits) {
     const int fd = open(limit.path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 && errno == EROFS) continue;
     const ssize_t written = fd < 0 ? -1 : write(fd, limit.value.data(), limit.value.size());
     const int error = written < 0 ? errno : EIO;
     if (fd >= 0) close(fd);
