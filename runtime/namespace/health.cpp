@@ -96,7 +96,10 @@ bool check_prerequisites(Health& health, common::InitLocation& init, bool thorou
       return false;
     }
   }
-  // A root runtime gives each sandbox a host uid of the range; a malformed one fails every run.
+  // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
+  if (!thorough) return true;
+  // A root runtime gives each sandbox a host uid of the range; a malformed one fails every run
+  // (with this message: selection still picks this backend, so the run says what to fix).
   if (geteuid() == 0) {
     try {
       sandbox_uid_range();
@@ -107,8 +110,6 @@ bool check_prerequisites(Health& health, common::InitLocation& init, bool thorou
       return false;
     }
   }
-  // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
-  if (!thorough) return true;
   if (auto problem = probe_seccomp_cached(); !problem.empty()) {
     health.detail = problem;
     health.fix = "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker backend";
