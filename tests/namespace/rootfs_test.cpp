@@ -276,6 +276,55 @@ TEST_F(Rootfs, MissingWorkdirUnderAReadOnlyMountFailsWithANamedStep) {
       << run.err;
 }
 
+TEST_F(Rootfs, NoPathIsResolvedThroughALinkInABind) {
+  // A read-write bind holding a link to where the host root sits while the tree is built, as an
+  // earlier run could leave it; the workdir and a mount target through it must not reach the host.
+  rlm::test::TempDir data;
+  chmod(data.path().c_str(), 0777);
+  ASSERT_EQ(symlink("/.rlm-old-root/tmp", data.file("w").c_str()), 0);
+  const std::string name = "rlm-child-setup-link-" + std::to_string(getpid());
+  Mount rw;
+  rw.source = data.path();
+  rw.target = "/data";
+  rw.readonly = false;
+  policy_.filesystem.mounts.push_back(rw);
+  {
+    Policy policy = policy_;
+    policy.filesystem.workdir = "/data/w/" + name;
+    const auto run = run_script(policy, "pwd");
+    EXPECT_FALSE(std::filesystem::exists("/tmp/" + name)) << "the workdir was made on the host";
+    std::filesystem::remove_all("/tmp/" + name);
+    EXPECT_EQ(run.exit_code, 125);
+    EXPECT_NE(run.err.find("step failed: create workdir /data/w/" + name + ": errno " +
+                           std::to_string(ELOOP)),
+              std::string::npos)
+        << run.err;
+  }
+  {
+    Policy policy = policy_;
+    Mount tmpfs;
+    tmpfs.type = Mount::Type::tmpfs;
+    tmpfs.target = "/data/w/" + name;
+    policy.filesystem.mounts.push_back(tmpfs);
+    const auto run = run_script(policy, "pwd");
+    EXPECT_FALSE(std::filesystem::exists("/tmp/" + name)) << "the mount point was made on the host";
+    std::filesystem::remove_all("/tmp/" + name);
+    EXPECT_EQ(run.exit_code, 125);
+    EXPECT_NE(run.err.find("errno " + std::to_string(ELOOP)), std::string::npos) << run.err;
+  }
+  // A link as the mount point itself is not followed either.
+  {
+    Policy policy = policy_;
+    Mount tmpfs;
+    tmpfs.type = Mount::Type::tmpfs;
+    tmpfs.target = "/data/w";
+    policy.filesystem.mounts.push_back(tmpfs);
+    const auto run = run_script(policy, "pwd");
+    EXPECT_EQ(run.exit_code, 125) << run.out;
+    EXPECT_NE(run.err.find("errno " + std::to_string(ELOOP)), std::string::npos) << run.err;
+  }
+}
+
 TEST_F(Rootfs, ADescriptorOpenedBeforeTheNamespacesStillExecsAfterPivotRoot) {
   // The backend execs rlm-sandbox-init this way: the file lives on the host root, which is
   // detached by then. The probe is not bound into this sandbox at all.
