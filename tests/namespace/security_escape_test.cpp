@@ -970,12 +970,15 @@ TEST_F(NamespaceTest, PsAndProcSelfStillWorkWithProcMasked) {
                      "ps -eo pid,comm; python3 -c 'import os; "
                      "print(\"self\", open(\"/proc/self/stat\").read().split()[1], "
                      "len(open(\"/proc/self/status\").read()) > 0, os.cpu_count() > 0)'; "
-                     "grep -c . /proc/meminfo /proc/uptime"});
+                     "grep -c . /proc/meminfo /proc/uptime; "
+                     "top -b -n1 >/dev/null && echo top-ok; uptime >/dev/null && echo uptime-ok"});
   ASSERT_EQ(result.status, Status::ok) << describe(result);
   EXPECT_NE(result.stdout_data.find(" ps\n"), std::string::npos) << result.stdout_data;
   EXPECT_NE(result.stdout_data.find("self (python3) True True"), std::string::npos)
       << result.stdout_data;
   EXPECT_NE(result.stdout_data.find("/proc/uptime:1"), std::string::npos) << result.stdout_data;
+  EXPECT_NE(result.stdout_data.find("top-ok\nuptime-ok\n"), std::string::npos)
+      << result.stdout_data;
 }
 
 }  // namespace
