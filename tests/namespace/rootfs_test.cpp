@@ -325,6 +325,50 @@ TEST_F(Rootfs, NoPathIsResolvedThroughALinkInABind) {
   }
 }
 
+TEST_F(Rootfs, BindSourcesFollowOnlyLinksOwnedByRootOrTheRuntime) {
+  rlm::test::TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ASSERT_EQ(mkdir(dir.file("real").c_str(), 0755), 0);
+  dir.write("real/hello", "through the link\n");
+  chmod(dir.file("real/hello").c_str(), 0644);
+  // Owned by this (the runtime's) user: followed, at the last component and in the middle.
+  ASSERT_EQ(symlink("real", dir.file("trusted").c_str()), 0);
+  Mount mount;
+  mount.source = dir.file("trusted");
+  mount.target = "/data";
+  Mount inner = mount;
+  inner.source = dir.file("trusted") + "/hello";
+  inner.target = "/hello";
+  Policy policy = policy_;
+  policy.filesystem.mounts.push_back(mount);
+  policy.filesystem.mounts.push_back(inner);
+  const auto run = run_script(policy, "cat /data/hello /hello");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "through the link\nthrough the link\n");
+
+  // Owned by the uid sandboxes run as, as a link planted through a read-write bind would be.
+  ASSERT_EQ(symlink("real", dir.file("planted").c_str()), 0);
+  ASSERT_EQ(lchown(dir.file("planted").c_str(), 65534, 65534), 0);
+  for (const std::string& source : {dir.file("planted"), dir.file("planted") + "/hello"}) {
+    Policy refused = policy_;
+    Mount m;
+    m.source = source;
+    m.target = "/data";
+    refused.filesystem.mounts.push_back(m);
+    const std::string path =
+        "filesystem.mounts[" + std::to_string(refused.filesystem.mounts.size() - 1) + "].source";
+    try {
+      RootfsPlan::prepare(refused);
+      ADD_FAILURE() << "prepare() followed " << source;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": " + dir.file("planted") +
+                                           " is a symlink owned by uid 65534"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST_F(Rootfs, ADescriptorOpenedBeforeTheNamespacesStillExecsAfterPivotRoot) {
   // The backend execs rlm-sandbox-init this way: the file lives on the host root, which is
   // detached by then. The probe is not bound into this sandbox at all.
