@@ -33,7 +33,11 @@ struct StepFailure {
 // Preconditions for apply(): in new user + mount + PID namespaces (it mounts /proc, so it must
 // run in the PID namespace's first process or a descendant), holding CAP_SYS_ADMIN there,
 // running as the sandbox uid/gid, which are mapped; /tmp exists in the mount namespace (the
-// new root is staged on it). Every bind source must be reachable by the sandbox uid's host uid.
+// new root is staged on it), and the host's procfs is at /proc (mounts name their source and
+// target by descriptor through its /proc/self/fd); openat2 exists (Linux 5.6). Every bind
+// source must be reachable by the sandbox uid's host uid. After pivot_root no path is resolved
+// through a symlink: a link in a mount target's, mount point's or the workdir's path fails the
+// step with ELOOP.
 class RootfsPlan {
  public:
   static RootfsPlan prepare(const Policy& policy);

@@ -9,7 +9,13 @@
 //      sources anywhere (including under /tmp, which the staging tmpfs covered) stay reachable;
 //   3. the policy's mounts, /dev, /proc (masked), /etc/passwd and /etc/group, the workdir;
 //   4. the host root is detached, / remounted read-only, the cwd set to the workdir.
+// After pivot_root, every path is resolved inside the new root with openat2(RESOLVE_IN_ROOT |
+// RESOLVE_NO_SYMLINKS): read-write binds hold whatever earlier sandboxes left there, and a link
+// they planted must never lead a mkdir, a file or a mount out of the tree (say into
+// /.rlm-old-root, the host root). Mounts then name their source and target by descriptor, through
+// the host procfs' /proc/self/fd, which the kernel resolves to exactly the opened object.
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -21,8 +27,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -36,6 +44,8 @@ struct RootfsPlan::Op {
   Kind kind = Kind::mount;
   std::string step;    // what StepFailure names, e.g. "bind /usr"
   std::string path;    // the object of the operation (mount target, directory, file, link)
+  std::string parent;  // path's directory and last component, for the *at() calls
+  std::string leaf;
   std::string source;  // mount source, symlink contents, pivot_root's put_old
   std::string fstype;
   std::string data;  // mount options, file contents
@@ -67,15 +77,38 @@ constexpr std::uint64_t kMinTmpfsBytes = 4096;      // tmpfs reads size=0 as "un
 // Host device nodes bound into /dev (mknod is not allowed in a user namespace).
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
-// /proc entries hidden from the sandbox: kernel memory and addresses, the host's keyring
-// metadata, scheduler and timer internals that leak other tenants' activity, page-frame maps,
-// sysrq, and hardware directories. Files get /dev/null bound over them, directories an empty
-// read-only tmpfs. Only those that exist on the host are masked.
-constexpr const char* kProcMasked[] = {"kcore",       "kmsg",          "keys",       "key-users",
-                                       "kallsyms",    "latency_stats", "timer_list", "timer_stats",
-                                       "sched_debug", "kpagecount",    "kpageflags", "kpagecgroup",
-                                       "config.gz",   "sysrq-trigger", "acpi",       "asound",
-                                       "scsi",        "firmware",      "driver"};
+// /proc entries hidden from the sandbox: Docker's masked paths (kcore, keys, latency_stats,
+// timer_list, timer_stats, sched_debug, interrupts, acpi, asound, scsi), more kernel memory and
+// addresses, the host's keyring metadata, page-frame maps, sysrq, hardware directories, and what
+// identifies or measures the host: its boot id and kernel command line, the load average (whose
+// fourth field counts every thread on the host), pressure stall information and the file locks
+// of every process. Files get /dev/null bound over them, directories an empty read-only tmpfs.
+// Only those that exist on the host are masked. docs/security.md lists what stays visible.
+constexpr const char* kProcMasked[] = {"kcore",
+                                       "kmsg",
+                                       "keys",
+                                       "key-users",
+                                       "kallsyms",
+                                       "interrupts",
+                                       "latency_stats",
+                                       "timer_list",
+                                       "timer_stats",
+                                       "sched_debug",
+                                       "kpagecount",
+                                       "kpageflags",
+                                       "kpagecgroup",
+                                       "config.gz",
+                                       "sysrq-trigger",
+                                       "cmdline",
+                                       "loadavg",
+                                       "locks",
+                                       "sys/kernel/random/boot_id",
+                                       "acpi",
+                                       "asound",
+                                       "scsi",
+                                       "firmware",
+                                       "driver",
+                                       "pressure"};
 // /proc subtrees that stay visible but read-only (kernel tunables, irq affinity, bus config).
 constexpr const char* kProcReadOnly[] = {"sys", "irq", "bus", "fs"};
 
@@ -187,7 +220,14 @@ class Builder {
  public:
   explicit Builder(std::vector<RootfsPlan::Op>& ops) : ops_(ops) {}
 
-  RootfsPlan::Op& add(RootfsPlan::Op op) { return ops_.emplace_back(std::move(op)); }
+  RootfsPlan::Op& add(RootfsPlan::Op op) {
+    const std::size_t slash = op.path.rfind('/');
+    if (slash != std::string::npos) {
+      op.parent = slash == 0 ? "/" : op.path.substr(0, slash);
+      op.leaf = op.path.substr(slash + 1);
+    }
+    return ops_.emplace_back(std::move(op));
+  }
 
   void mount(std::string step, std::string source, std::string target, std::string fstype,
              unsigned long flags, std::string data = {}, bool unreachable_ok = false) {
@@ -280,6 +320,65 @@ class Builder {
   std::set<std::string> made_;  // directories already created; mounts are ordered parent-first
 };
 
+// A bind source resolved on the host like realpath(3), except that a symlink is followed only when
+// root or the runtime's own user owns it. Sandboxes run as other host uids (65534 when the
+// runtime is root), so a link one of them planted in a directory it could write, through a
+// read-write bind, is never followed into a later sandbox's view of the host. nullopt with errno
+// set when a component is missing or unreadable; throws for a link it will not follow.
+std::optional<std::string> resolve_host_source(const std::string& source,
+                                               const std::string& where) {
+  constexpr int kMaxLinks = 40;  // the kernel's own limit
+  std::deque<std::string> rest;
+  const auto push_front = [&](const std::string& path) {
+    std::deque<std::string> parts;
+    std::istringstream in(path);
+    for (std::string part; std::getline(in, part, '/');)
+      if (!part.empty() && part != ".") parts.push_back(part);
+    rest.insert(rest.begin(), parts.begin(), parts.end());
+  };
+  push_front(source);
+  std::string resolved;  // "" is "/"
+  int links = 0;
+  while (!rest.empty()) {
+    const std::string part = std::move(rest.front());
+    rest.pop_front();
+    if (part == "..") {
+      resolved.erase(resolved.empty() ? 0 : resolved.rfind('/'));
+      continue;
+    }
+    const std::string next = resolved + "/" + part;
+    struct stat info {};
+    if (lstat(next.c_str(), &info) != 0) return std::nullopt;
+    if (!S_ISLNK(info.st_mode)) {
+      if (!rest.empty() && !S_ISDIR(info.st_mode)) {
+        errno = ENOTDIR;
+        return std::nullopt;
+      }
+      resolved = next;
+      continue;
+    }
+    if (info.st_uid != 0 && info.st_uid != geteuid())
+      fail(where, next + " is a symlink owned by uid " + std::to_string(info.st_uid) +
+                      ", which a sandbox may have planted; a bind source follows only links "
+                      "owned by root or by the runtime's user: bind the path it points to instead");
+    if (++links > kMaxLinks) {
+      errno = ELOOP;
+      return std::nullopt;
+    }
+    char contents[PATH_MAX];
+    const ssize_t length = readlink(next.c_str(), contents, sizeof contents);
+    if (length < 0) return std::nullopt;
+    if (length == static_cast<ssize_t>(sizeof contents)) {
+      errno = ENAMETOOLONG;
+      return std::nullopt;
+    }
+    const std::string target(contents, static_cast<std::size_t>(length));
+    if (!target.empty() && target[0] == '/') resolved.clear();
+    push_front(target);
+  }
+  return resolved.empty() ? "/" : resolved;
+}
+
 // A policy bind. `index` is its position in the policy, for messages.
 void prepare_bind(Builder& build, const Mount& mount, std::size_t index,
                   const std::map<std::string, unsigned long>& host_mounts) {
@@ -308,12 +407,14 @@ void prepare_bind(Builder& build, const Mount& mount, std::size_t index,
 
   // Intermediate symlinks are resolved here, on the host, because in the child the source is
   // reached through /.rlm-old-root, where an absolute link would resolve against the new root.
-  char resolved[PATH_MAX];
-  if (!realpath(mount.source.c_str(), resolved)) {
+  // The child then refuses any symlink on the resolved path, so one planted in between fails the
+  // run instead of redirecting the bind.
+  const auto resolved = resolve_host_source(mount.source, where + ".source");
+  if (!resolved) {
     if (errno == ENOENT && mount.optional) return;  // a dangling symlink
     fail(where + ".source", mount.source + ": " + errno_text(errno));
   }
-  const std::string host_path = resolved;
+  const std::string host_path = *resolved;
   struct stat info {};
   if (stat(host_path.c_str(), &info) != 0)
     fail(where + ".source", mount.source + ": " + errno_text(errno));
@@ -493,70 +594,209 @@ RootfsPlan RootfsPlan::prepare(const Policy& policy) {
   return plan;
 }
 
+namespace {
+
+// ---- The child's side: raw syscalls only, no allocation (this runs between clone and exec). ----
+
+// Keeps errno across the close() calls of cleanup.
+void close_keeping_errno(int fd) noexcept {
+  if (fd < 0) return;
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+}
+
+// `path` (absolute, in the new root) opened without following any symlink, magic links included,
+// and without leaving `root`: ELOOP when a component is a link.
+int open_in_root(int root, const char* path, int flags) noexcept {
+  open_how how{};
+  how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root, path, &how, sizeof how));
+}
+
+// "/.rlm-old-root/proc/self/fd/<fd>": a path mount(2) resolves to exactly what `fd` refers to
+// (the host's procfs, reachable until the host root is detached; "self" is this process there).
+struct FdPath {
+  char text[64];
+};
+FdPath fd_path(int fd) noexcept {
+  FdPath out{};
+  constexpr char kPrefix[] = "/.rlm-old-root/proc/self/fd/";
+  std::size_t at = 0;
+  for (; kPrefix[at] != '\0'; ++at) out.text[at] = kPrefix[at];
+  char digits[16];
+  std::size_t count = 0;
+  auto value = static_cast<unsigned>(fd);
+  do {
+    digits[count++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0 && count < sizeof digits);
+  while (count > 0) out.text[at++] = digits[--count];
+  out.text[at] = '\0';
+  return out;
+}
+
+// The parent directory of an operation's path, opened in the new root.
+class Parent {
+ public:
+  Parent(int root, const std::string& parent) noexcept
+      : fd_(open_in_root(root, parent.c_str(), O_PATH | O_DIRECTORY)) {}
+  ~Parent() { close_keeping_errno(fd_); }
+  Parent(const Parent&) = delete;
+  Parent& operator=(const Parent&) = delete;
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// An existing entry where the plan creates one: fine when it is a directory (or, for a file mount
+// point, anything but one), never when it is a symlink.
+bool existing_is(int dir, const char* name, bool want_directory) noexcept {
+  struct stat info;
+  if (::fstatat(dir, name, &info, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (S_ISLNK(info.st_mode)) {
+    errno = ELOOP;
+    return false;
+  }
+  if (S_ISDIR(info.st_mode) != want_directory) {
+    errno = want_directory ? ENOTDIR : EISDIR;
+    return false;
+  }
+  return true;
+}
+
+bool write_all(int fd, const std::string& contents) noexcept {
+  const char* data = contents.data();
+  std::size_t left = contents.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+const char* or_null(const std::string& s) noexcept {
+  return s.empty() ? nullptr : s.c_str();
+}
+
+}  // namespace
+
 bool RootfsPlan::apply(StepFailure& failure) const noexcept {
-  // Only thin syscall wrappers below: this runs between clone and exec.
-  auto run = [](const Op& op) noexcept -> bool {
-    const char* path = op.path.c_str();
-    auto or_null = [](const std::string& s) noexcept { return s.empty() ? nullptr : s.c_str(); };
-    switch (op.kind) {
-      case Op::Kind::mount:
-        if (::mount(or_null(op.source), path, or_null(op.fstype), op.flags, or_null(op.data)) == 0)
-          return true;
-        return op.unreachable_ok && (errno == ENOENT || errno == EACCES || errno == EINVAL);
-      case Op::Kind::mkdir:
-        return ::mkdir(path, op.mode) == 0 || (op.exists_ok && errno == EEXIST);
-      case Op::Kind::touch: {
-        struct stat info;
-        if (op.exists_ok && ::lstat(path, &info) == 0 && !S_ISDIR(info.st_mode)) return true;
-        const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, op.mode);
-        if (fd < 0) return false;
-        ::close(fd);
-        return true;
+  // Before pivot_root the paths are the host's own (/, /tmp); afterwards `root` is the new root
+  // and every path is resolved inside it.
+  int root = -1;
+
+  // A mount whose source (binds) and target are opened in the new root first.
+  auto mount_in_root = [&root](const Op& op) noexcept -> bool {
+    const int target = open_in_root(root, op.path.c_str(), O_PATH);
+    if (target < 0) return false;
+    int source = -1;
+    if ((op.flags & MS_BIND) && !(op.flags & MS_REMOUNT)) {
+      source = open_in_root(root, op.source.c_str(), O_PATH);
+      if (source < 0) {
+        close_keeping_errno(target);
+        return false;
       }
-      case Op::Kind::symlink:
-        return ::symlink(op.source.c_str(), path) == 0;
-      case Op::Kind::write_file: {
+    }
+    const FdPath target_path = fd_path(target);
+    const FdPath source_path = fd_path(source);
+    const int rc = ::mount(source >= 0 ? source_path.text : or_null(op.source), target_path.text,
+                           or_null(op.fstype), op.flags, or_null(op.data));
+    close_keeping_errno(source);
+    close_keeping_errno(target);
+    return rc == 0;
+  };
+
+  auto run = [&](const Op& op) noexcept -> bool {
+    const char* path = op.path.c_str();
+    switch (op.kind) {
+      case Op::Kind::mount: {
+        bool ok;
+        if (root < 0 || op.path == "/")
+          ok = ::mount(or_null(op.source), path, or_null(op.fstype), op.flags, or_null(op.data)) ==
+               0;
+        else
+          ok = mount_in_root(op);
+        return ok || (op.unreachable_ok && (errno == ENOENT || errno == EACCES || errno == EINVAL));
+      }
+      case Op::Kind::mkdir: {
+        if (root < 0) return ::mkdir(path, op.mode) == 0 || (op.exists_ok && errno == EEXIST);
+        const Parent dir(root, op.parent);
+        if (dir.get() < 0) return false;
+        if (::mkdirat(dir.get(), op.leaf.c_str(), op.mode) == 0) return true;
+        return errno == EEXIST && op.exists_ok && existing_is(dir.get(), op.leaf.c_str(), true);
+      }
+      case Op::Kind::touch: {
+        const Parent dir(root, op.parent);
+        if (dir.get() < 0) return false;
         const int fd =
-            ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, op.mode);
+            ::openat(dir.get(), op.leaf.c_str(),
+                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, op.mode);
+        if (fd >= 0) {
+          ::close(fd);
+          return true;
+        }
+        return errno == EEXIST && op.exists_ok && existing_is(dir.get(), op.leaf.c_str(), false);
+      }
+      case Op::Kind::symlink: {
+        const Parent dir(root, op.parent);
+        return dir.get() >= 0 && ::symlinkat(op.source.c_str(), dir.get(), op.leaf.c_str()) == 0;
+      }
+      case Op::Kind::write_file: {
+        const Parent dir(root, op.parent);
+        if (dir.get() < 0) return false;
+        const int fd =
+            ::openat(dir.get(), op.leaf.c_str(),
+                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, op.mode);
         if (fd < 0) return false;
-        const char* data = op.data.data();
-        std::size_t left = op.data.size();
-        while (left > 0) {
-          const ssize_t n = ::write(fd, data, left);
-          if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) {
-            const int error = n < 0 ? errno : EIO;
-            ::close(fd);
-            errno = error;
-            return false;
-          }
-          data += n;
-          left -= static_cast<std::size_t>(n);
+        if (!write_all(fd, op.data)) {
+          close_keeping_errno(fd);
+          return false;
         }
         return ::close(fd) == 0;
       }
       case Op::Kind::pivot_root:
         // pivot_root(".", put_old) from inside the new root: both paths stay short and relative.
-        return ::chdir(path) == 0 && ::syscall(SYS_pivot_root, ".", op.source.c_str()) == 0 &&
-               ::chdir("/") == 0;
+        if (::chdir(path) != 0 || ::syscall(SYS_pivot_root, ".", op.source.c_str()) != 0 ||
+            ::chdir("/") != 0)
+          return false;
+        root = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        return root >= 0;
       case Op::Kind::detach:
         return ::umount2(path, MNT_DETACH) == 0;
       case Op::Kind::rmdir:
         return ::rmdir(path) == 0;
-      case Op::Kind::chdir:
-        return ::chdir(path) == 0;
+      case Op::Kind::chdir: {
+        if (root < 0) return ::chdir(path) == 0;
+        const int dir = open_in_root(root, path, O_PATH | O_DIRECTORY);
+        if (dir < 0) return false;
+        const bool ok = ::fchdir(dir) == 0;
+        close_keeping_errno(dir);
+        return ok;
+      }
     }
     errno = EINVAL;
     return false;
   };
+  bool ok = true;
   for (const Op& op : ops_) {
     if (!run(op)) {
       failure.step = op.step.c_str();
       failure.error = errno;
-      return false;
+      ok = false;
+      break;
     }
   }
-  return true;
+  close_keeping_errno(root);
+  return ok;
 }
 
 }  // namespace rlm::ns

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/personality.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -32,7 +33,7 @@ constexpr unsigned kPersonaArg = 0;
 constexpr std::string_view kDeniedSyscalls[] = {
     // namespaces and mounts: the sandbox's own isolation must stay as built
     "unshare", "setns", "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "open_tree_attr",
     // large kernel attack surface with no use in a sandboxed payload
     "bpf", "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd", "io_uring_setup",
     "io_uring_enter", "io_uring_register",
@@ -40,9 +41,22 @@ constexpr std::string_view kDeniedSyscalls[] = {
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
     // host administration
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "iopl",
-    "ioperm", "swapon", "swapoff", "reboot", "acct", "lookup_dcookie", "quotactl",
+    "ioperm", "swapon", "swapoff", "reboot", "acct", "lookup_dcookie", "quotactl", "quotactl_fd",
     // file handles bypass path-based access checks (the "shocker" escape)
     "name_to_handle_at", "open_by_handle_at"};
+
+// Syscalls the preamble answers with ENOSYS, as a kernel without them would, so that callers
+// take their fallback: clone3 (see build_preamble), and the mount-listing pair, whose callers fall
+// back to /proc/self/mountinfo (the same view, through code with a long record).
+constexpr std::string_view kAbsentSyscalls[] = {"clone3", "statmount", "listmount"};
+
+// The socket families a sandbox may create: those a network namespace isolates and programs
+// need. Every other family fails with EAFNOSUPPORT, what libc callers expect of a kernel without
+// it. docs/seccomp.md justifies the list.
+constexpr std::uint32_t kAllowedFamilies[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+constexpr unsigned kSocketDomainArg = 0;
+constexpr const char* kFamiliesDenied =
+    "families other than AF_UNIX, AF_INET, AF_INET6, AF_NETLINK";
 
 constexpr std::uint64_t kNamespaceFlags[] = {CLONE_NEWNS,     CLONE_NEWUTS, CLONE_NEWIPC,
                                              CLONE_NEWUSER,   CLONE_NEWPID, CLONE_NEWNET,
@@ -73,9 +87,11 @@ std::vector<PreambleEntry> build_preamble() {
   std::vector<PreambleEntry> entries;
   for (const auto name : kDeniedSyscalls)
     entries.push_back({std::string(name), kEperm, {Conditions{}}, {}, "every call"});
-  // Its flags live in a struct seccomp cannot read; ENOSYS makes libc fall back to clone(2),
+  // clone3's flags live in a struct seccomp cannot read; ENOSYS makes libc fall back to clone(2),
   // whose flags it can.
-  entries.push_back({"clone3", {Verdict::errno_, ENOSYS}, {Conditions{}}, {}, "every call"});
+  for (const auto name : kAbsentSyscalls)
+    entries.push_back(
+        {std::string(name), {Verdict::errno_, ENOSYS}, {Conditions{}}, {}, "every call"});
 
   PreambleEntry clone{"clone", kEperm, {}, {}, "namespace flags"};
   std::uint64_t all_flags = 0;
@@ -99,6 +115,15 @@ std::vector<PreambleEntry> build_preamble() {
   persona.denied = complement_low32(kPersonaArg, kAllowedPersonas);
   for (const auto value : kAllowedPersonas) persona.rest.push_back({low32_is(kPersonaArg, value)});
   entries.push_back(std::move(persona));
+
+  // An allow-list of socket families (the domain is an int: the low half again).
+  for (const char* name : {"socket", "socketpair"}) {
+    PreambleEntry family{name, {Verdict::errno_, EAFNOSUPPORT}, {}, {}, kFamiliesDenied};
+    family.denied = complement_low32(kSocketDomainArg, kAllowedFamilies);
+    for (const auto value : kAllowedFamilies)
+      family.rest.push_back({low32_is(kSocketDomainArg, value)});
+    entries.push_back(std::move(family));
+  }
   return entries;
 }
 
@@ -253,12 +278,7 @@ class Layering {
 
   // One name per syscall number, so aliases meet in one place.
   static std::string canonical_name(const std::string& name, int nr) {
-    if (nr < 0) return name;
-    char* canonical = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
-    if (canonical == nullptr) return name;
-    std::string out(canonical);
-    free(canonical);
-    return out;
+    return syscall_name_of(nr).value_or(name);
   }
 
   void add_policy_rule(const std::string& name, PolicyRule rule) {

@@ -1,6 +1,7 @@
 #include "seccomp/model.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <utility>
 
@@ -231,11 +232,45 @@ std::vector<Conditions> complement_low32(unsigned arg, std::span<const std::uint
   return out;
 }
 
+namespace {
+
+// Syscalls an older libseccomp may not know the name of. Since Linux 5.1 a new syscall gets the
+// same number on every architecture, so one table serves x86_64 and aarch64.
+struct NewSyscall {
+  std::string_view name;
+  int number;
+};
+constexpr NewSyscall kNewSyscalls[] = {
+    {"cachestat", 451},         {"fchmodat2", 452},        {"map_shadow_stack", 453},
+    {"futex_wake", 454},        {"futex_wait", 455},       {"futex_requeue", 456},
+    {"statmount", 457},         {"listmount", 458},        {"lsm_get_self_attr", 459},
+    {"lsm_set_self_attr", 460}, {"lsm_list_modules", 461}, {"mseal", 462},
+    {"setxattrat", 463},        {"getxattrat", 464},       {"listxattrat", 465},
+    {"removexattrat", 466},     {"open_tree_attr", 467},   {"file_getattr", 468},
+    {"file_setattr", 469},
+};
+
+}  // namespace
+
 std::optional<int> resolve_syscall(std::string_view name) {
   const std::string n(name);
   const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_NATIVE, n.c_str());
-  if (nr == __NR_SCMP_ERROR) return std::nullopt;
-  return nr;
+  if (nr != __NR_SCMP_ERROR) return nr;
+  for (const auto& s : kNewSyscalls)
+    if (s.name == name) return s.number;
+  return std::nullopt;
+}
+
+std::optional<std::string> syscall_name_of(int number) {
+  if (number < 0) return std::nullopt;
+  if (char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, number)) {
+    std::string out(name);
+    std::free(name);
+    return out;
+  }
+  for (const auto& s : kNewSyscalls)
+    if (s.number == number) return std::string(s.name);
+  return std::nullopt;
 }
 
 }  // namespace rlm::seccomp::detail

@@ -100,7 +100,12 @@ struct Filter {
 Filter layer(const Seccomp& policy, std::vector<Diagnostic>& problems);
 
 // The native syscall number of `name` (negative when libseccomp knows the name but this
-// architecture has no such syscall), or nullopt when libseccomp does not know it.
+// architecture has no such syscall), or nullopt when the name is unknown. Syscalls newer than the
+// libseccomp in use (2.5.4 on Debian 12 stops at futex_requeue) are known from a table of their
+// numbers, which are the same on every architecture from 424 on.
 std::optional<int> resolve_syscall(std::string_view name);
+
+// The name of native syscall `number` (from libseccomp, or that table); nullopt when unknown.
+std::optional<std::string> syscall_name_of(int number);
 
 }  // namespace rlm::seccomp::detail

@@ -201,13 +201,7 @@ std::vector<Diagnostic> check(const Seccomp& policy_rules) {
 }
 
 std::string syscall_name(int number) {
-  if (number >= 0) {
-    if (char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, number)) {
-      std::string out(name);
-      std::free(name);
-      return out;
-    }
-  }
+  if (auto name = detail::syscall_name_of(number)) return *name;
   return "syscall " + std::to_string(number);
 }
 

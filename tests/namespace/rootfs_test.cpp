@@ -276,6 +276,99 @@ TEST_F(Rootfs, MissingWorkdirUnderAReadOnlyMountFailsWithANamedStep) {
       << run.err;
 }
 
+TEST_F(Rootfs, NoPathIsResolvedThroughALinkInABind) {
+  // A read-write bind holding a link to where the host root sits while the tree is built, as an
+  // earlier run could leave it; the workdir and a mount target through it must not reach the host.
+  rlm::test::TempDir data;
+  chmod(data.path().c_str(), 0777);
+  ASSERT_EQ(symlink("/.rlm-old-root/tmp", data.file("w").c_str()), 0);
+  const std::string name = "rlm-child-setup-link-" + std::to_string(getpid());
+  Mount rw;
+  rw.source = data.path();
+  rw.target = "/data";
+  rw.readonly = false;
+  policy_.filesystem.mounts.push_back(rw);
+  {
+    Policy policy = policy_;
+    policy.filesystem.workdir = "/data/w/" + name;
+    const auto run = run_script(policy, "pwd");
+    EXPECT_FALSE(std::filesystem::exists("/tmp/" + name)) << "the workdir was made on the host";
+    std::filesystem::remove_all("/tmp/" + name);
+    EXPECT_EQ(run.exit_code, 125);
+    EXPECT_NE(run.err.find("step failed: create workdir /data/w/" + name + ": errno " +
+                           std::to_string(ELOOP)),
+              std::string::npos)
+        << run.err;
+  }
+  {
+    Policy policy = policy_;
+    Mount tmpfs;
+    tmpfs.type = Mount::Type::tmpfs;
+    tmpfs.target = "/data/w/" + name;
+    policy.filesystem.mounts.push_back(tmpfs);
+    const auto run = run_script(policy, "pwd");
+    EXPECT_FALSE(std::filesystem::exists("/tmp/" + name)) << "the mount point was made on the host";
+    std::filesystem::remove_all("/tmp/" + name);
+    EXPECT_EQ(run.exit_code, 125);
+    EXPECT_NE(run.err.find("errno " + std::to_string(ELOOP)), std::string::npos) << run.err;
+  }
+  // A link as the mount point itself is not followed either.
+  {
+    Policy policy = policy_;
+    Mount tmpfs;
+    tmpfs.type = Mount::Type::tmpfs;
+    tmpfs.target = "/data/w";
+    policy.filesystem.mounts.push_back(tmpfs);
+    const auto run = run_script(policy, "pwd");
+    EXPECT_EQ(run.exit_code, 125) << run.out;
+    EXPECT_NE(run.err.find("errno " + std::to_string(ELOOP)), std::string::npos) << run.err;
+  }
+}
+
+TEST_F(Rootfs, BindSourcesFollowOnlyLinksOwnedByRootOrTheRuntime) {
+  rlm::test::TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ASSERT_EQ(mkdir(dir.file("real").c_str(), 0755), 0);
+  dir.write("real/hello", "through the link\n");
+  chmod(dir.file("real/hello").c_str(), 0644);
+  // Owned by this (the runtime's) user: followed, at the last component and in the middle.
+  ASSERT_EQ(symlink("real", dir.file("trusted").c_str()), 0);
+  Mount mount;
+  mount.source = dir.file("trusted");
+  mount.target = "/data";
+  Mount inner = mount;
+  inner.source = dir.file("trusted") + "/hello";
+  inner.target = "/hello";
+  Policy policy = policy_;
+  policy.filesystem.mounts.push_back(mount);
+  policy.filesystem.mounts.push_back(inner);
+  const auto run = run_script(policy, "cat /data/hello /hello");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "through the link\nthrough the link\n");
+
+  // Owned by the uid sandboxes run as, as a link planted through a read-write bind would be.
+  ASSERT_EQ(symlink("real", dir.file("planted").c_str()), 0);
+  ASSERT_EQ(lchown(dir.file("planted").c_str(), 65534, 65534), 0);
+  for (const std::string& source : {dir.file("planted"), dir.file("planted") + "/hello"}) {
+    Policy refused = policy_;
+    Mount m;
+    m.source = source;
+    m.target = "/data";
+    refused.filesystem.mounts.push_back(m);
+    const std::string path =
+        "filesystem.mounts[" + std::to_string(refused.filesystem.mounts.size() - 1) + "].source";
+    try {
+      RootfsPlan::prepare(refused);
+      ADD_FAILURE() << "prepare() followed " << source;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": " + dir.file("planted") +
+                                           " is a symlink owned by uid 65534"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST_F(Rootfs, ADescriptorOpenedBeforeTheNamespacesStillExecsAfterPivotRoot) {
   // The backend execs rlm-sandbox-init this way: the file lives on the host root, which is
   // detached by then. The probe is not bound into this sandbox at all.

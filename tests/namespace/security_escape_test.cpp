@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "seccomp/preamble_by_number.hpp"
 #include "security_test_util.hpp"
 
 namespace rlm::sectest {
@@ -759,6 +760,234 @@ TEST_F(NamespaceTest, CliDefaultRunUsesTheNamespaceBackend) {
   EXPECT_EQ(result["backend"], "namespace");
   EXPECT_EQ(result["status"], "ok");
   EXPECT_EQ(result["policy"], "default");
+}
+
+// ---- Socket families and syscalls by number -----------------------------------------------------
+
+TEST_F(NamespaceTest, VsockCannotBindOrListenUnderNetworkNone) {
+  // Control: this host has a vsock transport (a network namespace does not isolate vsock, so a
+  // listener inside would sit in the machine's real vsock port space).
+  const int host = ::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (host < 0)
+    GTEST_SKIP() << "no AF_VSOCK on this host (" << std::strerror(errno)
+                 << "); nothing for a sandbox to reach";
+  ::close(host);
+  ASSERT_EQ(policy_.network, Network::none);
+  const std::string port =
+      std::to_string(20000 + std::stoul(random_token().substr(0, 4), nullptr, 16) % 30000);
+  auto result = python(R"PY(
+import errno, socket
+def outcome(make):
+    try:
+        s = make()
+        return 'CREATED'
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def listen():
+    s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    s.bind((socket.VMADDR_CID_ANY, )PY" +
+                       port + R"PY())
+    s.listen(1)
+    print('vsock_port', s.getsockname()[1], flush=True)
+    return s
+print('vsock_listen', outcome(listen))
+print('vsock_dgram', outcome(lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_DGRAM)))
+print('vsock_pair', outcome(lambda: socket.socketpair(socket.AF_VSOCK, socket.SOCK_STREAM)))
+for name, kind in [('AF_PACKET', socket.SOCK_RAW), ('AF_ALG', socket.SOCK_SEQPACKET),
+                   ('AF_CAN', socket.SOCK_RAW), ('AF_TIPC', socket.SOCK_RDM),
+                   ('AF_RDS', socket.SOCK_SEQPACKET), ('AF_BLUETOOTH', socket.SOCK_STREAM)]:
+    print('family_' + name, outcome(lambda: socket.socket(getattr(socket, name), kind)))
+print('family_AF_UNIX', outcome(lambda: socket.socketpair(socket.AF_UNIX)))
+print('family_AF_INET', outcome(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)))
+print('family_AF_NETLINK', outcome(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)))
+)PY");
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  auto v = parse_lines(result.stdout_data);
+  EXPECT_EQ(v["vsock_listen"], "EAFNOSUPPORT")
+      << "a sandbox under network: none listened on vsock port " << v["vsock_port"];
+  EXPECT_EQ(v["vsock_dgram"], "EAFNOSUPPORT");
+  EXPECT_EQ(v["vsock_pair"], "EAFNOSUPPORT");
+  for (const char* family : {"AF_PACKET", "AF_ALG", "AF_CAN", "AF_TIPC", "AF_RDS", "AF_BLUETOOTH"})
+    EXPECT_EQ(v[std::string("family_") + family], "EAFNOSUPPORT") << family;
+  for (const char* family : {"AF_UNIX", "AF_INET", "AF_NETLINK"})
+    EXPECT_EQ(v[std::string("family_") + family], "CREATED") << family;
+}
+
+TEST_F(NamespaceTest, EveryPreambleSyscallIsDeniedByNumberInside) {
+  std::string table;
+  for (const auto& d : seccomp::test::kPreambleDeniedByNumber)
+    table += "(" + std::to_string(d.number) + ", '" + d.name + "'), ";
+  // Junk arguments (the bad pointer 1): a call the filter let through would fail with EFAULT,
+  // EBADF or EINVAL and do nothing.
+  auto result = python(R"PY(
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+L = ctypes.c_long
+for nr, name in [)PY" + table +
+                       R"PY(]:
+    ctypes.set_errno(0)
+    r = libc.syscall(L(nr), L(1), L(1), L(1), L(1), L(1), L(1))
+    print(name, r, ctypes.get_errno() if r < 0 else 0, flush=True)
+# Without a capability the kernel itself answers many of those with EPERM; these calls it would
+# carry out: open_tree_attr and open_tree without OPEN_TREE_CLONE just return an O_PATH fd of /.
+for nr, name in [(467, 'open_tree_attr'), (428, 'open_tree')]:
+    ctypes.set_errno(0)
+    r = libc.syscall(L(nr), L(-100), ctypes.c_char_p(b'/'), L(0), L(0), L(0))
+    print(name + '_plain', 'FD' if r >= 0 else r, ctypes.get_errno() if r < 0 else 0, flush=True)
+print('done')
+)PY");
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  auto v = parse_lines(result.stdout_data);
+  ASSERT_EQ(v.count("done"), 1u) << describe(result);
+  for (const auto& d : seccomp::test::kPreambleDeniedByNumber)
+    EXPECT_EQ(v[d.name], "-1 " + std::to_string(d.error))
+        << d.name << " (syscall " << d.number << ") from inside the sandbox";
+  EXPECT_EQ(v["open_tree_attr_plain"], "-1 " + std::to_string(EPERM));
+  EXPECT_EQ(v["open_tree_plain"], "-1 " + std::to_string(EPERM));
+}
+
+// ---- Paths through links the payload planted ----------------------------------------------------
+
+// A host path the attacks below aim at, removed (and reported) if it appears.
+class HostTarget {
+ public:
+  HostTarget() : path_("/tmp/rlm-escape-" + random_token()) {}
+  ~HostTarget() { removed(); }
+  HostTarget(const HostTarget&) = delete;
+  HostTarget& operator=(const HostTarget&) = delete;
+  const std::string& path() const { return path_; }
+  std::string name() const { return path_.substr(5); }
+  // True when it existed (it is gone afterwards).
+  bool removed() const {
+    std::error_code ec;
+    const bool existed =
+        std::filesystem::symlink_status(path_, ec).type() != std::filesystem::file_type::not_found;
+    std::filesystem::remove_all(path_, ec);
+    return existed;
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST_F(NamespaceTest, CliWorkdirThroughAPlantedLinkCreatesNothingOnTheHost) {
+  SharedDir shared;
+  HostTarget target;
+  // Run 1 plants a link to where the host root sits while the sandbox is built.
+  auto plant = cli({"run", "--bind", shared.path() + ":/data", "--", "ln", "-s",
+                    "/.rlm-old-root/tmp", "/data/w"});
+  ASSERT_EQ(plant.exit_code, 0) << plant.err;
+  ASSERT_TRUE(std::filesystem::is_symlink(shared.file("w")));
+  // Run 2 is given a workdir through it.
+  auto run2 = cli({"run", "--bind", shared.path() + ":/data", "--workdir",
+                   "/data/w/" + target.name(), "--", "true"});
+  EXPECT_FALSE(target.removed()) << "run 2 created " << target.path() << " on the host";
+  EXPECT_EQ(run2.exit_code, 125) << run2.out << run2.err;
+  EXPECT_NE(run2.err.find("workdir"), std::string::npos) << run2.err;
+}
+
+TEST_F(NamespaceTest, MountTargetsThroughAPlantedLinkCreateNothingOnTheHost) {
+  SharedDir shared;
+  auto plant = python("import os\nos.symlink('/.rlm-old-root/tmp', '/data/w')\n",
+                      with_rw_bind(shared.path(), "/data"));
+  ASSERT_EQ(plant.status, Status::ok) << describe(plant);
+  shared.write("file", "x");
+  for (const bool file : {false, true}) {
+    HostTarget target;
+    Policy policy = with_rw_bind(shared.path(), "/data");
+    Mount mount;
+    mount.target = "/data/w/" + target.name();
+    if (file) {  // a file bind: its mount point is a file the plan creates
+      mount.type = Mount::Type::bind;
+      mount.source = shared.file("file");
+    } else {
+      mount.type = Mount::Type::tmpfs;
+    }
+    policy.filesystem.mounts.push_back(mount);
+    auto result = run({"true"}, policy);
+    EXPECT_FALSE(target.removed()) << (file ? "a file bind" : "a tmpfs") << " target created "
+                                   << target.path() << " on the host";
+    EXPECT_EQ(result.status, Status::sandbox_error) << describe(result);
+  }
+}
+
+TEST_F(NamespaceTest, BindSourceThroughALinkAnEarlierSandboxPlantedIsRefused) {
+  SharedDir shared;
+  auto plant =
+      python("import os\nos.symlink('/etc', '/data/src')\n", with_rw_bind(shared.path(), "/data"));
+  ASSERT_EQ(plant.status, Status::ok) << describe(plant);
+  Policy policy = policy_;
+  Mount mount;
+  mount.source = shared.file("src");
+  mount.target = "/leak";
+  mount.type = Mount::Type::bind;
+  policy.filesystem.mounts.push_back(mount);
+  auto result = run({"ls", "/leak"}, policy);
+  EXPECT_EQ(result.stdout_data.find("passwd"), std::string::npos)
+      << "the host's /etc was bound into the sandbox: " << result.stdout_data;
+  EXPECT_EQ(result.status, Status::sandbox_error) << describe(result);
+  EXPECT_NE(result.detail.find(".source"), std::string::npos) << result.detail;
+}
+
+// ---- Host information in /proc ------------------------------------------------------------------
+
+TEST_F(NamespaceTest, ProcShowsNothingOfTheHostsBootIdCmdlineLoadPressureOrLocks) {
+  const std::string host_boot_id = read_file("/proc/sys/kernel/random/boot_id");
+  const std::string host_cmdline = read_file("/proc/cmdline");
+  ASSERT_FALSE(host_boot_id.empty());
+  ASSERT_FALSE(host_cmdline.empty());
+  auto result = python(R"PY(
+import os
+def show(path):
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+        return repr(data.decode(errors='replace'))
+    except OSError as e:
+        return type(e).__name__
+for key, path in [('boot_id', '/proc/sys/kernel/random/boot_id'), ('cmdline', '/proc/cmdline'),
+                  ('loadavg', '/proc/loadavg'), ('locks', '/proc/locks'),
+                  ('interrupts', '/proc/interrupts'), ('keys', '/proc/keys'),
+                  ('timer_list', '/proc/timer_list')]:
+    print(key, show(path))
+try:
+    print('pressure', repr(sorted(os.listdir('/proc/pressure'))))
+except OSError as e:
+    print('pressure', type(e).__name__)
+for name in ('cpu', 'memory', 'io'):
+    print('pressure_' + name, show('/proc/pressure/' + name))
+)PY");
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  auto v = parse_lines(result.stdout_data);
+  EXPECT_EQ(v["boot_id"], "''") << "the host's boot_id is " << host_boot_id;
+  EXPECT_EQ(v["cmdline"], "''") << "the host's command line is " << host_cmdline;
+  // loadavg's 4th field is the host's running/total thread count.
+  EXPECT_EQ(v["loadavg"], "''");
+  EXPECT_EQ(v["locks"], "''");
+  EXPECT_EQ(v["interrupts"], "''");
+  EXPECT_EQ(v["keys"], "''");
+  EXPECT_EQ(v["timer_list"], "''");
+  EXPECT_EQ(v["pressure"], "[]");
+  for (const char* name : {"pressure_cpu", "pressure_memory", "pressure_io"})
+    EXPECT_EQ(v[name], "FileNotFoundError") << name;
+  EXPECT_EQ(result.stdout_data.find(host_boot_id.substr(0, 36)), std::string::npos);
+}
+
+TEST_F(NamespaceTest, PsAndProcSelfStillWorkWithProcMasked) {
+  auto result = run({"sh", "-c",
+                     "ps -eo pid,comm; python3 -c 'import os; "
+                     "print(\"self\", open(\"/proc/self/stat\").read().split()[1], "
+                     "len(open(\"/proc/self/status\").read()) > 0, os.cpu_count() > 0)'; "
+                     "grep -c . /proc/meminfo /proc/uptime; "
+                     "top -b -n1 >/dev/null && echo top-ok; uptime >/dev/null && echo uptime-ok"});
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find(" ps\n"), std::string::npos) << result.stdout_data;
+  EXPECT_NE(result.stdout_data.find("self (python3) True True"), std::string::npos)
+      << result.stdout_data;
+  EXPECT_NE(result.stdout_data.find("/proc/uptime:1"), std::string::npos) << result.stdout_data;
+  EXPECT_NE(result.stdout_data.find("top-ok\nuptime-ok\n"), std::string::npos)
+      << result.stdout_data;
 }
 
 }  // namespace

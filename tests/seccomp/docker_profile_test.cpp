@@ -2,6 +2,8 @@
 // enforces.
 #include <sys/ioctl.h>
 
+#include <cerrno>
+
 #include <gmock/gmock.h>
 
 #include "seccomp_test_util.hpp"
@@ -99,6 +101,25 @@ TEST(SeccompDockerProfile, ContainsThePreamble) {
                                        {"op", "SCMP_CMP_MASKED_EQ"}}));
 
   EXPECT_FALSE(entries_for(profile, "personality").empty());
+
+  // Syscalls libseccomp 2.5.4 has no name for are exported by name all the same (Docker resolves
+  // names with its own libseccomp).
+  EXPECT_THAT(mount[0]["names"], ::testing::Contains("open_tree_attr"));
+  const auto statmount = entries_for(profile, "statmount");
+  ASSERT_EQ(statmount.size(), 1u);
+  EXPECT_EQ(statmount[0]["errnoRet"], ENOSYS);
+
+  // Socket families outside the allow-list, on both socket calls.
+  for (const char* name : {"socket", "socketpair"}) {
+    const auto entries = entries_for(profile, name);
+    ASSERT_FALSE(entries.empty()) << name;
+    for (const auto& e : entries) {
+      EXPECT_EQ(e["errnoRet"], EAFNOSUPPORT) << e;
+      ASSERT_EQ(e["args"].size(), 1u) << e;
+      EXPECT_EQ(e["args"][0]["index"], 0) << e;
+      EXPECT_EQ(e["args"][0]["op"], "SCMP_CMP_MASKED_EQ") << e;
+    }
+  }
 }
 
 TEST(SeccompDockerProfile, KillActionsAreExportedAsKillProcess) {
