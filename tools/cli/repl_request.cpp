@@ -115,14 +115,16 @@ std::optional<std::string> string_field(const json& line, const char* key,
 }
 
 std::chrono::milliseconds timeout_field(const json& value, std::chrono::milliseconds max) {
-  const std::string range = "timeout_ms must be an integer number of milliseconds from 1 to " +
-                            std::to_string(max.count()) + " (the policy's limits.wall_time_ms)";
+  const auto limit = static_cast<std::uint64_t>(std::max<std::int64_t>(max.count(), 0));
   if (value.is_number_unsigned()) {
     const auto ms = value.get<std::uint64_t>();
-    if (ms >= 1 && ms <= static_cast<std::uint64_t>(std::max<std::int64_t>(max.count(), 0)))
-      return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+    if (ms >= 1 && ms <= limit) return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+    if (ms > limit)
+      throw Refusal{"timeout_ms " + std::to_string(ms) + " is above the policy's " +
+                    "limits.wall_time_ms of " + std::to_string(limit)};
   }
-  throw Refusal{range};
+  throw Refusal{"timeout_ms must be an integer number of milliseconds from 1 to " +
+                std::to_string(limit) + " (the policy's limits.wall_time_ms)"};
 }
 
 ReplRequest checked(const json& line, ReplOp op, std::string_view name,
