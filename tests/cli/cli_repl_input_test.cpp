@@ -3,6 +3,7 @@
 // {"id", "error"} line, with the line's id when it had a usable one, and the repl goes on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -124,6 +125,47 @@ TEST(CliReplInput, ALineLongerThanTheBoundIsDroppedWithOneError) {
 
   auto help = cli({"repl", "--help"});
   EXPECT_NE(help.out.find("16 MiB"), std::string::npos) << help.out;
+}
+
+// 300 requests written at once: with an LM handler the repl stops reading while 256 wait, and
+// all are done; without one (the orchestrator must still be heard) those beyond 256 are refused,
+// each with one error line naming its id.
+TEST(CliReplInput, RequestsBeyondTheQueueWaitWithAnLmHandlerAndAreRefusedWithout) {
+  constexpr int kRequests = 300;
+  ProcessOptions options;
+  options.stdin_data = R"x({"id":0,"op":"execute","code":"import time; time.sleep(2)"})x"
+                       "\n";
+  for (int id = 1; id < kRequests; ++id)
+    options.stdin_data += json({{"id", id}, {"op", "execute"}, {"code", "pass"}}).dump() + "\n";
+
+  auto with_lm = cli({"repl", "--lm", "echo"}, options);
+  ASSERT_EQ(with_lm.exit_code, 0) << with_lm.err;
+  std::vector<int> done;
+  for (const auto& line : lines_of(with_lm.out))
+    if (line.contains("result")) done.push_back(line["id"].get<int>());
+  EXPECT_EQ(done.size(), std::size_t{kRequests}) << with_lm.out.substr(0, 2000);
+  EXPECT_TRUE(error_ids(lines_of(with_lm.out)).empty());
+
+  auto without = cli({"repl"}, options);
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  std::vector<bool> answered(kRequests, false);
+  std::size_t refused = 0;
+  for (const auto& line : lines_of(without.out)) {
+    if (!line.contains("id")) continue;  // ready
+    const int id = line["id"].get<int>();
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, kRequests);
+    EXPECT_FALSE(answered[id]) << "two lines for request " << id;
+    answered[id] = true;
+    if (line.contains("error")) {
+      ++refused;
+      EXPECT_NE(line["error"].get<std::string>().find("too many requests"), std::string::npos)
+          << line.dump();
+    }
+  }
+  EXPECT_EQ(std::count(answered.begin(), answered.end(), true), kRequests);
+  EXPECT_GE(refused, std::size_t{kRequests - 1 - 256});
+  EXPECT_LE(refused, std::size_t{kRequests - 1 - 255});
 }
 
 }  // namespace

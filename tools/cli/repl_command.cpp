@@ -57,7 +57,9 @@ a field of the wrong type or range gets exactly one error line, and the repl goe
 string (at most 1024 bytes), an integer or null, echoed in every line about the request (null in
 the error when the line has no usable id); "timeout_ms": an integer from 1 to the policy's
 limits.wall_time_ms; "query_id", "snapshot": the non-negative integers the repl gave out. At
-most 256 requests (64 MiB of lines) wait behind a running one; more are refused.
+most 256 requests (64 MiB of lines) wait behind a running one; beyond that the repl stops
+reading stdin until one is done (with --lm) or refuses the request (without: llm_result lines
+must not wait behind it).
 
 Inside the sandbox: context, llm_query(prompt, model=None), llm_query_batched(prompts,
 model=None), FINAL(value), FINAL_VAR(name), SHOW_VARS().
@@ -158,18 +160,22 @@ class OrchestratorHandler final : public LlmHandler {
 };
 
 // Requests other than llm_result, in order; nullopt once stdin has ended. Bounded by count and
-// by the bytes of their lines: a request beyond the bound is refused, never held (the reader must
-// not block, or llm_result lines would wait behind it).
+// by the bytes of their lines. When full, push() waits for room if `wait` (the reader then stops
+// reading stdin: backpressure on the orchestrator's pipe), else refuses the request: the reader
+// must not stop while llm_result lines may be waiting behind it.
 class RequestQueue {
  public:
   static constexpr std::size_t kMaxRequests = 256;
   static constexpr std::size_t kMaxBytes = 4 * kMaxReplLineBytes;
 
-  bool push(std::optional<ReplRequest> request, std::size_t line_bytes = 0) {
+  bool push(std::optional<ReplRequest> request, std::size_t line_bytes = 0, bool wait = false) {
     {
-      std::lock_guard lock(mutex_);
-      if (request && (requests_.size() >= kMaxRequests || bytes_ + line_bytes > kMaxBytes))
-        return false;
+      std::unique_lock lock(mutex_);
+      const auto full = [&] {
+        return requests_.size() >= kMaxRequests || bytes_ + line_bytes > kMaxBytes;
+      };
+      if (request && wait) room_.wait(lock, [&] { return !full(); });
+      if (request && full()) return false;
       bytes_ += line_bytes;
       requests_.push_back({std::move(request), line_bytes});
     }
@@ -182,12 +188,14 @@ class RequestQueue {
     auto [request, line_bytes] = std::move(requests_.front());
     requests_.pop_front();
     bytes_ -= line_bytes;
+    lock.unlock();
+    room_.notify_one();
     return std::move(request);
   }
 
  private:
   std::mutex mutex_;
-  std::condition_variable ready_;
+  std::condition_variable ready_, room_;
   std::deque<std::pair<std::optional<ReplRequest>, std::size_t>> requests_;
   std::size_t bytes_ = 0;
 };
@@ -255,7 +263,9 @@ void read_requests(Output& output, RequestQueue& requests, OrchestratorHandler* 
         return output.line(error_line(
             request.id, "the context can only be given as the first line, and not with --context"));
       const json id = request.id;
-      if (!requests.push(std::move(request), text.size()))
+      // With an LM handler nothing the reader has yet to read can unblock a running cell, so it
+      // may wait for room; the orchestrator's llm_result lines must never wait behind a request.
+      if (!requests.push(std::move(request), text.size(), /*wait=*/orchestrator == nullptr))
         return output.line(
             error_line(id, "too many requests are waiting (at most " +
                                std::to_string(RequestQueue::kMaxRequests) + ", " +
