@@ -1,9 +1,9 @@
-// The command: LM handler: `/bin/sh -c CMD` per call, the call as one JSON line on its stdin, the
-// answer on its stdout.
+// The command: LM handler: `/bin/sh -c CMD` per call under a guard that kills everything the
+// command leaves (command_guard.hpp), the call as one JSON line on its stdin, the answer on its
+// stdout.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -14,10 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "command_guard.hpp"
 #include "common/unique_fd.hpp"
 #include "handlers.hpp"
-
-extern char** environ;
 
 namespace rlm::broker {
 namespace {
@@ -71,40 +70,12 @@ struct Stdio {
   }
 };
 
-// `/bin/sh -c command` leading its own process group, with a clean signal state and only fds 0-2.
-pid_t spawn_shell(const std::string& command, const Stdio& stdio) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, stdio.child_input.get(), 0);
-  posix_spawn_file_actions_adddup2(&actions, stdio.child_output.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, stdio.child_errors.get(), 2);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  posix_spawnattr_setflags(&attributes,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attributes, 0);
-  sigset_t signals;
-  sigemptyset(&signals);
-  posix_spawnattr_setsigmask(&attributes, &signals);
-  sigfillset(&signals);  // signals the host ignores (SIGPIPE, often) are not ignored in the command
-  posix_spawnattr_setsigdefault(&attributes, &signals);
-
-  std::string shell = "/bin/sh", flag = "-c", script = command;
-  char* argv[] = {shell.data(), flag.data(), script.data(), nullptr};
-  pid_t pid = -1;
-  const int error = posix_spawn(&pid, shell.c_str(), &actions, &attributes, argv, environ);
-  posix_spawnattr_destroy(&attributes);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) throw std::system_error(error, std::system_category(), "posix_spawn /bin/sh");
-  return pid;
-}
-
 constexpr std::chrono::milliseconds kPollTick{50};
 
-// The shell's process group is killed and the shell reaped on every path out, exceptions
-// included. Killing before reaping: the unreaped shell keeps its pid, so the group id cannot
-// have been reused by then.
+// The command's guard (command_guard.hpp): on every path out, exceptions included, it is told to
+// stop, which kills what is left of the command, and reaped. It exits when the shell has exited
+// and nothing of the command is left, with the shell's status; it was forked by this thread, so
+// should the host die, its parent-death signal ends the command too.
 class Child {
  public:
   explicit Child(pid_t pid)
@@ -122,11 +93,11 @@ class Child {
   }
   const UniqueFd& pidfd() const { return pidfd_; }
 
-  // Kills what is left of the group (the shell itself when it has not exited), then reaps the
-  // shell; returns its wait status.
+  // Stops what is left of the command (nothing once the guard has exited by itself), then reaps
+  // the guard; returns its wait status, which is the shell's when the shell ended first.
   int reap() {
     if (reaped_) return status_;
-    kill(-pid_, SIGKILL);
+    kill(pid_, SIGTERM);  // unreaped: still our guard's pid
     while (waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
     }
     reaped_ = true;
@@ -215,7 +186,8 @@ class CommandHandler final : public LlmHandler {
     const std::string input =
         input_line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     Stdio stdio;
-    Child child(spawn_shell(command_, stdio));
+    Child child(spawn_guarded_shell(command_, stdio.child_input.get(), stdio.child_output.get(),
+                                    stdio.child_errors.get()));
     for (UniqueFd* theirs : {&stdio.child_input, &stdio.child_output, &stdio.child_errors})
       theirs->reset();
 
@@ -251,7 +223,7 @@ class CommandHandler final : public LlmHandler {
       exited = child.pidfd() ? fds[3].revents != 0 : child.exited();
     }
     // Whatever the shell wrote before exiting is in the pipes now; stragglers it left running
-    // (background jobs) are killed with its group rather than waited for.
+    // (background jobs) were killed by the guard rather than waited for.
     const int status = child.reap();
     if (exited) {
       drain(stdio.output, output);

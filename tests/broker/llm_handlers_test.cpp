@@ -118,6 +118,13 @@ TEST(LlmCommand, BackgroundJobsAreKilledOnceTheShellExits) {
   EXPECT_TRUE(gone_within(std::stoi(*answer.text), milliseconds(5'000)));
 }
 
+TEST(LlmCommand, ProcessesThatLeftTheGroupAreKilledOnceTheShellExits) {
+  // setsid: a new session and process group, out of reach of a kill(-group).
+  const auto answer = ask(*make_llm_handler("command:setsid sleep 1000 & echo $!"), "p");
+  ASSERT_TRUE(answer.text) << answer.error;
+  EXPECT_TRUE(gone_within(std::stoi(*answer.text), milliseconds(5'000)));
+}
+
 TEST(LlmCommand, CommandIsKilledAfterItsLongestDuration) {
   const auto handler =
       broker::make_command_handler("echo started >&2; sleep 1000", milliseconds(500));

@@ -11,83 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_util.hpp"
+#include "repl_driver.hpp"
 
 namespace rlm::test {
 namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-// An interactive rlm-sandbox repl: write a request line, read event lines.
-class Repl {
- public:
-  explicit Repl(std::vector<std::string> args) {
-    int in[2], out[2];
-    EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
-    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
-    args.insert(args.begin(), {bin_path("rlm-sandbox"), "repl"});
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    to_ = in[1];
-    from_ = out[0];
-  }
-  ~Repl() {
-    if (to_ >= 0) close(to_);
-    close(from_);
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  void send(const json& line) {
-    const auto text = line.dump() + "\n";
-    ASSERT_EQ(write(to_, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  }
-  void end_input() {
-    close(to_);
-    to_ = -1;
-  }
-
-  // The next line, or a null json after 30 s or at EOF.
-  json next() {
-    for (;;) {
-      if (auto newline = buffer_.find('\n'); newline != std::string::npos) {
-        auto line = buffer_.substr(0, newline);
-        buffer_.erase(0, newline + 1);
-        return json::parse(line);
-      }
-      pollfd readable{from_, POLLIN, 0};
-      if (poll(&readable, 1, 30'000) <= 0) return json();
-      char chunk[4096];
-      const ssize_t count = read(from_, chunk, sizeof chunk);
-      if (count <= 0) return json();
-      buffer_.append(chunk, static_cast<std::size_t>(count));
-    }
-  }
-
-  int wait_exit() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;
-  std::string buffer_;
-};
 
 TEST(CliRepl, TheOrchestratorAnswersLlmQueriesAndStatePersists) {
   Repl repl({"--backend", "namespace"});

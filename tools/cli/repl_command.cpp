@@ -2,6 +2,9 @@
 // stdin/stdout (DESIGN.md §8, docs/sessions.md). A reader thread takes the orchestrator's lines,
 // so `llm_result` answers arrive while a cell runs; everything else is done in order on the main
 // thread.
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -14,6 +17,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "repl_request.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/llm.hpp"
@@ -37,17 +41,31 @@ in:   {"id": 1, "op": "execute", "code": "x = 41", "timeout_ms": 5000}
       {"op": "llm_result", "query_id": 7, "text": "..."}       (or "error": "...")
       {"id": 2, "op": "snapshot"}     {"id": 3, "op": "restore", "snapshot": 1}
       {"id": 4, "op": "close"}
-      {"op": "context", "context": "..."}   as the first line, when --context is not given
+      {"op": "context", "context": "..."}   as the first request, when --context is not given
 out:  {"event": "ready", "backend": "namespace", "policy": "python-repl"}
-            (at once with --context; otherwise after the first line, which may be the context)
+            (at once with --context; otherwise after the first request, which may be the context)
       {"id": 1, "event": "llm_query", "query_id": 7, "prompt": "...", "model": null}
             (only without --lm: the orchestrator answers it with llm_result)
       {"id": 1, "result": {"status", "stdout", "stderr", "final", "wall_ms", "cpu_ms",
                            "llm_calls", "rolled_back", ...}}
       {"id": 9, "error": "..."}       for a request that could not be done
 
+Each line is checked before it is done: a line longer than 16 MiB (16777216 bytes; a large
+context goes in --context FILE), nesting arrays and objects more than 64 deep, holding more than
+262144 values (brackets and commas), not a JSON object, with a key its op does not take, or with
+a field of the wrong type or range gets exactly one error line, and the repl goes on. "id": a
+string (at most 1024 bytes), an integer or null, echoed in every line about the request (null in
+the error when the line has no usable id); "timeout_ms": an integer from 1 to the policy's
+limits.wall_time_ms; "query_id", "snapshot": the non-negative integers the repl gave out. At
+most 256 requests (64 MiB of lines) wait behind a running one; beyond that the repl stops
+reading stdin until one is done (with --lm) or refuses the request (without: llm_result lines
+must not wait behind it).
+
 Inside the sandbox: context, llm_query(prompt, model=None), llm_query_batched(prompts,
 model=None), FINAL(value), FINAL_VAR(name), SHOW_VARS().
+
+LM commands (--lm command:CMD) run on the host under a guard: whatever a call leaves running is
+killed when its shell exits, and every call's processes die with the repl, SIGKILL included.
 
 exit status: 0 after close or the end of stdin; 125 the session could not start; 2 bad usage.
 )text";
@@ -107,24 +125,18 @@ class OrchestratorHandler final : public LlmHandler {
     output_.line(event);
   }
 
-  // An llm_result line; returns an error message for a bad one.
-  std::string complete(const json& line) {
-    const auto id = line.value("query_id", json());
-    if (!id.is_number_unsigned()) return "llm_result needs a numeric query_id";
+  // A checked llm_result line; returns an error message when no call waits for it.
+  std::string complete(const ReplRequest& line) {
     std::function<void(LlmAnswer)> done;
     {
       std::lock_guard lock(mutex_);
-      auto found = pending_.find(id.get<std::uint64_t>());
-      if (found == pending_.end()) return "no llm_query is waiting with query_id " + id.dump();
+      auto found = pending_.find(line.query_id);
+      if (found == pending_.end())
+        return "no llm_query is waiting with query_id " + std::to_string(line.query_id);
       done = std::move(found->second);
       pending_.erase(found);
     }
-    if (line.contains("text") && line["text"].is_string())
-      done(LlmAnswer::of_text(line["text"].get<std::string>()));
-    else if (line.contains("error") && line["error"].is_string())
-      done(LlmAnswer::of_error(line["error"].get<std::string>()));
-    else
-      done(LlmAnswer::of_error("the orchestrator's llm_result had neither text nor error"));
+    done(line.text ? LlmAnswer::of_text(*line.text) : LlmAnswer::of_error(line.error.value_or("")));
     return "";
   }
 
@@ -147,76 +159,132 @@ class OrchestratorHandler final : public LlmHandler {
   bool closed_ = false;
 };
 
-// Requests other than llm_result, in order; nullopt once stdin has ended.
+// Requests other than llm_result, in order; nullopt once stdin has ended. Bounded by count and
+// by the bytes of their lines. When full, push() waits for room if `wait` (the reader then stops
+// reading stdin: backpressure on the orchestrator's pipe), else refuses the request: the reader
+// must not stop while llm_result lines may be waiting behind it.
 class RequestQueue {
  public:
-  void push(std::optional<json> request) {
+  static constexpr std::size_t kMaxRequests = 256;
+  static constexpr std::size_t kMaxBytes = 4 * kMaxReplLineBytes;
+
+  bool push(std::optional<ReplRequest> request, std::size_t line_bytes = 0, bool wait = false) {
     {
-      std::lock_guard lock(mutex_);
-      requests_.push_back(std::move(request));
+      std::unique_lock lock(mutex_);
+      const auto full = [&] {
+        return requests_.size() >= kMaxRequests || bytes_ + line_bytes > kMaxBytes;
+      };
+      if (request && wait) room_.wait(lock, [&] { return !full(); });
+      if (request && full()) return false;
+      bytes_ += line_bytes;
+      requests_.push_back({std::move(request), line_bytes});
     }
     ready_.notify_one();
+    return true;
   }
-  std::optional<json> pop() {
+  std::optional<ReplRequest> pop() {
     std::unique_lock lock(mutex_);
     ready_.wait(lock, [&] { return !requests_.empty(); });
-    auto request = std::move(requests_.front());
+    auto [request, line_bytes] = std::move(requests_.front());
     requests_.pop_front();
-    return request;
+    bytes_ -= line_bytes;
+    lock.unlock();
+    room_.notify_one();
+    return std::move(request);
   }
 
  private:
   std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::optional<json>> requests_;
+  std::condition_variable ready_, room_;
+  std::deque<std::pair<std::optional<ReplRequest>, std::size_t>> requests_;
+  std::size_t bytes_ = 0;
 };
 
 json error_line(const json& id, const std::string& message) {
   return {{"id", id}, {"error", message}};
 }
 
-std::optional<std::chrono::milliseconds> cell_timeout(const json& request) {
-  if (!request.contains("timeout_ms")) return std::nullopt;
-  const auto& value = request["timeout_ms"];
-  if (!value.is_number() || value.get<double>() <= 0)
-    throw Error("timeout_ms must be a positive number of milliseconds");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(value.get<double>()));
-}
-
-// Does one request; returns false after close.
-bool serve(Session& session, OrchestratorHandler* orchestrator, const json& request,
+// Does one checked request; returns false after close.
+bool serve(Session& session, OrchestratorHandler* orchestrator, const ReplRequest& request,
            Output& output) {
-  const json id = request.value("id", json());
-  const std::string op = request.value("op", "");
+  const json& id = request.id;  // a scalar: safe to echo
   try {
-    if (op == "execute") {
-      if (!request.contains("code") || !request["code"].is_string())
-        throw Error("execute needs \"code\": a string");
-      if (orchestrator) orchestrator->set_current_request(id);
-      const auto cell = session.execute(request["code"].get<std::string>(), cell_timeout(request));
-      output.line({{"id", id}, {"result", cell.to_json()}});
-    } else if (op == "snapshot") {
-      output.line({{"id", id}, {"result", {{"snapshot", session.snapshot()}}}});
-    } else if (op == "restore") {
-      const auto snapshot = request.value("snapshot", json());
-      if (!snapshot.is_number_unsigned())
-        throw Error("restore needs \"snapshot\": an id from a snapshot result");
-      session.restore(snapshot.get<SnapshotId>());
-      output.line({{"id", id}, {"result", {{"restored", snapshot}}}});
-    } else if (op == "close") {
-      output.line({{"id", id}, {"result", session.close().to_json()}});
-      return false;
-    } else if (op == "context") {
-      throw Error("the context can only be given as the first line, and not with --context");
-    } else {
-      throw Error(op.empty() ? "a request needs an \"op\""
-                             : "unknown op '" + op +
-                                   "'; expected execute, llm_result, snapshot, restore or close");
+    switch (request.op) {
+      case ReplOp::execute: {
+        if (orchestrator) orchestrator->set_current_request(id);
+        const auto cell = session.execute(request.code, request.timeout);
+        output.line({{"id", id}, {"result", cell.to_json()}});
+        break;
+      }
+      case ReplOp::snapshot:
+        output.line({{"id", id}, {"result", {{"snapshot", session.snapshot()}}}});
+        break;
+      case ReplOp::restore:
+        session.restore(request.snapshot);
+        output.line({{"id", id}, {"result", {{"restored", request.snapshot}}}});
+        break;
+      case ReplOp::close:
+        output.line({{"id", id}, {"result", session.close().to_json()}});
+        return false;
+      case ReplOp::context:
+        throw Error("the context can only be given as the first line, and not with --context");
+      case ReplOp::llm_result:  // answered by the reader
+        break;
     }
-  } catch (const Error& error) {
+  } catch (const std::exception& error) {
     output.line(error_line(id, error.what()));
   }
   return true;
+}
+
+// The reader thread: the orchestrator's lines from stdin, each checked; llm_result answered at
+// once, every other request queued for the main thread, every bad line answered with one error.
+void read_requests(Output& output, RequestQueue& requests, OrchestratorHandler* orchestrator,
+                   const ReplInputLimits& limits, bool context_allowed) {
+  const auto on_line = [&](std::string_view text, bool overlong) {
+    try {
+      if (overlong)
+        return output.line(error_line(json(), overlong_line_message(limits.max_line_bytes)));
+      if (blank_line(text)) return;
+      auto parsed = parse_repl_request(text, limits);
+      if (auto* error = std::get_if<ReplRequestError>(&parsed))
+        return output.line(error_line(error->id, error->message));
+      auto& request = std::get<ReplRequest>(parsed);
+      if (request.op == ReplOp::llm_result) {
+        if (!orchestrator)
+          output.line(
+              error_line(request.id, "llm_result without a pending llm_query (--lm is set)"));
+        else if (auto problem = orchestrator->complete(request); !problem.empty())
+          output.line(error_line(request.id, problem));
+        return;
+      }
+      // Only the first request may be the context: no other parsed context is ever held.
+      if (request.op == ReplOp::context && !context_allowed)
+        return output.line(error_line(
+            request.id, "the context can only be given as the first line, and not with --context"));
+      const json id = request.id;
+      // With an LM handler nothing the reader has yet to read can unblock a running cell, so it
+      // may wait for room; the orchestrator's llm_result lines must never wait behind a request.
+      if (!requests.push(std::move(request), text.size(), /*wait=*/orchestrator == nullptr))
+        return output.line(
+            error_line(id, "too many requests are waiting (at most " +
+                               std::to_string(RequestQueue::kMaxRequests) + ", " +
+                               std::to_string(RequestQueue::kMaxBytes >> 20) +
+                               " MiB of lines); send it again once some are answered"));
+      context_allowed = false;
+    } catch (const std::exception& error) {  // e.g. bad_alloc: this line fails, not the repl
+      output.line(error_line(json(), std::string("the line could not be read: ") + error.what()));
+    }
+  };
+  LineSplitter splitter(limits.max_line_bytes);
+  std::string chunk(1 << 16, '\0');
+  for (;;) {
+    const ssize_t got = read(STDIN_FILENO, chunk.data(), chunk.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    splitter.feed(std::string_view(chunk.data(), static_cast<std::size_t>(got)), on_line);
+  }
+  splitter.finish(on_line);
 }
 
 }  // namespace
@@ -260,7 +328,7 @@ int repl_command(const std::vector<std::string>& args) {
   limits.call_timeout = duration_flag("--llm-timeout", values["llm-timeout"].as<std::string>());
   limits.budget = count_flag("--llm-budget", values["llm-budget"].as<std::string>());
 
-  // Shared with the stdin reader thread, which may outlive this function (it sits in getline
+  // Shared with the stdin reader thread, which may outlive this function (it sits in read()
   // until stdin ends); the process exits without unwinding once the session is closed.
   auto output = std::make_shared<Output>();
   auto requests = std::make_shared<RequestQueue>();
@@ -286,43 +354,28 @@ int repl_command(const std::vector<std::string>& args) {
   tighten(policy, overrides);
   auto backend = select_backend(policy, values["backend"].as<std::string>());
 
-  std::thread([output, requests, orchestrator] {
-    std::string text;
-    while (std::getline(std::cin, text)) {
-      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json line = json::parse(text, nullptr, false);
-      if (line.is_discarded() || !line.is_object()) {
-        output->line(error_line(json(), "not a JSON object: " + text.substr(0, 200)));
-        continue;
-      }
-      if (line.value("op", "") == "llm_result") {
-        if (!orchestrator) {
-          output->line(error_line(line.value("id", json()),
-                                  "llm_result without a pending llm_query (--lm is set)"));
-        } else if (auto problem = orchestrator->complete(line); !problem.empty()) {
-          output->line(error_line(line.value("id", json()), problem));
-        }
-        continue;
-      }
-      requests->push(std::move(line));
-    }
+  ReplInputLimits input_limits;
+  input_limits.max_timeout = policy.limits.wall_time;
+  const bool context_allowed = session_options.context_file.empty();
+  std::thread([output, requests, orchestrator, input_limits, context_allowed] {
+    read_requests(*output, *requests, orchestrator.get(), input_limits, context_allowed);
     if (orchestrator) orchestrator->close();
     requests->push(std::nullopt);
   }).detach();
 
   // Without --context the first line may carry the context, so the session opens once it is
   // read; with --context it opens (and says ready) at once.
-  std::optional<json> first;
+  std::optional<ReplRequest> first;
   bool have_first = false;
   if (session_options.context_file.empty()) {
     first = requests->pop();
     have_first = true;
-    if (first && first->value("op", "") == "context") {
-      const json context = first->value("context", json());
+    if (first && first->op == ReplOp::context) {
+      const json& context = first->context;  // depth-bounded: dumping it is safe
       if (context.is_string() && !session_options.context_is_json) {
         session_options.context = context.get<std::string>();
       } else {
-        session_options.context = context.dump();
+        session_options.context = context.dump(-1, ' ', false, json::error_handler_t::replace);
         session_options.context_is_json = true;
       }
       have_first = false;
@@ -334,7 +387,7 @@ int repl_command(const std::vector<std::string>& args) {
     session = backend->open_session(policy, std::move(session_options));
   } catch (const Error& error) {
     print_error(error.what());
-    std::_Exit(kExitSetup);  // as below: the reader thread holds std::cin
+    std::_Exit(kExitSetup);  // as below: the reader thread may be in read()
   }
   output->line({{"event", "ready"}, {"backend", session->backend()}, {"policy", policy.name}});
 
@@ -343,8 +396,8 @@ int repl_command(const std::vector<std::string>& args) {
     if (!serve(*session, orchestrator.get(), *request, *output)) break;
   session->close();
   std::cout.flush();
-  // The reader thread may still be blocked on stdin and holds std::cin: leave without running
-  // static destructors under it.
+  // The reader thread may still be blocked on stdin, using the shared state: leave without
+  // running static destructors under it. LM commands still running die with their guards.
   std::_Exit(0);
 }
 

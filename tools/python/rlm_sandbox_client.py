@@ -55,11 +55,12 @@ import os
 import queue
 import shutil
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Optional, Union
 
-__all__ = ["CellResult", "LlmCallback", "RlmSandbox", "RlmSandboxError"]
+__all__ = ["MAX_LINE_BYTES", "CellResult", "LlmCallback", "RlmSandbox", "RlmSandboxError"]
 
 _log = logging.getLogger(__name__)
 
@@ -179,6 +180,11 @@ class _StderrTail:
         self._thread.join(timeout)
         if not self._thread.is_alive():
             self._stream.close()
+
+
+#: The longest line ``rlm-sandbox repl`` takes (``rlm-sandbox repl --help``); a longer one is
+#: dropped with an error that cannot name its id.
+MAX_LINE_BYTES = 16 << 20
 
 
 def _encode(message: Dict[str, Any]) -> bytes:
@@ -342,7 +348,9 @@ class RlmSandbox:
         policy: a shipped policy name or a policy JSON file.
         backend: ``auto``, ``namespace`` or ``local``.
         context: the REPL's ``context`` global: a ``str`` is text; any other JSON-able value is
-            sent as JSON (the cell sees the parsed value).
+            sent as JSON (the cell sees the parsed value). A JSON value, or a text too long
+            for one line (``MAX_LINE_BYTES``), goes through a temporary file, removed once the
+            session has started.
         context_file: a host file whose text becomes ``context`` (``--context``).
         lm: who answers ``llm_query`` on the CLI side (``echo``, ``command:CMD``,
             ``http:URL``); default ``None``: this client, through ``on_llm_query``.
@@ -393,11 +401,23 @@ class RlmSandbox:
 
         if context is not None and context_file is not None:
             raise ValueError("give context or context_file, not both")
+        binary_path = self._find_binary(binary)
         first_line = None
+        spilled: Optional[str] = None
         if context is not None:
             first_line = _encode({"op": "context", "context": context})  # fails early if not JSON
+            # The repl takes a line of at most MAX_LINE_BYTES nesting at most 64 deep: a JSON
+            # value or a long text goes through a file instead, parsed inside the sandbox.
+            if not isinstance(context, str) or context_json or len(first_line) > MAX_LINE_BYTES:
+                as_json = not isinstance(context, str) or context_json
+                fd, spilled = tempfile.mkstemp(prefix="rlm-sandbox-context-")
+                text = (json.dumps(context, ensure_ascii=False, allow_nan=False) if as_json
+                        else context)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(text.encode("utf-8"))
+                context_file, context_json, first_line = spilled, as_json, None
 
-        args = [self._find_binary(binary), "repl", "--policy", str(policy),
+        args = [binary_path, "repl", "--policy", str(policy),
                 "--backend", str(backend)]
         if context_file is not None:
             args += ["--context", os.fspath(context_file)]
@@ -417,6 +437,8 @@ class RlmSandbox:
             proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env)
         except OSError as error:
+            if spilled is not None:
+                os.unlink(spilled)
             raise RlmSandboxError(f"cannot run {args[0]}: {error}") from error
         self._conn = _Connection(proc, max(1, int(max_llm_workers)))
         try:
@@ -431,6 +453,9 @@ class RlmSandbox:
         except BaseException:
             self._kill()
             raise
+        finally:
+            if spilled is not None:  # the session has read it (or will never)
+                os.unlink(spilled)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -566,10 +591,14 @@ class RlmSandbox:
                 raise RlmSandboxError("the session is closed")
             conn = self._conn
             request_id = next(self._ids)
+            line = _encode({"id": request_id, **message})
+            if len(line) > MAX_LINE_BYTES:
+                raise ValueError(f"the request is {len(line)} bytes as a JSON line; rlm-sandbox "
+                                 f"repl takes at most {MAX_LINE_BYTES}")
             conn.expect_queries(request_id if answer else None, callback)
             try:
                 try:
-                    conn.write(_encode({"id": request_id, **message}))
+                    conn.write(line)
                 except RlmSandboxError:
                     raise self._ended() from None
                 while True:

@@ -19,7 +19,7 @@ import unittest
 from typing import Any, Dict, List, Optional, Set
 
 import rlm_sandbox_client
-from rlm_sandbox_client import CellResult, RlmSandbox, RlmSandboxError
+from rlm_sandbox_client import MAX_LINE_BYTES, CellResult, RlmSandbox, RlmSandboxError
 
 BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 BACKEND = "namespace"
@@ -315,6 +315,21 @@ class ContextTest(SandboxTestCase):
     def test_no_context_is_none(self) -> None:
         sb = self.sandbox()
         self.assertEqual(self.run_ok(sb, "print(context)").stdout, "None\n")
+
+    def test_deep_json_context(self) -> None:
+        # Deeper than a repl line may nest: it goes through a file.
+        value: Any = 0
+        for _ in range(200):
+            value = [value]
+        sb = self.sandbox(context=value)
+        code = "d, v = 0, context\nwhile isinstance(v, list):\n    d, v = d + 1, v[0]\nprint(d, v)"
+        self.assertEqual(self.run_ok(sb, code).stdout, "200 0\n")
+
+    def test_a_request_over_the_line_bound_is_refused_before_sending(self) -> None:
+        sb = self.sandbox()
+        with self.assertRaises(ValueError):
+            sb.execute("x = '" + "a" * MAX_LINE_BYTES + "'")
+        self.assertEqual(self.run_ok(sb, "print('after')").stdout, "after\n")
 
     def test_context_and_context_file_conflict(self) -> None:
         with self.assertRaises(ValueError):

@@ -47,9 +47,10 @@ class LlmHandler {
 //                   {"prompt","model"} as one JSON line on stdin; its stdout is the answer (a JSON
 //                   object {"text"} or {"error"} is unwrapped; anything else is taken as the text,
 //                   less one trailing newline); a non-zero exit or a signal is an error carrying
-//                   the end of its stderr. When the shell exits, what is left of its process group
-//                   is killed; a call still running after 10 minutes is killed the same way, and
-//                   an answer over 8 MiB is an error
+//                   the end of its stderr. When the shell exits, everything it started is killed
+//                   (a guard process, its subreaper, finds what left the group too); a call still
+//                   running after 10 minutes is killed the same way, and so is every call when
+//                   the host process dies; an answer over 8 MiB is an error
 //   "http:URL"      an OpenAI-compatible chat completions endpoint (POST URL with
 //                   {"model","messages":[{"role":"user","content":prompt}]}, the answer being
 //                   choices[0].message.content; a non-2xx status is an error carrying the API's

@@ -1,0 +1,65 @@
+// libFuzzer harness for the repl's JSON-lines input (issue 11): arbitrary bytes go through the
+// same LineSplitter and parse_repl_request the repl's reader thread uses. Beyond the sanitizers,
+// it checks what the repl relies on: a request's id and every error's id is safe to echo (null, a
+// bounded string or an integer), an error message is short, a timeout is within the limit, and a
+// line over the bound is never handed on whole.
+// Build: clang++ -std=c++20 -fsanitize=fuzzer,address,undefined -I tools/cli
+//        tests/fuzz/repl_input_fuzz.cpp tools/cli/repl_request.cpp
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <variant>
+
+#include "repl_request.hpp"
+
+namespace {
+
+using rlm::cli::ReplRequest;
+using rlm::cli::ReplRequestError;
+
+void check(bool condition) {
+  if (!condition) __builtin_trap();
+}
+
+bool echoable(const nlohmann::json& id) {
+  return id.is_null() || id.is_number_integer() ||
+         (id.is_string() && id.get_ref<const std::string&>().size() <= rlm::cli::kMaxReplIdBytes);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  // The first byte picks a small line bound, so inputs reach the overlong path too.
+  if (size == 0) return 0;
+  rlm::cli::ReplInputLimits limits;
+  limits.max_line_bytes = 16 + data[0] * 64u;
+  limits.max_timeout = std::chrono::milliseconds(60'000);
+  const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
+
+  rlm::cli::LineSplitter splitter(limits.max_line_bytes);
+  const auto on_line = [&](std::string_view line, bool overlong) {
+    check(line.size() <= limits.max_line_bytes);
+    if (overlong || rlm::cli::blank_line(line)) return;
+    const auto parsed = rlm::cli::parse_repl_request(line, limits);
+    if (const auto* error = std::get_if<ReplRequestError>(&parsed)) {
+      check(echoable(error->id));
+      check(!error->message.empty() && error->message.size() < 512);
+      (void)error->id.dump();
+      return;
+    }
+    const auto& request = std::get<ReplRequest>(parsed);
+    check(echoable(request.id));
+    (void)request.id.dump();
+    if (request.timeout)
+      check(request.timeout->count() >= 1 && *request.timeout <= limits.max_timeout);
+    if (request.op == rlm::cli::ReplOp::llm_result)
+      check(request.text.has_value() != request.error.has_value());
+    (void)request.context.dump();  // depth-bounded: cannot exhaust the stack
+  };
+  // Fed in two pieces, so a line split across reads is exercised.
+  const std::size_t half = input.size() / 2;
+  splitter.feed(input.substr(0, half), on_line);
+  splitter.feed(input.substr(half), on_line);
+  splitter.finish(on_line);
+  return 0;
+}
