@@ -23,9 +23,9 @@ constexpr std::string_view kTopKeys[] = {
     "description", "extends",      "backend", "limits", "namespaces", "filesystem", "network",
     "seccomp",     "capabilities", "env",     "user",   "hostname",   "docker"};
 constexpr std::string_view kBackendKeys[] = {"prefer", "allow_unisolated"};
-constexpr std::string_view kLimitKeys[] = {"wall_time_ms", "cpu_time_ms",  "memory_bytes",
-                                           "pids",         "output_bytes", "file_size_bytes",
-                                           "open_files",   "tmpfs_bytes",  "kill_grace_ms"};
+constexpr std::string_view kLimitKeys[] = {
+    "wall_time_ms",    "cpu_time_ms", "memory_bytes", "pids",          "output_bytes",
+    "file_size_bytes", "open_files",  "tmpfs_bytes",  "kill_grace_ms", "session_buffer_bytes"};
 constexpr std::string_view kNamespaceKeys[] = {"user", "pid", "net",   "mount",
                                                "ipc",  "uts", "cgroup"};
 constexpr std::string_view kFilesystemKeys[] = {"mounts", "workdir"};
@@ -222,6 +222,7 @@ void read_limits(JsonReader& reader, const json& value, const std::string& path,
   read_member(value, path, "output_bytes", size, limits.output_bytes);
   read_member(value, path, "file_size_bytes", size, limits.file_size_bytes);
   read_member(value, path, "tmpfs_bytes", size, limits.tmpfs_bytes);
+  read_member(value, path, "session_buffer_bytes", size, limits.session_buffer_bytes);
   read_member(
       value, path, "pids",
       [&](const json& v, const std::string& p) {

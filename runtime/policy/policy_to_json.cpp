@@ -53,6 +53,7 @@ json Policy::to_json() const {
         {"output_bytes", limits.output_bytes},
         {"file_size_bytes", limits.file_size_bytes},
         {"tmpfs_bytes", limits.tmpfs_bytes},
+        {"session_buffer_bytes", limits.session_buffer_bytes},
         {"pids", limits.pids},
         {"open_files", limits.open_files}}},
       {"namespaces",

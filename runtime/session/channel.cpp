@@ -1,61 +1,98 @@
 #include "session/channel.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include "rlm_sandbox/error.hpp"
-#include "rlm_sandbox/units.hpp"
+#include <vector>
 
 namespace rlm::session {
 namespace {
 
-constexpr std::size_t kHeader = 4;
 constexpr std::size_t kChunk = 64 * 1024;
-constexpr int kMaxFdsPerMessage = 4;
+// Reads per receive() call: a sandbox sending one byte per message (each with fds attached) gets
+// as many syscalls as it sends messages, but never holds the caller in one call.
+constexpr int kMaxReads = 256;
+constexpr int kMaxIovecs = 16;
 
 }  // namespace
 
 Channel::Channel(common::UniqueFd fd, std::uint64_t max_frame)
-    : fd_(std::move(fd)), max_frame_(max_frame) {
+    : fd_(std::move(fd)), decoder_(max_frame) {
   const int flags = fcntl(fd_.get(), F_GETFL);
   if (flags >= 0) fcntl(fd_.get(), F_SETFL, flags | O_NONBLOCK);
 }
 
+void Channel::close() {
+  fd_.reset();
+  decoder_ = FrameDecoder(0);
+  frame_fds_.clear();
+  frame_fd_.reset();
+  outbound_.clear();
+  outbound_offset_ = 0;
+  unsent_ = 0;
+}
+
 bool Channel::send(const nlohmann::json& message) {
   if (!fd_) return false;
-  const std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string frame(kHeader, '\0');
+  std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string header(FrameDecoder::kHeader, '\0');
   const auto length = static_cast<std::uint32_t>(body.size());
-  for (std::size_t i = 0; i < kHeader; ++i)
-    frame[i] = static_cast<char>((length >> (8 * (kHeader - 1 - i))) & 0xff);
-  frame += body;
-  std::size_t sent = 0;
-  while (sent < frame.size()) {
-    const ssize_t count = ::send(fd_.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (count > 0) {
-      sent += static_cast<std::size_t>(count);
-      continue;
+  for (std::size_t i = 0; i < FrameDecoder::kHeader; ++i)
+    header[i] = static_cast<char>((length >> (8 * (FrameDecoder::kHeader - 1 - i))) & 0xff);
+  unsent_ += header.size() + body.size();
+  outbound_.push_back(std::move(header));
+  outbound_.push_back(std::move(body));
+  return flush();
+}
+
+bool Channel::flush() {
+  if (!fd_) return false;
+  while (!outbound_.empty()) {
+    iovec parts[kMaxIovecs];
+    int count = 0;
+    for (auto it = outbound_.begin(); it != outbound_.end() && count < kMaxIovecs; ++it, ++count) {
+      const std::size_t skip = count == 0 ? outbound_offset_ : 0;
+      parts[count] = {it->data() + skip, it->size() - skip};
     }
-    if (count < 0 && errno == EINTR) continue;
-    if (count < 0 && errno == EAGAIN) {
-      pollfd writable{fd_.get(), POLLOUT, 0};
-      if (poll(&writable, 1, 5'000) > 0) continue;
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<std::size_t>(count);
+    const ssize_t sent = sendmsg(fd_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0) return errno == EAGAIN || errno == EWOULDBLOCK;  // else EPIPE: the peer is gone
+    auto left = static_cast<std::size_t>(sent);
+    unsent_ -= left;
+    while (left > 0) {
+      const std::size_t rest = outbound_.front().size() - outbound_offset_;
+      if (left < rest) {
+        outbound_offset_ += left;
+        break;
+      }
+      left -= rest;
+      outbound_.pop_front();
+      outbound_offset_ = 0;
     }
-    return false;  // EPIPE / ECONNRESET: the interpreter is gone; or it stopped reading
   }
   return true;
 }
 
-bool Channel::receive() {
+bool Channel::receive(std::size_t limit) {
   if (!fd_) return false;
-  for (;;) {
+  std::size_t received = 0;
+  for (int reads = 0; reads < kMaxReads && received < limit;) {
+    const std::size_t want = std::min({decoder_.want(), kChunk, limit - received});
+    if (want == 0) return true;  // a broken stream: next_frame() says why
+    const bool at_start = decoder_.at_frame_start();
+    const std::uint64_t frame = decoder_.frames_started() - (at_start ? 0 : 1);
     char data[kChunk];
-    iovec io{data, sizeof data};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+    iovec io{data, want};
+    // Room for exactly one fd: a message with more comes back MSG_CTRUNC, the kernel closing
+    // the rest.
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
     msghdr message{};
     message.msg_iov = &io;
     message.msg_iovlen = 1;
@@ -63,54 +100,57 @@ bool Channel::receive() {
     message.msg_controllen = sizeof control;
     const ssize_t count = recvmsg(fd_.get(), &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (count < 0 && errno == EINTR) continue;
-    if (count < 0) return errno == EAGAIN;
+    if (count < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    ++reads;
+    std::vector<common::UniqueFd> fds;  // closed on scope exit unless kept below
     for (cmsghdr* header = CMSG_FIRSTHDR(&message); header;
          header = CMSG_NXTHDR(&message, header)) {
       if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t fds = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < fds; ++i) {
+      const std::size_t number = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < number; ++i) {
         int fd;
         std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof fd);
-        fds_.emplace_back(fd);
+        fds.emplace_back(fd);
       }
     }
     if (count == 0) return false;
-    buffer_.append(data, static_cast<std::size_t>(count));
-    if (static_cast<std::size_t>(count) < sizeof data) return true;
+    if (!fds.empty()) {
+      // Kept only as the one fd of a frame that it arrived on the first byte of; any fd on a
+      // later byte of that frame makes the frame carry none.
+      const bool exact = fds.size() == 1 && !(message.msg_flags & MSG_CTRUNC);
+      if (at_start && exact) {
+        frame_fds_.emplace_back(frame, std::move(fds.front()));
+      } else if (!frame_fds_.empty() && frame_fds_.back().first == frame) {
+        frame_fds_.pop_back();
+      }
+    }
+    decoder_.append(data, static_cast<std::size_t>(count));
+    received += static_cast<std::size_t>(count);
+  }
+  return true;
+}
+
+void Channel::settle_fds(std::uint64_t frame) {
+  frame_fd_.reset();
+  while (!frame_fds_.empty() && frame_fds_.front().first < frame) frame_fds_.pop_front();
+  if (!frame_fds_.empty() && frame_fds_.front().first == frame) {
+    frame_fd_ = std::move(frame_fds_.front().second);
+    frame_fds_.pop_front();
   }
 }
 
 std::optional<nlohmann::json> Channel::next_frame() {
-  const std::size_t available = buffer_.size() - consumed_;
-  if (available < kHeader) return std::nullopt;
-  std::uint32_t length = 0;
-  for (std::size_t i = 0; i < kHeader; ++i)
-    length = (length << 8) | static_cast<unsigned char>(buffer_[consumed_ + i]);
-  if (length > max_frame_)
-    throw Error("the sandbox sent a frame of " + format_size(length) + ", over the limit of " +
-                format_size(max_frame_));
-  if (available < kHeader + length) return std::nullopt;
-  nlohmann::json frame = nlohmann::json::parse(buffer_.begin() + consumed_ + kHeader,
-                                               buffer_.begin() + consumed_ + kHeader + length,
-                                               nullptr, /*allow_exceptions=*/false);
-  consumed_ += kHeader + length;
-  if (consumed_ == buffer_.size()) {
-    buffer_.clear();
-    consumed_ = 0;
-  } else if (consumed_ > kChunk) {
-    buffer_.erase(0, consumed_);
-    consumed_ = 0;
+  const std::uint64_t frame = decoder_.frames_taken();
+  std::optional<nlohmann::json> next;
+  try {
+    next = decoder_.next();
+  } catch (...) {
+    settle_fds(frame);
+    frame_fd_.reset();
+    throw;
   }
-  if (frame.is_discarded()) throw Error("the sandbox sent a frame that is not valid JSON");
-  if (!frame.is_object()) throw Error("the sandbox sent a frame that is not a JSON object");
-  return frame;
-}
-
-common::UniqueFd Channel::take_fd() {
-  if (fds_.empty()) return {};
-  auto fd = std::move(fds_.front());
-  fds_.pop_front();
-  return fd;
+  if (next) settle_fds(frame);
+  return next;
 }
 
 }  // namespace rlm::session

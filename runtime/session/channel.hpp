@@ -1,53 +1,76 @@
 // One end of a control channel to a sandboxed interpreter: frames of a 4-byte big-endian length
-// plus a JSON object (docs/control-channel.md), fds received with SCM_RIGHTS. Nonblocking; the
-// session's poll loop drives it. Nothing received is ever evaluated: it is parsed as JSON.
+// plus a JSON object (docs/control-channel.md), fds received with SCM_RIGHTS. Never blocks: reads
+// are bounded per call and never cross a frame boundary, writes go to an outbound queue that the
+// session's poll loop flushes. Nothing received is ever evaluated: it is parsed as JSON, bounded
+// in size and depth (FrameDecoder).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.hpp"
+#include "session/frame_decoder.hpp"
 
 namespace rlm::session {
 
 class Channel {
  public:
+  // What one receive() call reads at most, so that a sandbox writing without pause cannot keep
+  // the caller from its other work (deadlines included).
+  static constexpr std::size_t kReadSlice = 1u << 20;
+
   Channel() = default;
   Channel(common::UniqueFd fd, std::uint64_t max_frame);
 
   int fd() const { return fd_.get(); }
   explicit operator bool() const { return static_cast<bool>(fd_); }
-  // Also drops fds received and not taken: a standby's channel announced in an unread fork frame
-  // must close too, or that standby never sees EOF.
-  void close() {
-    fd_.reset();
-    fds_.clear();
-    buffer_.clear();
-    consumed_ = 0;
-  }
+  // Also drops what was received and not taken (a standby's channel announced in an unread fork
+  // frame must close too, or that standby never sees EOF) and what was not sent yet.
+  void close();
 
-  // Sends one frame (blocking until written: frames to the sandbox are small, and the peer reads
-  // them promptly). Returns false when the peer is gone.
+  // Queues one frame and writes what the socket takes now, without blocking; the rest waits for
+  // flush(). Returns false when the peer is gone.
   bool send(const nlohmann::json& message);
+  // Writes queued bytes until the socket would block. Returns false when the peer is gone.
+  bool flush();
+  // Bytes queued and not yet written: poll for POLLOUT while there are some.
+  std::uint64_t unsent() const { return unsent_; }
 
-  // Reads what is there without blocking. Returns false at EOF or on a read error.
-  bool receive();
-  // The next complete frame, if one has arrived. Throws Error for a frame over the cap or one
-  // that is not a JSON object: the caller ends the session.
+  // Reads what is there without blocking, at most `limit` bytes. Returns false at EOF or on a
+  // read error. Received fds are kept only when exactly one arrives on a frame's first byte;
+  // every other one is closed at once.
+  bool receive(std::size_t limit = kReadSlice);
+  // The next complete frame, if one has arrived. Throws Error for a frame over the cap, not a
+  // JSON object, or nested too deep: the caller ends the session.
   std::optional<nlohmann::json> next_frame();
-  // The oldest fd received and not yet taken (a `fork` frame's), or an empty one.
-  common::UniqueFd take_fd();
+  // The fd that came on the first byte of the frame next_frame() returned last (a `fork`
+  // frame's), or an empty one. Not taken, it is closed with the next frame.
+  common::UniqueFd take_fd() { return std::move(frame_fd_); }
+
+  // Bytes received and not yet taken as frames (the partial frame included).
+  std::uint64_t unread() const { return decoder_.buffered(); }
+  // The partial frame's bytes so far.
+  std::size_t partial_bytes() const { return decoder_.partial_bytes(); }
+  // How many bytes the current partial frame still needs (0 when none is partial or the stream
+  // is broken).
+  std::size_t partial_wants() const { return decoder_.at_frame_start() ? 0 : decoder_.want(); }
 
  private:
+  void settle_fds(std::uint64_t frame);
+
   common::UniqueFd fd_;
-  std::uint64_t max_frame_ = 16u << 20;
-  std::string buffer_;
-  std::size_t consumed_ = 0;
-  std::deque<common::UniqueFd> fds_;
+  FrameDecoder decoder_{16u << 20};
+  // Fds that came each on a frame's first byte: (frame number, fd), oldest first.
+  std::deque<std::pair<std::uint64_t, common::UniqueFd>> frame_fds_;
+  common::UniqueFd frame_fd_;
+  std::deque<std::string> outbound_;
+  std::size_t outbound_offset_ = 0;  // into outbound_.front()
+  std::uint64_t unsent_ = 0;
 };
 
 }  // namespace rlm::session

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -33,6 +34,7 @@
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "session/channel.hpp"
+#include "session/frame_fields.hpp"
 #include "session/worker_source.hpp"
 
 namespace rlm::session {
@@ -49,6 +51,8 @@ constexpr std::size_t kWorkerStderrKept = 16 * 1024;
 // After close, the interpreters exit on EOF and the worker's root once it has no children; what
 // a cell left running in the background is stopped with the sandbox after this long.
 constexpr milliseconds kGracefulEnd{3'000};
+// While the wall clock is paused for LM answers, how often the sandbox's CPU time is read.
+constexpr milliseconds kCpuCheck{50};
 
 std::system_error system_error(const char* what) {
   return std::system_error(errno, std::generic_category(), what);
@@ -103,16 +107,30 @@ UniqueFd context_fd(const SessionOptions& options) {
 }
 
 std::string describe_exit(const json& rolled_back) {
-  if (rolled_back.value("signal", json()).is_number_integer()) {
-    const int signal = rolled_back["signal"].get<int>();
-    const char* name = sigabbrev_np(signal);
-    return "the interpreter died of signal " + std::to_string(signal) +
+  const auto small = [](const json& value) {
+    return value.is_number_integer() && value.get<std::int64_t>() >= 0 &&
+           value.get<std::int64_t>() <= 255;
+  };
+  if (const auto& signal = field(rolled_back, "signal"); small(signal)) {
+    const char* name = sigabbrev_np(signal.get<int>());
+    return "the interpreter died of signal " + std::to_string(signal.get<int>()) +
            (name ? std::string(" (SIG") + name + ")" : "");
   }
-  if (rolled_back.value("exit_code", json()).is_number_integer())
-    return "the interpreter exited with code " +
-           std::to_string(rolled_back["exit_code"].get<int>());
+  if (const auto& code = field(rolled_back, "exit_code"); small(code))
+    return "the interpreter exited with code " + std::to_string(code.get<int>());
   return "the interpreter ended";
+}
+
+// Whether `fd` is a connected unix stream socket: the only thing a fork frame may carry.
+bool is_unix_stream(int fd) {
+  struct stat status;
+  if (fstat(fd, &status) != 0 || !S_ISSOCK(status.st_mode)) return false;
+  int domain = 0, type = 0;
+  socklen_t length = sizeof domain;
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX)
+    return false;
+  length = sizeof type;
+  return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_STREAM;
 }
 
 // LLM answers come back on handler threads; they are queued here and the session's poll loop is
@@ -128,6 +146,27 @@ struct AnswerQueue {
   std::mutex mutex;
   std::deque<Item> items;
   UniqueFd event{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+  // Bytes of prompts handed to the handler and not answered yet, of this cell or an earlier one
+  // (a handler that ignores cancellation holds them on): they count against the session's buffer.
+  std::atomic<std::uint64_t> at_handler{0};
+
+  // One prompt's bytes, charged while the handler holds the call: released when it answers, or
+  // when it drops the callback unanswered.
+  class Charge {
+   public:
+    Charge(std::shared_ptr<AnswerQueue> queue, std::uint64_t bytes)
+        : queue_(std::move(queue)), bytes_(bytes) {
+      queue_->at_handler += bytes_;
+    }
+    ~Charge() { release(); }
+    Charge(const Charge&) = delete;
+    Charge& operator=(const Charge&) = delete;
+    void release() { queue_->at_handler -= bytes_.exchange(0); }
+
+   private:
+    std::shared_ptr<AnswerQueue> queue_;
+    std::atomic<std::uint64_t> bytes_;
+  };
 
   void push(Item item) {
     {
@@ -227,8 +266,8 @@ class Rendezvous {
       } catch (const Error&) {
         continue;  // garbage from whoever connected: not our worker
       }
-      if (hello && hello->value("type", "") == "hello" &&
-          same_token(hello->value("token", ""), token)) {
+      if (hello && text_field(*hello, "type") == "hello" &&
+          same_token(text_field(*hello, "token"), token)) {
         channel = std::move(candidate);
         listener_.reset();  // nobody else gets in
         return hello;
@@ -414,8 +453,8 @@ class WorkerSession final : public Session {
     // The sandbox has its copies (or is gone): ours would only hide its end of the channel.
     sandbox.reset();
     context.reset();
-    if (!hello || hello->value("type", "") != "hello" ||
-        !same_token(hello->value("token", ""), token)) {
+    if (!hello || text_field(*hello, "type") != "hello" ||
+        !same_token(text_field(*hello, "token"), token)) {
       std::string why = ended_;
       if (why.empty())
         why = !hello ? "the worker did not say hello"
@@ -492,10 +531,12 @@ class WorkerSession final : public Session {
       if (auto frame = channel.next_frame()) return frame;
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return std::nullopt;
-      pollfd fds[2] = {{channel.fd(), POLLIN, 0}, {run_->done.get(), POLLIN, 0}};
+      const short events = POLLIN | (channel.unsent() ? POLLOUT : 0);
+      pollfd fds[2] = {{channel.fd(), events, 0}, {run_->done.get(), POLLIN, 0}};
       if (poll(fds, 2, static_cast<int>(left.count()) + 1) < 0 && errno != EINTR)
         return std::nullopt;
-      if (fds[0].revents) {
+      if (fds[0].revents & POLLOUT) channel.flush();  // a peer gone shows as EOF below
+      if (fds[0].revents & ~POLLOUT) {
         if (!channel.receive()) {
           if (auto frame = channel.next_frame()) return frame;
           return std::nullopt;
@@ -520,18 +561,19 @@ class WorkerSession final : public Session {
         fail(error.what());
       }
       if (!pending) return;
-      if (pending->value("type", "") != "rolled_back")
-        fail("unexpected frame from the checkpoint interpreter: " + pending->dump());
+      if (text_field(*pending, "type") != "rolled_back")
+        fail("unexpected frame from the checkpoint interpreter: " + describe_frame(*pending));
       standby_.close();
     }
     for (;;) {
       auto frame = next_frame_or_fail(*checkpoint_, "fork");
-      const auto type = frame.value("type", "");
+      const auto type = text_field(frame, "type");
       if (type == "rolled_back") continue;  // a standby that died idle; its replacement follows
-      if (type != "fork" || (id && frame.value("id", json()) != json(*id)))
-        fail("expected a fork frame, got " + frame.dump());
+      if (type != "fork" || (id && field(frame, "id") != json(*id)))
+        fail("expected a fork frame, got " + describe_frame(frame));
       auto fd = checkpoint_->take_fd();
-      if (!fd) fail("the fork frame carried no channel");
+      if (!fd) fail("the fork frame carried no channel (exactly one fd on its first byte)");
+      if (!is_unix_stream(fd.get())) fail("the fork frame's fd is not a unix stream socket");
       standby_ = Channel(std::move(fd), options_.max_frame_bytes);
       return;
     }
@@ -559,13 +601,14 @@ class WorkerSession final : public Session {
     return std::move(*frame);
   }
 
-  std::optional<std::uint64_t> oom_kills() {
+  // What the sandbox's cgroup has counted so far (nothing without one).
+  LiveCounters counters() {
     std::function<LiveCounters()> probe;
     {
       std::lock_guard lock(run_->mutex);
       probe = run_->probe;
     }
-    return probe ? probe().oom_kills : std::nullopt;
+    return probe ? probe() : LiveCounters{};
   }
 
   Backend& backend_;
@@ -592,15 +635,23 @@ class WorkerSession final : public Session {
 };
 
 // One execute: the standby runs the cell; the checkpoint holds the state from before it. This
-// drives both until the cell's result or a rollback.
+// drives both until the cell's result or a rollback. The sandbox is never waited on: writes are
+// queued and flushed as the sockets take them, the standby is read only while the session's
+// buffer has room, and the cell's deadline holds whatever the cell does with its channel.
 class WorkerSession::Cell {
  public:
   Cell(WorkerSession& session, const std::string& code, milliseconds limit)
-      : s_(session), code_(code), limit_(limit), id_(session.next_id_++) {}
+      : s_(session),
+        code_(code),
+        limit_(limit),
+        id_(session.next_id_++),
+        budget_(session.policy_.limits.session_buffer_bytes) {}
 
   CellResult run() {
     start_ = Clock::now();
-    oom_before_ = s_.oom_kills();
+    const auto counters = s_.counters();
+    oom_before_ = counters.oom_kills;
+    cpu_start_ = counters.cpu;
     s_.await_standby();
     generation_ = ++s_.generation_;
     s_.send_or_end(s_.standby_, {{"op", "execute"},
@@ -623,38 +674,107 @@ class WorkerSession::Cell {
   }
 
  private:
-  // The cell's deadline: its limit plus the time spent waiting for llm answers (none while a
-  // call is open); after a rollback was asked for, a bound on the checkpoint's answer.
-  std::optional<Clock::time_point> deadline() const {
+  // Per open call, charged to the session's buffer besides its prompt: what the host keeps for it.
+  static constexpr std::uint64_t kCallOverhead = 1024;
+  // A batch with more prompts ends the session (the worker refuses to send one).
+  static constexpr std::size_t kMaxBatch = 10'000;
+
+  // The cell's clock. Its limit runs in wall time, except while the host waits for LM answers
+  // (a call open, the sandbox not held back by a full buffer, and a CPU counter to watch): the
+  // time the poll loop then spends idle is not counted, and instead the sandbox's CPU time since
+  // the cell started is held to the limit, read every kCpuCheck. The host's own work (reading,
+  // answering) always counts. Without a CPU counter the wall clock never pauses.
+  bool should_pause() const {
+    return open_calls_ > 0 && cpu_start_ && !held_back_ && s_.standby_ && !rollback_sent_;
+  }
+
+  // When step() must act: the cell's limit, the next CPU check while paused, or (after a rollback
+  // was asked for) the bound on the checkpoint's answer.
+  Clock::time_point deadline() const {
     if (rollback_sent_) return *rollback_sent_ + kAnswerBound;
-    if (child_gone_) return *child_gone_ + kAnswerBound;
-    if (open_calls_ > 0) return std::nullopt;
+    if (pausing_) return next_cpu_check_;
     return start_ + limit_ + waited_;
   }
 
-  void step() {
-    const auto now = Clock::now();
-    if (const auto until = deadline(); until && now >= *until) {
-      if (rollback_sent_ || child_gone_)
-        throw Error("the checkpoint interpreter did not answer the rollback");
-      rollback_sent_ = now;
-      timed_out_ = true;
-      if (!s_.checkpoint_->send({{"op", "rollback"}, {"id", id_}, {"reason", "timeout"}}))
-        throw Error("the checkpoint interpreter is gone");
-      return;
+  bool cpu_exhausted() {
+    const auto cpu = s_.counters().cpu;
+    if (!cpu) {
+      cpu_start_.reset();  // the counter is gone: the wall clock runs from now on
+      return false;
     }
-    int timeout = -1;
-    if (const auto until = deadline())
-      timeout =
-          static_cast<int>(std::chrono::duration_cast<milliseconds>(*until - now).count() + 1);
-    pollfd fds[4] = {{s_.checkpoint_->fd(), POLLIN, 0},
-                     {s_.standby_ ? s_.standby_.fd() : -1, POLLIN, 0},
+    return *cpu - *cpu_start_ >= limit_;
+  }
+
+  // Bytes the session holds for this sandbox: what came from it and is not handled yet, prompts at
+  // the LM handler (an earlier cell's included), answers not yet sent, and replies not yet written.
+  std::uint64_t in_flight() const {
+    std::uint64_t total = s_.answers_->at_handler.load() + held_answers_ +
+                          s_.checkpoint_->unread() + s_.checkpoint_->unsent();
+    if (s_.standby_) total += s_.standby_.unread() + s_.standby_.unsent();
+    return total;
+  }
+
+  // How much may be read from the standby now: what is left of the budget; a frame larger than
+  // that still completes when it alone fills the buffer (the frame cap bounds it).
+  std::size_t read_room() const {
+    if (!s_.standby_) return 0;
+    const std::uint64_t used = in_flight();
+    if (used < budget_)
+      return static_cast<std::size_t>(std::min<std::uint64_t>(budget_ - used, Channel::kReadSlice));
+    if (used == s_.standby_.partial_bytes())
+      return std::min(s_.standby_.partial_wants(), Channel::kReadSlice);
+    return 0;
+  }
+
+  // The sandbox is held back when the buffer is full and it has more to send.
+  bool sandbox_has_more() const {
+    if (s_.standby_.partial_wants() > 0) return true;
+    int queued = 0;
+    return ioctl(s_.standby_.fd(), FIONREAD, &queued) == 0 && queued > 0;
+  }
+
+  void time_out(Clock::time_point now) {
+    rollback_sent_ = now;
+    timed_out_ = true;
+    if (!s_.checkpoint_->send({{"op", "rollback"}, {"id", id_}, {"reason", "timeout"}}))
+      throw Error("the checkpoint interpreter is gone");
+  }
+
+  void step() {
+    auto now = Clock::now();
+    const std::size_t room = read_room();
+    held_back_ = room == 0 && s_.standby_ && sandbox_has_more();
+    const bool pause = should_pause();
+    if (pause && !pausing_) next_cpu_check_ = now + kCpuCheck;
+    pausing_ = pause;
+    if (now >= deadline()) {
+      if (rollback_sent_) throw Error("the checkpoint interpreter did not answer the rollback");
+      if (!pausing_ || cpu_exhausted()) {
+        pausing_ = false;
+        time_out(now);
+        return;
+      }
+      next_cpu_check_ = now + kCpuCheck;
+      pausing_ = should_pause();  // the CPU counter may have gone
+    }
+    const auto wait = std::chrono::duration_cast<milliseconds>(deadline() - now).count() + 1;
+    const int timeout = static_cast<int>(std::clamp<std::int64_t>(wait, 0, 60'000));
+    const short standby_events =
+        s_.standby_
+            ? static_cast<short>((room > 0 ? POLLIN : 0) | (s_.standby_.unsent() ? POLLOUT : 0))
+            : 0;
+    const short checkpoint_events =
+        static_cast<short>(POLLIN | (s_.checkpoint_->unsent() ? POLLOUT : 0));
+    pollfd fds[4] = {{s_.checkpoint_->fd(), checkpoint_events, 0},
+                     {standby_events ? s_.standby_.fd() : -1, standby_events, 0},
                      {s_.answers_->event.get(), POLLIN, 0},
                      {s_.run_->done.get(), POLLIN, 0}};
-    if (poll(fds, 4, timeout) < 0) return;  // EINTR
+    const int ready = poll(fds, 4, timeout);
+    if (pausing_) waited_ += Clock::now() - now;  // idle, waiting for the LM
+    if (ready < 0) return;                        // EINTR
     if (fds[2].revents) deliver_answers();
-    if (fds[1].revents) read_child();
-    if (fds[0].revents) read_checkpoint();
+    if (fds[1].revents && s_.standby_) serve_standby(fds[1].revents, room);
+    if (fds[0].revents) serve_checkpoint(fds[0].revents);
     if (!finished_ && fds[3].revents) {
       std::string detail;
       {
@@ -665,35 +785,40 @@ class WorkerSession::Cell {
     }
   }
 
-  void read_checkpoint() {
-    const bool open = s_.checkpoint_->receive();
+  void serve_checkpoint(short revents) {
+    Channel& checkpoint = *s_.checkpoint_;
+    bool open = true;
+    if (revents & (POLLOUT | POLLHUP | POLLERR)) open = checkpoint.flush();
+    if (revents & ~POLLOUT) open = checkpoint.receive() && open;
     while (!finished_) {
-      auto frame = s_.checkpoint_->next_frame();
+      auto frame = checkpoint.next_frame();
       if (!frame) break;
-      const auto type = frame->value("type", "");
-      if (type == "rolled_back" && rollback_sent_ && frame->value("id", json()).is_null()) {
+      const auto type = text_field(*frame, "type");
+      if (type == "rolled_back" && rollback_sent_ && field(*frame, "id").is_null()) {
         // The standby died as our rollback crossed: the checkpoint reported that and forked a
         // new standby, which our rollback then kills. Its fork frame is superseded.
         superseded_fork_ = true;
       } else if (type == "rolled_back") {
         rolled_back(*frame);
       } else if (type == "fork" && superseded_fork_) {
-        s_.checkpoint_->take_fd();  // closed unused
+        checkpoint.take_fd();  // closed unused
         superseded_fork_ = false;
       } else {
-        throw Error("unexpected frame from the checkpoint interpreter: " + frame->dump());
+        throw Error("unexpected frame from the checkpoint interpreter: " + describe_frame(*frame));
       }
     }
     if (!open && !finished_) throw Error("the checkpoint interpreter is gone");
   }
 
-  void read_child() {
+  void serve_standby(short revents, std::size_t room) {
     Channel& standby = s_.standby_;
-    const bool open = standby.receive();
+    bool open = true;
+    if (revents & (POLLOUT | POLLHUP | POLLERR)) open = standby.flush();
+    if (open && room > 0 && (revents & ~POLLOUT)) open = standby.receive(room);
     while (!finished_ && standby) {
       auto frame = standby.next_frame();
       if (!frame) break;
-      const auto type = frame->value("type", "");
+      const auto type = text_field(*frame, "type");
       if (type == "llm_query") {
         ask(*frame, false);
       } else if (type == "llm_query_batched") {
@@ -701,44 +826,58 @@ class WorkerSession::Cell {
       } else if (type == "cell_result") {
         succeeded(*frame);
       } else {
-        throw Error("unexpected frame from the sandboxed interpreter: " + frame->dump());
+        throw Error("unexpected frame from the sandboxed interpreter: " + describe_frame(*frame));
       }
     }
     if (!open && standby && !finished_) {
-      // It died (the checkpoint says how) or it closed its channel.
+      // It died (the checkpoint says how), or it closed its channel (then the cell's deadline
+      // ends it): no answer can reach it any more.
       standby.close();
-      child_gone_ = Clock::now();
     }
   }
 
-  void ask(const json& frame, bool batched) {
-    const json query_id = frame.value("id", json());
-    const json model = frame.value("model", json());
+  void ask(json& frame, bool batched) {
+    const json& query_id = field(frame, "id");
+    if (!query_id.is_number_integer())
+      throw Error(std::string(batched ? "llm_query_batched" : "llm_query") +
+                  " without an integer id");
+    const json& model = field(frame, "model");
     std::optional<std::string> model_name;
     if (model.is_string()) model_name = model.get<std::string>();
     std::vector<std::string> prompts;
-    const json& raw = batched ? frame.value("prompts", json()) : frame.value("prompt", json());
+    json& raw = frame[batched ? "prompts" : "prompt"];
     if (batched && raw.is_array()) {
-      for (const auto& prompt : raw) {
+      if (raw.size() > kMaxBatch)
+        throw Error("llm_query_batched with " + std::to_string(raw.size()) +
+                    " prompts, over the limit of " + std::to_string(kMaxBatch));
+      prompts.reserve(raw.size());
+      for (auto& prompt : raw) {
         if (!prompt.is_string()) throw Error("llm_query_batched with a prompt that is no string");
-        prompts.push_back(prompt.get<std::string>());
+        prompts.push_back(std::move(prompt.get_ref<std::string&>()));
       }
     } else if (!batched && raw.is_string()) {
-      prompts.push_back(raw.get<std::string>());
+      prompts.push_back(std::move(raw.get_ref<std::string&>()));
     } else {
-      throw Error("malformed " + frame.value("type", std::string()) + " frame");
+      throw Error(std::string("malformed ") + (batched ? "llm_query_batched" : "llm_query") +
+                  " frame");
     }
     const auto call = s_.next_call_++;
-    calls_[call] = OpenCall{query_id, batched,
-                            std::vector<std::optional<LlmAnswer>>(prompts.size()), prompts.size()};
-    if (open_calls_++ == 0) waiting_since_ = Clock::now();
+    calls_[call] =
+        OpenCall{query_id, batched, std::vector<std::optional<LlmAnswer>>(prompts.size()),
+                 prompts.size(), 0};
+    ++open_calls_;
     result_.llm_calls += static_cast<unsigned>(prompts.size());
     if (prompts.empty()) {
       finish_call(call);
       return;
     }
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      auto done = [queue = s_.answers_, generation = generation_, call, i](LlmAnswer answer) {
+      const std::uint64_t bytes =
+          prompts[i].size() + (model_name ? model_name->size() : 0) + kCallOverhead;
+      auto charge = std::make_shared<AnswerQueue::Charge>(s_.answers_, bytes);
+      auto done = [queue = s_.answers_, charge, generation = generation_, call,
+                   i](LlmAnswer answer) {
+        charge->release();
         queue->push({generation, call, i, std::move(answer)});
       };
       if (!s_.options_.llm) {
@@ -753,18 +892,28 @@ class WorkerSession::Cell {
     }
   }
 
+  static std::uint64_t answer_bytes(const LlmAnswer& answer) {
+    return (answer.text ? answer.text->size() : 0) + answer.error.size();
+  }
+
   void deliver_answers() {
     for (auto& item : s_.answers_->take()) {
       if (item.generation != generation_) continue;  // for an interpreter rolled back since
       const auto call = calls_.find(item.call);
-      if (call == calls_.end() || call->second.items.at(item.index)) continue;
+      if (call == calls_.end() || item.index >= call->second.items.size() ||
+          call->second.items[item.index])
+        continue;
+      const auto bytes = answer_bytes(item.answer);
+      held_answers_ += bytes;
+      call->second.held += bytes;
       call->second.items[item.index] = std::move(item.answer);
       if (--call->second.missing == 0) finish_call(item.call);
     }
   }
 
-  static json answer_json(const LlmAnswer& answer) {
-    return answer.text ? json{{"text", *answer.text}} : json{{"error", answer.error}};
+  static json answer_json(LlmAnswer& answer) {
+    return answer.text ? json{{"text", std::move(*answer.text)}}
+                       : json{{"error", std::move(answer.error)}};
   }
 
   void finish_call(std::uint64_t number) {
@@ -772,35 +921,43 @@ class WorkerSession::Cell {
     json reply;
     if (call.batched) {
       json items = json::array();
-      for (const auto& item : call.items) items.push_back(answer_json(*item));
+      for (auto& item : call.items) items.push_back(answer_json(*item));
       reply = {{"op", "llm_results"}, {"id", call.query_id}, {"items", std::move(items)}};
     } else {
       reply = answer_json(*call.items.front());
       reply["op"] = "llm_result";
       reply["id"] = call.query_id;
     }
+    held_answers_ -= call.held;
     calls_.erase(number);
-    if (--open_calls_ == 0) waited_ += Clock::now() - waiting_since_;
+    --open_calls_;
     if (s_.standby_) s_.standby_.send(reply);  // a failed send shows up as the standby's EOF
   }
 
-  void succeeded(const json& frame) {
-    if (frame.value("id", json()) != json(id_))
-      throw Error("a cell_result for another cell: " + frame.dump());
+  static std::string take_text(json& frame, const char* key) {
+    const auto found = frame.find(key);
+    if (found == frame.end() || !found->is_string()) return {};
+    return std::move(found->get_ref<std::string&>());
+  }
+
+  void succeeded(json& frame) {
+    if (field(frame, "id") != json(id_))
+      throw Error("a cell_result for another cell: " + describe_frame(frame));
     if (rollback_sent_) return;  // too late: the checkpoint is already rolling it back
     finished_ = true;
-    const auto status = frame.value("status", "");
-    result_.status = status == "ok" ? CellStatus::ok : CellStatus::error;
-    result_.stdout_data = frame.value("stdout", "");
-    result_.stderr_data = frame.value("stderr", "");
-    result_.stdout_truncated = frame.value("stdout_truncated", false);
-    result_.stderr_truncated = frame.value("stderr_truncated", false);
-    if (frame.contains("error") && frame["error"].is_string()) result_.error = frame["error"];
-    if (frame.contains("final") && frame["final"].is_object() && frame["final"].contains("value"))
-      result_.final = frame["final"]["value"];
-    if (frame.contains("cpu_ms") && frame["cpu_ms"].is_number())
-      result_.cpu = std::chrono::microseconds(
-          static_cast<std::int64_t>(frame["cpu_ms"].get<double>() * 1000));
+    result_.status = text_field(frame, "status") == "ok" ? CellStatus::ok : CellStatus::error;
+    result_.stdout_data = take_text(frame, "stdout");
+    result_.stderr_data = take_text(frame, "stderr");
+    result_.stdout_truncated = flag_field(frame, "stdout_truncated");
+    result_.stderr_truncated = flag_field(frame, "stderr_truncated");
+    result_.error = take_text(frame, "error");
+    if (auto final = frame.find("final");
+        final != frame.end() && final->is_object() && final->contains("value"))
+      result_.final = std::move((*final)["value"]);
+    // At most the cell's own wall time could be meant; a day bounds the conversion.
+    constexpr double kDayMs = 86'400'000;
+    result_.cpu = std::chrono::microseconds(
+        static_cast<std::int64_t>(milliseconds_field(frame, "cpu_ms", kDayMs) * 1000));
     // The state before the cell is no longer needed (unless it is a snapshot): the standby that
     // ran the cell is the checkpoint from now on, and forks the next standby.
     s_.release_checkpoint();
@@ -812,8 +969,8 @@ class WorkerSession::Cell {
 
   void rolled_back(const json& frame) {
     // null: the checkpoint saw the standby die without being asked.
-    if (const auto id = frame.value("id", json()); !id.is_null() && id != json(id_))
-      throw Error("a rollback report for another cell: " + frame.dump());
+    if (const auto& id = field(frame, "id"); !id.is_null() && id != json(id_))
+      throw Error("a rollback report for another cell: " + describe_frame(frame));
     finished_ = true;
     s_.standby_.close();  // the checkpoint forks the next standby
     result_.rolled_back = true;
@@ -823,7 +980,7 @@ class WorkerSession::Cell {
                       "; the session was rolled back to before it";
       return;
     }
-    const auto oom_after = s_.oom_kills();
+    const auto oom_after = s_.counters().oom_kills;
     if (oom_before_ && oom_after && *oom_after > *oom_before_) {
       result_.status = CellStatus::memory_limit;
       result_.error = "the cell was killed at the memory limit of " +
@@ -840,20 +997,26 @@ class WorkerSession::Cell {
     bool batched;
     std::vector<std::optional<LlmAnswer>> items;
     std::size_t missing;
+    std::uint64_t held;  // answer bytes received so far
   };
 
   WorkerSession& s_;
   const std::string& code_;
   milliseconds limit_;
   SnapshotId id_;
+  std::uint64_t budget_;
   Clock::time_point start_;
   std::optional<std::uint64_t> oom_before_;
+  std::optional<std::chrono::microseconds> cpu_start_;
   std::uint64_t generation_ = 0;
   std::map<std::uint64_t, OpenCall> calls_;
   std::size_t open_calls_ = 0;
-  Clock::time_point waiting_since_;
+  std::uint64_t held_answers_ = 0;
+  bool held_back_ = false;
+  bool pausing_ = false;  // this step's poll waits for the LM
+  Clock::time_point next_cpu_check_;
   Clock::duration waited_{0};
-  std::optional<Clock::time_point> rollback_sent_, child_gone_;
+  std::optional<Clock::time_point> rollback_sent_;
   bool timed_out_ = false;
   bool superseded_fork_ = false;
   bool finished_ = false;

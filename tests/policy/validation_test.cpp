@@ -36,7 +36,7 @@ TEST(PolicyValidation, ReadsEveryField) {
     "backend": {"prefer": ["docker", "local"], "allow_unisolated": true},
     "limits": {"wall_time_ms": "2m", "cpu_time_ms": 1500, "kill_grace_ms": 0,
                "memory_bytes": "1.5G", "output_bytes": 4096, "file_size_bytes": "1M",
-               "tmpfs_bytes": "8M", "pids": 5, "open_files": 3},
+               "tmpfs_bytes": "8M", "pids": 5, "open_files": 3, "session_buffer_bytes": "2M"},
     "namespaces": {"user": false, "pid": false, "net": false, "mount": false, "ipc": false,
                    "uts": false, "cgroup": false},
     "filesystem": {"mounts": [{"source": "/srv/data", "target": "/data", "optional": true},
@@ -64,6 +64,7 @@ TEST(PolicyValidation, ReadsEveryField) {
   EXPECT_EQ(policy.limits.output_bytes, 4096u);
   EXPECT_EQ(policy.limits.pids, 5u);
   EXPECT_EQ(policy.limits.open_files, 3u);
+  EXPECT_EQ(policy.limits.session_buffer_bytes, 2u << 20);
   EXPECT_FALSE(policy.namespaces.user);
   EXPECT_FALSE(policy.namespaces.cgroup);
   ASSERT_EQ(policy.filesystem.mounts.size(), 2u);
@@ -217,6 +218,8 @@ TEST(PolicyValidation, Ranges) {
               HasSubstr("must be between 0ms and 1m"));
   EXPECT_EQ(only_problem_in(R"({"limits": {"memory_bytes": 0}})").path, "limits.memory_bytes");
   EXPECT_EQ(only_problem_in(R"({"limits": {"tmpfs_bytes": "0M"}})").path, "limits.tmpfs_bytes");
+  EXPECT_EQ(only_problem_in(R"({"limits": {"session_buffer_bytes": 0}})").path,
+            "limits.session_buffer_bytes");
   EXPECT_EQ(only_problem_in(R"({"limits": {"output_bytes": -1}})").path, "limits.output_bytes");
   EXPECT_THAT(only_problem_in(R"({"limits": {"memory_bytes": 1e30}})").message,
               HasSubstr("too large"));

@@ -580,6 +580,15 @@ class CellTest(WorkerTestCase):
         self.assertIn("NameError: FINAL_VAR: no variable named 'nope'", missing['error'])
         self.assertNotIn('final', missing)
 
+    def test_a_final_value_nested_deeper_than_the_host_takes_is_sent_as_its_repr(self):
+        worker = self.start()
+        deep = self.run_ok(worker, 'v = 0\nfor _ in range(62): v = [v]\nFINAL(v)')['final']
+        self.assertIsInstance(deep['value'], list)  # 62 levels: as it is
+        deeper = self.run_ok(worker, 'v = 0\nfor _ in range(63): v = [v]\nFINAL(v)')['final']
+        self.assertEqual(deeper['value'], '[' * 63 + '0' + ']' * 63)
+        huge = self.run_ok(worker, 'v = 0\nfor _ in range(100000): v = [v]\nFINAL(v)')['final']
+        self.assertEqual(huge['value'], '<a list nested too deep to show>')
+
     def test_show_vars_lists_only_user_variables(self):
         worker = self.start()
         result = self.run_ok(worker, (
@@ -769,6 +778,9 @@ class LlmQueryTest(WorkerTestCase):
             self.assertEqual(result['status'], 'error', call)
             self.assertIn('TypeError', result['error'])
         self.assertEqual(self.stdout_of(worker, 'llm_query_batched([])'), '[]\n')
+        over = worker.execute("llm_query_batched([''] * 10001)")
+        self.assertEqual(over['status'], 'error')
+        self.assertIn('ValueError: llm_query_batched takes at most 10000 prompts', over['error'])
 
     def test_concurrent_queries_from_threads_answered_out_of_order(self):
         worker = self.start()

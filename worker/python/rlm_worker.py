@@ -42,6 +42,10 @@ CELL_FILE = '<cell>'
 WORKER_FILE = (lambda: None).__code__.co_filename  # '<string>' under `python3 -c`
 CHILD_POLL_SECONDS = 0.01  # only when os.pidfd_open is unavailable
 HEADER = struct.Struct('>I')
+# The host refuses a frame nested deeper than 64 levels; a cell_result holds `final` two levels
+# down (docs/control-channel.md).
+MAX_FINAL_DEPTH = 62
+MAX_BATCH = 10000  # prompts per llm_query_batched: the host ends the session beyond it
 
 # Set once at start-up and inherited by every fork.
 DIAG_FD = 2        # a private dup of the original stderr: fd 2 is a pipe while a cell runs
@@ -845,6 +849,9 @@ def llm_query_batched(prompts, model=None):
     if not isinstance(prompts, (list, tuple)) or \
             not all(isinstance(p, str) for p in prompts):
         raise TypeError('prompts must be a list of str')
+    if len(prompts) > MAX_BATCH:
+        raise ValueError('llm_query_batched takes at most %d prompts, not %d'
+                         % (MAX_BATCH, len(prompts)))
     check_model(model)
     if not prompts:
         return []
@@ -865,12 +872,37 @@ def llm_query_batched(prompts, model=None):
     return results
 
 
-def final_value(value) -> dict:
-    """A copy taken now: the cell may change the object before the result is sent."""
+def json_depth(value) -> int:
+    """How deep lists and dicts nest in a JSON value (a scalar is 0), without recursion."""
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        depth = max(depth, level)
+        stack.extend((child, level + 1) for child in item)
+    return depth
+
+
+def safe_repr(value) -> str:
     try:
-        return {'value': json.loads(json.dumps(value, allow_nan=False))}
+        return repr(value)
+    except RecursionError:
+        return '<a %s nested too deep to show>' % type(value).__name__
+
+
+def final_value(value) -> dict:
+    """A copy taken now: the cell may change the object before the result is sent. A value that
+    is not JSON, or nests deeper than the host takes, is sent as its repr()."""
+    try:
+        copy = json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
-        return {'value': repr(value)}
+        return {'value': safe_repr(value)}
+    if json_depth(copy) > MAX_FINAL_DEPTH:
+        return {'value': safe_repr(value)}
+    return {'value': copy}
 
 
 def FINAL(value):

@@ -1,0 +1,230 @@
+// The control channel's host end on its own: the frame decoder (caps, depth, errors that never
+// quote the sandbox) and the Channel over a real socketpair (fds, non-blocking writes).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "common/unique_fd.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "session/channel.hpp"
+#include "session/frame_decoder.hpp"
+#include "support/host_probes.hpp"
+
+namespace rlm::session {
+namespace {
+
+using common::UniqueFd;
+using nlohmann::json;
+
+std::string framed(const std::string& body) {
+  std::string frame(4, '\0');
+  const auto length = static_cast<std::uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((length >> (8 * (3 - i))) & 0xff);
+  return frame + body;
+}
+
+// Feeds `bytes` the way Channel::receive does: never more than want() at a time.
+void feed(FrameDecoder& decoder, const std::string& bytes, std::size_t step = 1 << 20) {
+  for (std::size_t at = 0; at < bytes.size();) {
+    const std::size_t size = std::min({decoder.want(), step, bytes.size() - at});
+    ASSERT_GT(size, 0u);
+    decoder.append(bytes.data() + at, size);
+    at += size;
+  }
+}
+
+std::string nested(std::size_t depth) {
+  return "{\"type\": \"x\", \"v\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') +
+         "}";
+}
+
+std::string error_of(const std::string& body, std::uint64_t max_frame = 1 << 20) {
+  FrameDecoder decoder(max_frame);
+  feed(decoder, framed(body));
+  try {
+    decoder.next();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(FrameDecoder, FramesSplitAnywhereComeOutWhole) {
+  FrameDecoder decoder(1 << 20);
+  const std::string stream = framed(R"({"type": "a", "n": 1})") + framed(R"({"type": "b"})");
+  feed(decoder, stream, 1);
+  auto first = decoder.next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ((*first)["n"], 1);
+  auto second = decoder.next();
+  ASSERT_TRUE(second);
+  EXPECT_EQ((*second)["type"], "b");
+  EXPECT_FALSE(decoder.next());
+  EXPECT_EQ(decoder.buffered(), 0u);
+  EXPECT_EQ(decoder.frames_taken(), 2u);
+}
+
+TEST(FrameDecoder, NoReadCrossesAFrameBoundary) {
+  FrameDecoder decoder(1 << 20);
+  EXPECT_EQ(decoder.want(), 4u);
+  feed(decoder, framed(R"({"type": "a"})").substr(0, 4));
+  EXPECT_EQ(decoder.want(), std::string(R"({"type": "a"})").size());
+}
+
+TEST(FrameDecoder, NestingIsBoundedAt64Levels) {
+  EXPECT_EQ(error_of(nested(64)), "");
+  EXPECT_NE(error_of(nested(65)).find("nested deeper than 64 levels"), std::string::npos);
+  // Two million levels: refused as soon as level 65 opens, without recursion.
+  const std::string deep = std::string(2'000'000, '[') + std::string(2'000'000, ']');
+  const auto error = error_of("{\"type\": \"x\", \"v\": " + deep + "}", 16 << 20);
+  EXPECT_NE(error.find("nested deeper than"), std::string::npos);
+  EXPECT_LT(error.size(), 200u);
+  // Brackets inside strings are text.
+  EXPECT_EQ(error_of("{\"type\": \"" + std::string(1000, '[') + "\"}"), "");
+}
+
+TEST(FrameDecoder, ErrorsSayWhatWasWrongWithoutQuotingIt) {
+  const std::string secret = "SECRET-CONTENT";
+  EXPECT_NE(error_of("{\"" + secret).find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(error_of("{\"" + secret).find(secret), std::string::npos);
+  EXPECT_NE(error_of("[\"" + secret + "\"]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of("\xff\xfe").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of("{\"a\": \"\xc3\"}").find("not valid JSON"), std::string::npos);
+}
+
+TEST(FrameDecoder, AnOversizeLengthStopsTheStream) {
+  FrameDecoder decoder(1000);
+  feed(decoder, std::string("\x00\x00\x03\xe9", 4));  // 1001
+  EXPECT_EQ(decoder.want(), 0u);
+  try {
+    decoder.next();
+    ADD_FAILURE() << "an oversize frame was taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("over the limit"), std::string::npos);
+  }
+}
+
+TEST(FrameDecoder, DescribeFrameNamesTheTypeOnlyWhenItIsShortAndPlain) {
+  EXPECT_EQ(describe_frame(json{{"type", "hello"}, {"x", 1}}), "\"hello\" (an object of 2 fields)");
+  EXPECT_EQ(describe_frame(json{{"type", std::string(100, 'a')}}),
+            "an object of 1 fields whose type is a string of 100 bytes");
+  EXPECT_EQ(describe_frame(json{{"type", "a\"b"}}),
+            "an object of 1 fields whose type is a string of 3 bytes");
+  EXPECT_EQ(describe_frame(json{{"type", 5}}), "an object of 1 fields without a type");
+  EXPECT_EQ(describe_frame(json::array()), "a array");
+}
+
+class ChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+    host_ = Channel(UniqueFd(pair[0]), 1 << 20);
+    sandbox_.reset(pair[1]);
+  }
+
+  // Sends `bytes` from the sandbox's end, with `fds` attached.
+  void send_with_fds(const std::string& bytes, const std::vector<int>& fds) {
+    iovec io{const_cast<char*>(bytes.data()), bytes.size()};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    if (!fds.empty()) {
+      message.msg_control = control.data();
+      message.msg_controllen = control.size();
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * fds.size());
+    }
+    ASSERT_EQ(sendmsg(sandbox_.get(), &message, 0), static_cast<ssize_t>(bytes.size()));
+  }
+
+  std::optional<json> receive_frame() {
+    for (int i = 0; i < 100; ++i) {
+      EXPECT_TRUE(host_.receive());
+      if (auto frame = host_.next_frame()) return frame;
+    }
+    return std::nullopt;
+  }
+
+  Channel host_;
+  UniqueFd sandbox_;
+};
+
+TEST_F(ChannelTest, AForkFramesOneFdOnItsFirstByteIsKept) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  const std::string frame = framed(R"({"type": "fork", "id": 0})");
+  send_with_fds(frame.substr(0, 4), {read_end.get()});
+  send_with_fds(frame.substr(4), {});
+  auto received = receive_frame();
+  ASSERT_TRUE(received);
+  auto fd = host_.take_fd();
+  ASSERT_TRUE(fd);
+  EXPECT_NE(fd.get(), read_end.get());
+  EXPECT_FALSE(host_.take_fd()) << "one fd, taken once";
+}
+
+TEST_F(ChannelTest, FdsAnywhereElseAreClosedOnArrival) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  const auto fds_before = rlm::test::open_fd_count();
+  const int fd = read_end.get();
+  // Two on the first byte; one on a body byte; one on each byte of a whole frame.
+  const std::string one = framed(R"({"type": "fork", "id": 1})");
+  send_with_fds(one.substr(0, 4), {fd, fd});
+  send_with_fds(one.substr(4), {});
+  auto first = receive_frame();
+  ASSERT_TRUE(first);
+  EXPECT_FALSE(host_.take_fd());
+  const std::string two = framed(R"({"type": "fork", "id": 2})");
+  send_with_fds(two.substr(0, 6), {});
+  send_with_fds(two.substr(6), {fd});
+  ASSERT_TRUE(receive_frame());
+  EXPECT_FALSE(host_.take_fd());
+  const std::string three = framed(R"({"type": "llm_query", "id": 3, "prompt": "p"})");
+  for (std::size_t i = 0; i < three.size(); ++i) {
+    send_with_fds(three.substr(i, 1), {fd, fd, fd, fd});
+    host_.receive();
+    EXPECT_LE(rlm::test::open_fd_count(), fds_before + 1) << "at byte " << i;
+  }
+  ASSERT_TRUE(receive_frame());
+  EXPECT_FALSE(host_.take_fd()) << "only a frame's first byte may carry its fd, alone";
+  EXPECT_EQ(rlm::test::open_fd_count(), fds_before);
+}
+
+TEST_F(ChannelTest, SendNeverBlocksOnAPeerThatDoesNotRead) {
+  const json big = {{"op", "llm_result"}, {"id", 1}, {"text", std::string(1 << 20, 'a')}};
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(host_.send(big));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_GT(host_.unsent(), 0u);
+  // The peer reads: the queue drains through flush().
+  std::string got;
+  char buffer[1 << 16];
+  while (host_.unsent() > 0 || got.size() < 20 * (4 + big.dump().size())) {
+    ASSERT_TRUE(host_.flush());
+    const ssize_t count = recv(sandbox_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+    if (count > 0) got.append(buffer, static_cast<std::size_t>(count));
+  }
+  EXPECT_EQ(got.size(), 20 * (4 + big.dump().size()));
+}
+
+TEST_F(ChannelTest, APeerGoneIsReportedBySendAndReceive) {
+  sandbox_.reset();
+  EXPECT_FALSE(host_.send(json{{"op", "discard"}}));
+  EXPECT_FALSE(host_.receive());
+}
+
+}  // namespace
+}  // namespace rlm::session

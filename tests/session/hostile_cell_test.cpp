@@ -1,0 +1,409 @@
+// The host side of a session against a hostile cell (issue 11, lines 1-4 and 6): code in a cell of
+// a real namespace-backend session writes to its own control channel what the worker never would,
+// and the host process running the session (this test process) must hold: no crash, no unbounded
+// memory or fds, no blocking, and the cell's time limit kept. Each attack runs under the
+// `python-repl` and the `strict` policy; a second session runs a cell meanwhile.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/llm.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/session.hpp"
+#include "support/host_probes.hpp"
+
+namespace rlm::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string dump(const CellResult& cell) {
+  auto shown = cell.to_json();
+  for (const char* key : {"stdout", "stderr", "error"})
+    if (shown[key].is_string() && shown[key].get<std::string>().size() > 2000)
+      shown[key] = shown[key].get<std::string>().substr(0, 2000) + "...";
+  return shown.dump();
+}
+
+// Cell code: the channel's socket as the worker holds it, raw frames onto it, and the id of the
+// running cell (found in the worker's own frames), so the cell can speak for the worker.
+const std::string kPrelude = R"(
+import errno, json, os, socket, sys, time
+_sock = llm_query.__globals__['SESSION'].channel.sock
+def raw(body):
+    _sock.sendall(len(body).to_bytes(4, 'big') + body)
+def cell_id():
+    f = sys._getframe()
+    while 'op_id' not in f.f_locals:
+        f = f.f_back
+    return f.f_locals['op_id']
+)";
+
+// An LM that answers after a delay, each call on a thread of its own, with a short text.
+class SlowLm final : public LlmHandler {
+ public:
+  explicit SlowLm(std::chrono::milliseconds delay) : delay_(delay) {}
+  ~SlowLm() override {
+    std::lock_guard lock(mutex_);
+    for (auto& thread : threads_) thread.join();
+  }
+  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
+    ++calls_;
+    std::lock_guard lock(mutex_);
+    threads_.emplace_back([this, call = std::move(call), done = std::move(done)] {
+      std::this_thread::sleep_for(delay_);
+      done(LlmAnswer::of_text("slow answer"));
+    });
+  }
+  int calls() const { return calls_; }
+
+ private:
+  std::chrono::milliseconds delay_;
+  std::mutex mutex_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> calls_{0};
+};
+
+std::uint64_t status_kib(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  while (std::getline(status, line))
+    if (line.rfind(prefix, 0) == 0) return std::stoull(line.substr(prefix.size()));
+  return 0;
+}
+
+// This process's memory and fds while an attack runs: the peak RSS (VmHWM, reset at the start)
+// and the largest fd count seen (sampled every few milliseconds).
+class HostMeter {
+ public:
+  HostMeter() : fds_at_start_(open_fd_count()) {
+    std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+    rss_at_start_ = status_kib("VmRSS") << 10;
+    sampler_ = std::thread([this] {
+      while (!stop_) {
+        const std::size_t now = open_fd_count();
+        if (now > max_fds_) max_fds_ = now;
+        std::this_thread::sleep_for(2ms);
+      }
+    });
+  }
+  ~HostMeter() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (sampler_.joinable()) sampler_.join();
+  }
+  std::uint64_t rss_growth() const {
+    const std::uint64_t peak = status_kib("VmHWM") << 10;
+    return peak > rss_at_start_ ? peak - rss_at_start_ : 0;
+  }
+  std::size_t fd_growth() const { return max_fds_ > fds_at_start_ ? max_fds_ - fds_at_start_ : 0; }
+
+ private:
+  std::size_t fds_at_start_;
+  std::uint64_t rss_at_start_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> max_fds_{0};
+  std::thread sampler_;
+};
+
+// The issue's bounds on the host under a flood. A sanitizer build keeps freed memory in its
+// quarantine (and the test process carries its shadow), so it is allowed more.
+#ifdef RLM_TEST_SANITIZED
+constexpr std::uint64_t kRssBound = 256u << 20;
+#else
+constexpr std::uint64_t kRssBound = 64u << 20;
+#endif
+constexpr std::size_t kFdBound = 16;
+
+// A hung host is this suite's failure, not a hang of the test run: after `limit` the process
+// aborts saying what hung.
+class Watchdog {
+ public:
+  Watchdog(std::string what, std::chrono::seconds limit)
+      : thread_([this, what = std::move(what), limit] {
+          std::unique_lock lock(mutex_);
+          if (!done_cv_.wait_for(lock, limit, [this] { return done_; })) {
+            std::fprintf(stderr, "watchdog: %s did not return within %llds\n", what.c_str(),
+                         static_cast<long long>(limit.count()));
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+class HostileCell : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    policy_ = load_policy(GetParam());
+    policy_.limits.wall_time = 10s;
+    backend_ = make_backend("namespace");
+    ASSERT_TRUE(backend_);
+  }
+
+  std::unique_ptr<Session> open(std::shared_ptr<LlmHandler> llm = nullptr) {
+    SessionOptions options;
+    options.llm = std::move(llm);
+    return backend_->open_session(policy_, std::move(options));
+  }
+
+  // Runs `code` in `session` as the attack, while a second session runs a cell of its own; checks
+  // the host's bounds and the bystander's result. Returns the attacked cell's result.
+  CellResult attack(Session& session, const std::string& code, std::chrono::milliseconds limit) {
+    auto bystander = open(make_llm_handler("echo"));
+    EXPECT_EQ(bystander->execute("seen = []").status, CellStatus::ok);
+    HostMeter meter;
+    std::optional<CellResult> side;
+    std::thread beside([&] {
+      std::this_thread::sleep_for(limit / 3);
+      side = bystander->execute("seen.append(llm_query('still here'))\nprint(seen, sum(range(10)))",
+                                5s);
+    });
+    const auto start = Clock::now();
+    CellResult cell;
+    {
+      Watchdog watchdog("the attacked cell", 60s);
+      cell = session.execute(kPrelude + code, limit);
+    }
+    took_ = Clock::now() - start;
+    beside.join();
+    meter.stop();
+    std::printf(
+        "measured: the cell took %lld ms (limit %lld ms); the host grew by %.1f MiB and %zu fds\n",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(took_).count()),
+        static_cast<long long>(limit.count()), static_cast<double>(meter.rss_growth()) / (1 << 20),
+        meter.fd_growth());
+    EXPECT_LT(meter.rss_growth(), kRssBound)
+        << "the host grew by " << meter.rss_growth() << " bytes";
+    EXPECT_LE(meter.fd_growth(), kFdBound) << "the host held " << meter.fd_growth() << " more fds";
+    EXPECT_TRUE(side.has_value());
+    if (side) {
+      EXPECT_EQ(side->status, CellStatus::ok) << dump(*side);
+      EXPECT_EQ(side->stdout_data, "['echo: still here'] 45\n") << dump(*side);
+    }
+    return cell;
+  }
+
+  Policy policy_;
+  std::unique_ptr<Backend> backend_;
+  Clock::duration took_{};
+};
+
+// Line 1: a frame nesting two million arrays, in a field the host copies, echoes or reports, or in
+// a `final` value, is refused while it is parsed; the session that sent it ends and says why
+// without quoting it.
+TEST_P(HostileCell, DeeplyNestedFramesEndOnlyThatSession) {
+  const std::string deep = "b'[' * 2_000_000 + b']' * 2_000_000";
+  const std::vector<std::string> attacks = {
+      "raw(b'{\"type\": \"hello\", \"x\": ' + " + deep + " + b'}')",
+      "raw(b'{\"type\": \"llm_query\", \"id\": ' + " + deep +
+          " + b', \"prompt\": \"p\", \"model\": null}')",
+      "raw(b'{\"type\": \"cell_result\", \"id\": %d, \"status\": \"ok\", \"stdout\": \"\", "
+      "\"stderr\": \"\", \"final\": {\"value\": ' % cell_id() + " +
+          deep + " + b'}}')",
+  };
+  auto bystander = open();
+  ASSERT_EQ(bystander->execute("alive = True").status, CellStatus::ok);
+  for (const auto& attack : attacks) {
+    auto session = open();
+    auto cell = session->execute(kPrelude + attack + "\ntime.sleep(5)", 5000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << dump(cell);
+    EXPECT_NE(cell.error.find("nested deeper than 64 levels"), std::string::npos) << cell.error;
+    EXPECT_LT(cell.error.size(), 300u) << cell.error.substr(0, 300);
+    EXPECT_THROW(session->execute("1"), Error);
+    session->close();
+  }
+  EXPECT_EQ(bystander->execute("print(alive)").stdout_data, "True\n");
+  // What the worker sends itself stays within the bound: a deep FINAL value arrives as its repr.
+  auto final = bystander->execute("v = 0\nfor _ in range(100): v = [v]\nFINAL(v)");
+  EXPECT_EQ(final.status, CellStatus::ok) << dump(final);
+  ASSERT_TRUE(final.final.has_value());
+  EXPECT_EQ(*final.final, std::string(100, '[') + "0" + std::string(100, ']'));
+}
+
+// Line 1, every field that crosses: a field of another type than the protocol's, or a number out
+// of range, is read as absent or clamped; nothing throws out of the host.
+TEST_P(HostileCell, FieldsOfTheWrongTypeNeverThrowOnTheHost) {
+  {
+    auto session = open();
+    auto cell = session->execute(kPrelude + "raw(b'{\"type\": 5}')\ntime.sleep(5)", 5000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << dump(cell);
+    EXPECT_NE(cell.error.find("unexpected frame"), std::string::npos) << cell.error;
+  }
+  {
+    auto session = open();
+    auto cell = session->execute(
+        kPrelude +
+            "raw(b'{\"type\": \"cell_result\", \"id\": %d, \"status\": [1], \"stdout\": 5, "
+            "\"stderr\": {\"a\": 1}, \"stdout_truncated\": \"yes\", \"error\": 7, "
+            "\"cpu_ms\": 1e308}' % cell_id())\ntime.sleep(5)",
+        5000ms);
+    EXPECT_EQ(cell.status, CellStatus::error) << dump(cell);
+    EXPECT_EQ(cell.stdout_data, "");
+    EXPECT_EQ(cell.stderr_data, "");
+    EXPECT_FALSE(cell.stdout_truncated);
+    EXPECT_LE(cell.cpu, std::chrono::microseconds(std::chrono::hours(24)));
+  }
+  {
+    auto session = open();
+    auto cell = session->execute(
+        kPrelude +
+            "raw(json.dumps({'type': 'llm_query', 'id': 'x' * 100, 'prompt': 'p'}).encode())\n"
+            "time.sleep(5)",
+        5000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << dump(cell);
+    EXPECT_NE(cell.error.find("without an integer id"), std::string::npos) << cell.error;
+  }
+}
+
+// Line 2: forty 8 MiB llm_query frames while the LM takes its time. The host reads no more than
+// the session's buffer (limits.session_buffer_bytes) holds, the cell is held back, and its clock
+// runs while it is.
+TEST_P(HostileCell, LargeQueriesFloodingASlowLmStayWithinTheSessionBuffer) {
+  auto lm = std::make_shared<SlowLm>(3000ms);
+  auto session = open(lm);
+  auto cell = attack(*session,
+                     "filler = b'x' * (8 << 20)\n"
+                     "for i in range(40):\n"
+                     "    raw(b'{\"type\": \"llm_query\", \"id\": %d, \"prompt\": \"' % (10**6 + i)"
+                     " + filler + b'\", \"model\": null}')\n"
+                     "while True: pass",
+                     1500ms);
+  EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
+  EXPECT_LT(took_, 1500ms + 500ms);
+  EXPECT_LE(lm->calls(), 4) << "more prompts reached the LM than the buffer holds";
+  EXPECT_EQ(session->execute("print('after')").stdout_data, "after\n");
+}
+
+// Line 3: 700 llm_query frames whose replies the cell never reads. The host queues the replies
+// (within the buffer), never blocks on the sandbox, and ends the cell at its limit.
+TEST_P(HostileCell, ACellThatNeverReadsItsRepliesStillTimesOut) {
+  auto session = open(make_llm_handler("echo"));
+  auto cell = attack(*session,
+                     "filler = b'y' * 32768\n"
+                     "for i in range(700):\n"
+                     "    raw(b'{\"type\": \"llm_query\", \"id\": %d, \"prompt\": \"' % (10**6 + i)"
+                     " + filler + b'\", \"model\": null}')\n"
+                     "time.sleep(100)",
+                     1500ms);
+  EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
+  EXPECT_LT(took_, 1500ms + 500ms);
+  EXPECT_EQ(session->execute("print('after')").stdout_data, "after\n");
+}
+
+// Line 4: a frame sent one byte at a time with four SCM_RIGHTS fds on each byte. The host closes
+// them as they come, and the next fork frame's own fd (not an injected one) becomes the standby.
+TEST_P(HostileCell, FdsOnAnyFrameButForkAreClosedAtOnce) {
+  auto session = open(make_llm_handler("echo"));
+  auto cell = attack(*session,
+                     "import array\n"
+                     "mine, theirs = socket.socketpair()\n"
+                     "fds = array.array('i', [theirs.fileno()] * 4)\n"
+                     "body = b'{\"type\": \"llm_query\", \"id\": 999999, \"prompt\": \"' + "
+                     "b'z' * 3000 + b'\", \"model\": null}'\n"
+                     "data = len(body).to_bytes(4, 'big') + body\n"
+                     "for i in range(len(data)):\n"
+                     "    while True:\n"
+                     "        try:\n"
+                     "            _sock.sendmsg([data[i:i + 1]], "
+                     "[(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])\n"
+                     "            break\n"
+                     "        except OSError as e:\n"
+                     "            if e.errno != errno.ETOOMANYREFS: raise\n"
+                     "            time.sleep(0.001)\n"
+                     "marker = 'kept'",
+                     5000ms);
+  EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  auto next = session->execute("print(marker)", 3000ms);
+  EXPECT_EQ(next.status, CellStatus::ok) << dump(next);
+  EXPECT_EQ(next.stdout_data, "kept\n");
+}
+
+// Line 4: a fork frame (here forged by the cell, after a forged result) must carry a unix stream
+// socket; a pipe ends the session instead of becoming a channel.
+TEST_P(HostileCell, AForkFrameFdMustBeAUnixStreamSocket) {
+  auto session = open();
+  auto cell = session->execute(
+      kPrelude +
+          "r, w = os.pipe()\n"
+          "raw(json.dumps({'type': 'cell_result', 'id': cell_id(), 'status': 'ok', 'stdout': '',"
+          " 'stderr': ''}).encode())\n"
+          "body = json.dumps({'type': 'fork', 'id': 0, 'pid': 1}).encode()\n"
+          "_sock.sendmsg([len(body).to_bytes(4, 'big')], "
+          "[(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(__import__('array')"
+          ".array('i', [r]))))])\n"
+          "_sock.sendall(body)\n"
+          "time.sleep(5)",
+      5000ms);
+  EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  try {
+    session->execute("1", 3000ms);
+    ADD_FAILURE() << "a pipe became the standby's channel";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("not a unix stream socket"), std::string::npos)
+        << error.what();
+  }
+}
+
+// Line 6: while llm_query calls are open the wall clock is paused, but CPU time used by the cell's
+// other processes counts: two burners and four 2 s calls under a 1 s limit end `timeout` long
+// before the calls could all be answered.
+TEST_P(HostileCell, CpuUsedWhileWaitingForTheLmCounts) {
+  auto session = open(std::make_shared<SlowLm>(2000ms));
+  const auto start = Clock::now();
+  auto cell = session->execute(
+      "import subprocess, sys\n"
+      "burners = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in "
+      "range(2)]\n"
+      "for _ in range(4):\n"
+      "    llm_query('slow')\n"
+      "print('finished')",
+      1000ms);
+  const auto took = Clock::now() - start;
+  EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
+  EXPECT_LT(took, 6000ms);
+  // And a cell that only waits is not charged for the wait.
+  auto waits = session->execute("print(llm_query('slow'))", 1000ms);
+  EXPECT_EQ(waits.status, CellStatus::ok) << dump(waits);
+  EXPECT_EQ(waits.stdout_data, "slow answer\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, HostileCell, ::testing::Values("python-repl", "strict"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace rlm::test
