@@ -165,6 +165,40 @@ TEST_F(RollbackIntegrity, ACellCannotSignalThroughItsProcessGroupOrABroadcast) {
   expect_session_intact("safe");
 }
 
+// The kernel's own signal: a process group that becomes orphaned while one of its members is
+// stopped gets SIGHUP and SIGCONT. The worker's root shares a group with the first interpreter
+// (and init) that nothing anchors; a cell can put a stopped process of its own in it and orphan
+// it. Neither the root, the checkpoint, nor init (which would forward the SIGHUP to the root) may
+// be hurt by it.
+TEST_F(RollbackIntegrity, ACellCannotHaveTheKernelHangUpTheRootsProcessGroup) {
+  ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
+  auto attack =
+      run("import os, signal, time\n"
+          "root_group = os.getpgid(llm_query.__globals__['ROOT_PID'])\n"
+          "r, w = os.pipe()\n"
+          "if os.fork() == 0:\n"
+          "    os.setpgid(0, root_group)\n"
+          "    pid = os.fork()\n"
+          "    if pid == 0:\n"
+          "        os.kill(os.getpid(), signal.SIGSTOP)\n"
+          "        os._exit(0)\n"
+          "    os.write(w, str(pid).encode())\n"
+          "    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':\n"
+          "        time.sleep(0.01)\n"
+          "    os._exit(0)  # the group loses the member that anchored it\n"
+          "stopped = int(os.read(r, 16))\n"
+          "os.wait()\n"
+          "time.sleep(0.3)\n"
+          "try:\n"
+          "    os.kill(stopped, signal.SIGKILL)\n"
+          "    print('not hung up')\n"
+          "except ProcessLookupError:\n"
+          "    print('hung up')  # the kernel did send the group SIGHUP\n");
+  EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
+  EXPECT_EQ(attack.stdout_data, "hung up\n");
+  expect_session_intact("safe");
+}
+
 // The indirect routes: SIGIO (F_SETOWN + F_SETSIG would deliver SIGKILL to the checkpoint when a
 // pipe becomes readable) and prlimit (a checkpoint with RLIMIT_NOFILE 0 can never fork again).
 TEST_F(RollbackIntegrity, ACellCannotRouteSigioToItsCheckpointOrChangeItsLimits) {

@@ -136,6 +136,11 @@ void Supervisor::handle_signals() {
   signalfd_siginfo info{};
   while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     const int signal = static_cast<int>(info.ssi_signo);
+    if (signal == SIGCHLD) continue;  // reaped after every wake-up
+    // Guarded, no payload process may signal init (it is older than all of them): what still
+    // comes from inside, the kernel sent on a payload's behalf (the SIGHUP of a process group the
+    // payload orphaned on purpose). Forwarding it would reach past the guard.
+    if (guard_ && sent_from_inside(info)) continue;
     if (signal == SIGTERM) {
       if (!terminating_) terminated_by_payload_ = sent_from_inside(info);
       begin_termination();

@@ -507,6 +507,10 @@ def fork_standby(channel: Channel, fork_id):
             os.setpgid(0, 0)
         except OSError:
             pass
+        # Cells (and what they exec) see SIGHUP as usual. This process's group is its own, and
+        # anchored by it (its parent is in another group of the same session), so no cell can
+        # orphan it once it is a checkpoint.
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         child_channel = Channel(theirs, channel.max_frame)
         SESSION.channel = child_channel
         warm_up()
@@ -1164,6 +1168,11 @@ def main() -> None:
     become_subreaper()
     ROOT_PID = os.getpid()
     make_undumpable()  # inherited by every interpreter
+    # The root shares a process group with the first interpreter (and, on the namespace backend,
+    # with init) that no member anchors: a cell could orphan it with a stopped member of its own
+    # in it, and the kernel would SIGHUP the whole group. Neither runs cells; each standby
+    # restores the default before its cell (fork_standby).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     flush_std_streams()
     pid = os.fork()
     if pid == 0:
