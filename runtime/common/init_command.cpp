@@ -26,6 +26,7 @@ std::vector<std::string> init_arguments(const std::string& init_path,
     args.push_back(protocol::kSeccompNotifyFdFlag);
     args.push_back(std::to_string(settings.seccomp_notify_fd));
   }
+  if (settings.guard_signals) args.push_back(protocol::kGuardSignalsFlag);
   if (settings.pid1) args.push_back(protocol::kPid1Flag);
   args.push_back("--");
   args.insert(args.end(), settings.payload_argv.begin(), settings.payload_argv.end());

@@ -14,6 +14,7 @@ struct InitSettings {
   int seccomp_fd = -1;               // a memfd with the BPF program the payload installs
   int seccomp_notify_fd = -1;        // its notify-mode variant (init_protocol.hpp)
   bool pid1 = false;                 // init runs as PID 1 of a PID namespace
+  bool guard_signals = false;        // --guard-signals (needs seccomp_fd)
   std::vector<std::string> payload_argv;
 };
 

@@ -3,7 +3,7 @@
 //
 // Command line:
 //   rlm-sandbox-init [--report-fd N] [--grace-ms G] [--rlimit NAME=SOFT:HARD]... [--chdir DIR]
-//                    [--seccomp-fd N [--seccomp-notify-fd M]] [--pid1] -- ARGV...
+//                    [--seccomp-fd N [--seccomp-notify-fd M]] [--guard-signals] [--pid1] -- ARGV...
 // The payload's environment is init's own (the envp the runtime gave it); ARGV[0] is looked up
 // in its PATH. NAME is one of cpu, as, fsize, nofile, core, nproc, data, stack; SOFT and HARD
 // are numbers or "unlimited", and are only ever lowered (clamped to the current hard limit).
@@ -14,6 +14,13 @@
 // this one instead, with SECCOMP_FILTER_FLAG_NEW_LISTENER, and hands the listener to init, which
 // kills the whole tree on the first notification and reports the syscall number. If the kernel
 // refuses a listener, the payload falls back to N (kills by SIGSYS, no syscall number).
+// --guard-signals (needs --seccomp-fd): the payload may signal only itself and processes started
+// after it (kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, kill(0)/kill(-1)/kill(-pgid),
+// F_SETOWN), and set the limits (prlimit64) only of those; pidfd_send_signal, F_SETOWN_EX and
+// FIOSETOWN/SIOCSPGRP fail with EPERM. Init adds the guard to the program (M if given, else N),
+// installs it with a listener and decides each held call; when the kernel refuses a listener
+// the payload does not start (setup_errno, step "guard"). Sessions use it: a cell must not touch
+// its checkpoints (worker/init/signal_guard.hpp).
 // --pid1: init is PID 1 of a PID namespace (also assumed when getpid() == 1): it stops the tree
 // with kill(-1) instead of walking /proc, and makes itself non-dumpable so the payload (same uid)
 // cannot ptrace it or write its memory through /proc/1/mem.
@@ -26,7 +33,10 @@
 //   {"init_error":"message"}                init itself could not do its job
 // plus "seccomp_violation":NR (the native syscall number) when a notify-mode filter caught the
 // payload and init killed the tree for it, and "terminated":true when init tore the tree down
-// because it received SIGTERM. cpu_us is the main process's own CPU time (it is what RLIMIT_CPU
+// because it received SIGTERM, plus "terminated_by_payload":true when that SIGTERM came from inside
+// the sandbox (the kernel names no sender outside init's PID namespace; without one, a sender
+// outside init's process tree; a queued or SIGIO signal, whose sender the kernel does not vouch
+// for, counts as the payload's). cpu_us is the main process's own CPU time (it is what RLIMIT_CPU
 // measures). Without --report-fd init only mirrors the payload in its exit status (the code, or
 // 128+N for signal N).
 //
@@ -45,6 +55,7 @@ inline constexpr const char* kChdirFlag = "--chdir";
 inline constexpr const char* kSeccompFdFlag = "--seccomp-fd";
 inline constexpr const char* kSeccompNotifyFdFlag = "--seccomp-notify-fd";
 inline constexpr const char* kPid1Flag = "--pid1";
+inline constexpr const char* kGuardSignalsFlag = "--guard-signals";
 
 // The fd number the runtime hands the report pipe on (0-2 are the payload's stdio).
 inline constexpr int kReportFd = 3;
@@ -62,6 +73,7 @@ inline constexpr const char* kStepKey = "step";
 inline constexpr const char* kPathKey = "path";
 inline constexpr const char* kInitErrorKey = "init_error";
 inline constexpr const char* kTerminatedKey = "terminated";
+inline constexpr const char* kTerminatedByPayloadKey = "terminated_by_payload";
 inline constexpr const char* kSeccompViolationKey = "seccomp_violation";
 // Written by the runtime's own child when it could not exec init at all.
 inline constexpr const char* kInitExecErrnoKey = "init_exec_errno";

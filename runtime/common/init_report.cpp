@@ -54,6 +54,9 @@ InitReport parse_init_report(std::string_view line) {
   const auto terminated = document.find(protocol::kTerminatedKey);
   report.terminated =
       terminated != document.end() && terminated->is_boolean() && terminated->get<bool>();
+  const auto by_payload = document.find(protocol::kTerminatedByPayloadKey);
+  report.terminated_by_payload =
+      by_payload != document.end() && by_payload->is_boolean() && by_payload->get<bool>();
   if (const auto violation = document.find(protocol::kSeccompViolationKey);
       violation != document.end() && violation->is_number_integer())
     report.seccomp_syscall = violation->get<int>();

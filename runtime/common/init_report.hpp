@@ -21,7 +21,8 @@ struct InitReport {
   int value = 0;
   std::chrono::microseconds cpu{0};  // the payload's main process
   std::string step, path, message;
-  bool terminated = false;  // init stopped the tree on a SIGTERM
+  bool terminated = false;             // init stopped the tree on a SIGTERM
+  bool terminated_by_payload = false;  // ... which came from inside the sandbox
   int seccomp_syscall =
       -1;  // a notify-mode seccomp filter caught this syscall; init killed the tree
 };

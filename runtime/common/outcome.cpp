@@ -50,6 +50,10 @@ std::string setup_problem(const InitReport& report, const RunContext& context,
                "': " + describe_errno(report.value);
       if (report.step == "seccomp")
         return "cannot install the seccomp filter in the payload: " + describe_errno(report.value);
+      if (report.step == "guard")
+        return "cannot guard the payload's signals (a seccomp listener: refused when already "
+               "inside a sandbox that uses one, or on kernels before 5.0): " +
+               describe_errno(report.value);
       return "cannot apply the " + report.path + " resource limit (" + report.step +
              "): " + describe_errno(report.value);
     case InitReport::Kind::init_failed:
@@ -91,7 +95,11 @@ void classify_signal(Result& result, const InitReport& report, const RunContext&
     result.detail = "killed by " + signal_name(signal);
     if (signal == SIGXFSZ)
       result.detail += ": a file grew past the file size limit (limits.file_size_bytes)";
-    if (report.terminated) result.detail += " (rlm-sandbox-init was sent SIGTERM from outside)";
+    if (report.terminated)
+      result.detail += report.terminated_by_payload
+                           ? " (the payload sent SIGTERM to rlm-sandbox-init, which stopped the "
+                             "sandbox)"
+                           : " (rlm-sandbox-init was sent SIGTERM from outside)";
   }
 }
 

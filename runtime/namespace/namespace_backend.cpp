@@ -157,7 +157,7 @@ void collect_stale_groups_once() {
 // Throws Error or std::system_error with a message for the Result.
 void prepare(Preparation& p, const Policy& policy, const common::InitLocation& init,
              const std::vector<std::string>& argv, std::vector<std::string> environment,
-             const std::vector<int>& inherit_fds) {
+             const std::vector<int>& inherit_fds, bool guard_signals) {
   p.init_fd = above_stdio(UniqueFd(open(init.path.c_str(), O_RDONLY | O_CLOEXEC)));
   if (!p.init_fd)
     throw std::system_error(errno, std::generic_category(), "cannot open " + init.path);
@@ -180,6 +180,7 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   settings.seccomp_fd = p.filter.kill.get();
   settings.seccomp_notify_fd = p.filter.notify.get();
   settings.pid1 = policy.namespaces.pid;
+  settings.guard_signals = guard_signals;
   // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's.
   auto args = common::init_arguments(init_protocol::kBinaryName, settings);
   p.launch.emplace(init.path, std::move(args), std::move(environment));
@@ -291,7 +292,8 @@ class NamespaceBackend final : public Backend {
 
     Preparation p;
     try {
-      prepare(p, policy, init, run.argv, std::move(run.environment), request.inherit_fds);
+      prepare(p, policy, init, run.argv, std::move(run.environment), request.inherit_fds,
+              request.guard_signals);
     } catch (const std::exception& error) {
       return run.setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
     }

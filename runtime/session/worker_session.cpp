@@ -407,6 +407,7 @@ class WorkerSession final : public Session {
       }
     }
     request.stop_fd = stop_read_.get();
+    request.guard_signals = true;  // a cell must not signal its checkpoints (docs/sessions.md)
     request.on_stdout = [](std::string_view) {};  // outside a cell nothing is expected there
     request.on_stderr = [run = run_](std::string_view text) {
       std::lock_guard lock(run->mutex);

@@ -1,6 +1,10 @@
 // rlm-sandbox-init on its own: its command line, its exit status, its report line, and its
 // handling of SIGTERM and forwarded signals.
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include <fstream>
 
 #include "support/subprocess.hpp"
 
@@ -61,6 +65,7 @@ TEST(Init, RejectsABadCommandLine) {
                                                {"--rlimit", "cpu=2:1", "--", "true"},
                                                {"--rlimit", "wings=1", "--", "true"},
                                                {"--grace-ms", "soon", "--", "true"},
+                                               {"--guard-signals", "--", "true"},
                                                {"--"},
                                                {}}) {
     std::vector<std::string> argv{init()};
@@ -94,7 +99,65 @@ TEST(Init, SigtermStopsTheTreeAfterTheGrace) {
   EXPECT_EQ(out.out, "137\n");
   EXPECT_EQ(dir.read("report").rfind("{\"signal\":9,", 0), 0u) << dir.read("report");
   EXPECT_NE(dir.read("report").find("\"terminated\":true"), std::string::npos);
+  EXPECT_EQ(dir.read("report").find("terminated_by_payload"), std::string::npos)
+      << "the SIGTERM came from the launching shell, outside init's tree";
   EXPECT_LT(out.wall.count(), 2000);
+}
+
+// Issue 11, line 14: a SIGTERM the payload sends to init is reported as the payload's.
+TEST(Init, ReportsASigtermFromThePayloadAsSuch) {
+  TempDir dir;
+  auto out =
+      shell("$INIT --report-fd 3 -- sh -c 'kill -TERM $PPID; sleep 5' 3>" + dir.file("report"));
+  EXPECT_EQ(out.exit_code, 128 + 15);
+  const auto report = dir.read("report");
+  EXPECT_NE(report.find("\"terminated\":true,\"terminated_by_payload\":true"), std::string::npos)
+      << report;
+}
+
+// A seccomp program that allows everything, for --seccomp-fd.
+std::string allow_all_program(const TempDir& dir) {
+  const sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  const auto path = dir.file("allow.bpf");
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(&allow), sizeof allow);
+  return path;
+}
+
+// Issue 11, line 5 (init's half): with --guard-signals the payload may signal itself and what it
+// started, not an older process (here init itself; in a session, its checkpoints).
+TEST(Init, GuardedPayloadSignalsOnlyItselfAndWhatItStarted) {
+  TempDir dir;
+  auto out = shell(
+      "$INIT --seccomp-fd 4 --guard-signals -- sh -c '"
+      "kill -USR1 $PPID 2>/dev/null; echo older $?; "
+      "sleep 5 & kill $!; wait $!; echo child $?; "
+      "kill -0 $PPID; echo probe $?; "
+      "trap \"echo self\" USR2; kill -USR2 $$' 4<" +
+      allow_all_program(dir));
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_EQ(out.out, "older 1\nchild 143\nprobe 0\nself\n");
+}
+
+// Where the kernel refuses the guard its listener (here: an outer filter already has one), the
+// payload does not run unguarded: init reports the setup failure.
+TEST(Init, TheGuardFailsClosedWhenTheKernelRefusesItsListener) {
+  TempDir dir;
+  const std::string outer_listener =
+      "python3 -c \"import ctypes, os, struct, sys\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "assert libc.prctl(38, 1, 0, 0, 0) == 0\n"
+      "insn = ctypes.create_string_buffer(struct.pack('HBBI', 6, 0, 0, 0x7fff0000))\n"
+      "prog = ctypes.create_string_buffer(struct.pack('HxxxxxxQ', 1, ctypes.addressof(insn)))\n"
+      "fd = libc.syscall(317, 1, 8, prog)\n"
+      "assert fd >= 0, ctypes.get_errno()\n"
+      "os.set_inheritable(fd, True)\n"
+      "os.execv(sys.argv[1], sys.argv[1:])\" ";
+  auto out = shell(outer_listener + "$INIT --report-fd 3 --seccomp-fd 4 --guard-signals -- " +
+                   "echo unguarded 3>" + dir.file("report") + " 4<" + allow_all_program(dir));
+  EXPECT_EQ(out.exit_code, 125) << out.err;
+  EXPECT_EQ(out.out, "");
+  EXPECT_EQ(dir.read("report").rfind("{\"setup_errno\":16,\"step\":\"guard\",", 0), 0u)
+      << dir.read("report");
 }
 
 TEST(Init, ForwardsSignalsToThePayload) {

@@ -911,12 +911,26 @@ class NoPidfdRollbackTest(RollbackTest):
 class NoCtypesTest(WorkerTestCase):
     source = "import sys\nsys.modules['ctypes'] = None\n" + SOURCE
 
-    def test_runs_without_ctypes_and_says_what_it_lost(self):
+    def test_refuses_to_start_when_it_cannot_protect_its_checkpoints(self):
+        # Without ctypes there is no prctl(PR_SET_DUMPABLE): a cell could write into its
+        # checkpoint through /proc/PID/mem. No session rather than one that cannot roll back.
+        worker = self.start(hello=False)
+        self.assertEqual(worker.wait_exit(), 1)
+        self.assertIn('cannot make the interpreter non-dumpable', worker.stderr_text())
+
+
+class DumpableTest(WorkerTestCase):
+    GET = ("import ctypes\n"
+           "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
+
+    def test_every_interpreter_is_non_dumpable_even_after_a_cell_undid_it(self):
         worker = self.start()
-        self.assertEqual(self.stdout_of(worker, "x = 2\nx * 21"), '42\n')
-        self.assertIn('cannot become a child subreaper', worker.stderr_text())
-        self.assertEqual(self.stdout_of(worker, "import os\n'RLM_SANDBOX_TOKEN' in os.environ"),
-                         'False\n')
+        self.assertEqual(self.stdout_of(worker, self.GET), '0\n')
+        self.assertEqual(self.stdout_of(worker, "import ctypes\n"
+                                                "print(ctypes.CDLL(None).prctl(4, 1, 0, 0, 0))\n"
+                                                + self.GET), '0\n1\n')
+        # The cell after it runs in a child of the process that cell made dumpable.
+        self.assertEqual(self.stdout_of(worker, self.GET), '0\n')
 
 
 if __name__ == '__main__':

@@ -13,13 +13,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "common/init_protocol.hpp"
+#include "guard_program.hpp"
 #include "options.hpp"
 #include "payload.hpp"
 #include "report.hpp"
 #include "seccomp_filter.hpp"
+#include "signal_guard.hpp"
 #include "supervisor.hpp"
 
 namespace {
@@ -90,6 +93,13 @@ int main(int argc, char** argv) {
   rlm::init::Filters filters;
   if (auto error = rlm::init::load_filters(options, filters); !error.empty())
     return fail(options.report_fd, error);
+  std::optional<rlm::init::SignalGuard> guard;
+  if (options.guard_signals) {
+    const auto& base = filters.notify.empty() ? filters.kill : filters.notify;
+    if (auto error = rlm::init::add_signal_guard(base, filters.guarded); !error.empty())
+      return fail(options.report_fd, error);
+    guard.emplace();
+  }
 
   const bool pid1 = options.pid1 || getpid() == 1;
   // The payload runs as init's uid: without this it could ptrace init (were ptrace allowed) or
@@ -109,8 +119,9 @@ int main(int argc, char** argv) {
   release_payload_stdio();
 
   rlm::init::NotifyListener listener(listener_fd);
-  Outcome outcome =
-      rlm::init::Supervisor(payload, signal_fd, options.grace_ms, listener, pid1).run();
+  Outcome outcome = rlm::init::Supervisor(payload, signal_fd, options.grace_ms, listener, pid1,
+                                          guard ? &*guard : nullptr)
+                        .run();
   if (failure.error != 0) {
     // The child's own exit status says little; the errno and the step say what went wrong.
     outcome.kind =

@@ -79,6 +79,10 @@ std::string parse_options(int argc, char** argv, Options& options) {
       options.pid1 = true;
       continue;
     }
+    if (flag == protocol::kGuardSignalsFlag) {
+      options.guard_signals = true;
+      continue;
+    }
     const bool known = flag == protocol::kReportFdFlag || flag == protocol::kGraceFlag ||
                        flag == protocol::kRlimitFlag || flag == protocol::kChdirFlag ||
                        flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag;
@@ -112,6 +116,9 @@ std::string parse_options(int argc, char** argv, Options& options) {
   if (options.seccomp_notify_fd >= 0 && options.seccomp_fd < 0)
     return std::string(protocol::kSeccompNotifyFdFlag) + " needs " + protocol::kSeccompFdFlag +
            " (the program to fall back to)";
+  if (options.guard_signals && options.seccomp_fd < 0)
+    return std::string(protocol::kGuardSignalsFlag) + " needs " + protocol::kSeccompFdFlag +
+           " (the program to add the guard to)";
   options.payload_argv = argv + i;
   return "";
 }

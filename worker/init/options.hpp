@@ -23,6 +23,7 @@ struct Options {
   int seccomp_fd = -1;            // memfd with the payload's BPF program; -1: none
   int seccomp_notify_fd = -1;     // its notify-mode variant; -1: none
   bool pid1 = false;              // PID 1 of a PID namespace (--pid1, or getpid() == 1)
+  bool guard_signals = false;     // --guard-signals: signal_guard.hpp
   char** payload_argv = nullptr;  // null-terminated, points into main's argv
 };
 
@@ -31,6 +32,7 @@ std::string parse_options(int argc, char** argv, Options& options);
 
 inline constexpr const char* kUsage =
     "usage: rlm-sandbox-init [--report-fd N] [--grace-ms G] [--rlimit NAME=SOFT[:HARD]]... "
-    "[--chdir DIR] [--seccomp-fd N [--seccomp-notify-fd M]] [--pid1] -- CMD [ARGS...]";
+    "[--chdir DIR] [--seccomp-fd N [--seccomp-notify-fd M]] [--guard-signals] [--pid1] -- CMD "
+    "[ARGS...]";
 
 }  // namespace rlm::init

@@ -12,7 +12,7 @@
 namespace rlm::init {
 namespace {
 
-enum class Step : int { exec, chdir, setrlimit, seccomp };
+enum class Step : int { exec, chdir, setrlimit, seccomp, guard };
 
 // What the child sends back over the CLOEXEC pipe when it fails before (or at) exec.
 struct ChildError {
@@ -64,7 +64,7 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   sigprocmask(SIG_SETMASK, &none, nullptr);
   // Last: the filter may deny what the steps above need; only sendmsg and execve follow it.
   if (const int error = install_in_child(filters, listener_socket); error != 0)
-    fail_in_child(error_fd, Step::seccomp, error);
+    fail_in_child(error_fd, filters.guarded.empty() ? Step::seccomp : Step::guard, error);
   execvp(options.payload_argv[0], options.payload_argv);
   fail_in_child(error_fd, Step::exec, errno);
 }
@@ -79,7 +79,7 @@ pid_t start_payload(const Options& options, const Filters& filters, StartFailure
   if (pipe2(error_pipe, O_CLOEXEC) != 0) return -1;
   // The child hands the notify listener over on this (close-on-exec, so EOF once it exec'd).
   int listener_pair[2] = {-1, -1};
-  if (!filters.notify.empty() &&
+  if ((!filters.notify.empty() || !filters.guarded.empty()) &&
       socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, listener_pair) != 0) {
     const int error = errno;
     close(error_pipe[0]);
@@ -123,6 +123,10 @@ pid_t start_payload(const Options& options, const Filters& filters, StartFailure
         case Step::seccomp:
           failure.step = "seccomp";
           failure.path = "the payload's filter";
+          break;
+        case Step::guard:
+          failure.step = "guard";
+          failure.path = "the signal guard's seccomp listener";
           break;
       }
     }

@@ -13,7 +13,7 @@ namespace rlm::init {
 // Why the payload never reached its own code; errno == 0 when it did.
 struct StartFailure {
   int error = 0;     // errno
-  std::string step;  // "exec", "chdir", "setrlimit", "seccomp"
+  std::string step;  // "exec", "chdir", "setrlimit", "seccomp", "guard"
   std::string path;  // argv[0], the directory, or the resource name
 };
 

@@ -68,6 +68,8 @@ std::string format_report(const Outcome& outcome) {
   if (outcome.seccomp_syscall >= 0)
     body += "," + field(protocol::kSeccompViolationKey, outcome.seccomp_syscall);
   if (outcome.terminated) body += "," + quoted(protocol::kTerminatedKey) + ":true";
+  if (outcome.terminated_by_payload)
+    body += "," + quoted(protocol::kTerminatedByPayloadKey) + ":true";
   return "{" + body + "}\n";
 }
 

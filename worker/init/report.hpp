@@ -15,11 +15,12 @@ struct Outcome {
   };
   Kind kind = Kind::init_failed;
   int value = 0;
-  long long cpu_us = 0;      // the main payload process's own CPU time
-  std::string step;          // setup_failed: "chdir", "setrlimit"
-  std::string path;          // exec_failed: argv[0]; setup_failed: the directory or resource
-  std::string message;       // init_failed
-  bool terminated = false;   // init stopped the tree because it received SIGTERM
+  long long cpu_us = 0;     // the main payload process's own CPU time
+  std::string step;         // setup_failed: "chdir", "setrlimit"
+  std::string path;         // exec_failed: argv[0]; setup_failed: the directory or resource
+  std::string message;      // init_failed
+  bool terminated = false;  // init stopped the tree because it received SIGTERM
+  bool terminated_by_payload = false;  // ... sent from inside the sandbox
   int seccomp_syscall = -1;  // a notify-mode filter denied this syscall and init killed the tree
 };
 

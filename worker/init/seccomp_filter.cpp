@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "common/init_protocol.hpp"
 
@@ -81,6 +82,11 @@ int install_in_child(const Filters& filters, int socket) noexcept {
   // Lets an unprivileged process install a filter, and keeps execve from gaining privileges the
   // filter's author did not plan for. The namespace backend has set it already; local has not.
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  if (!filters.guarded.empty()) {
+    if (socket < 0) return EINVAL;
+    const long listener = install(filters.guarded, SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    return listener >= 0 ? send_fd(socket, static_cast<int>(listener)) : errno;
+  }
   if (!filters.notify.empty() && socket >= 0) {
     const long listener = install(filters.notify, SECCOMP_FILTER_FLAG_NEW_LISTENER);
     if (listener >= 0) return send_fd(socket, static_cast<int>(listener));  // close-on-exec
@@ -144,7 +150,26 @@ bool NotifyListener::receive(Caught& caught) {
   caught.id = notification.id;
   caught.pid = static_cast<pid_t>(notification.pid);
   caught.syscall = notification.data.nr;
+  std::copy(std::begin(notification.data.args), std::end(notification.data.args), caught.args);
   return true;
+}
+
+bool NotifyListener::valid(const Caught& caught) {
+  if (fd_ < 0) return false;
+  std::uint64_t id = caught.id;
+  return ioctl(fd_, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
+}
+
+bool NotifyListener::allow(const Caught& caught) {
+  if (fd_ < 0) return false;
+  std::fill(response_.begin(), response_.end(), 0);
+  seccomp_notif_resp response{};
+  response.id = caught.id;
+  response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  std::memcpy(response_.data(), &response, sizeof response);
+  if (ioctl(fd_, SECCOMP_IOCTL_NOTIF_SEND, response_.data()) == 0) return true;
+  if (errno == EINVAL) deny(caught);  // no CONTINUE on this kernel: the call stays denied
+  return false;
 }
 
 void NotifyListener::deny(const Caught& caught) {

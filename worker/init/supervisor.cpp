@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <ctime>
 
+#include "guard_program.hpp"
+
 #include "process_tree.hpp"
 
 namespace rlm::init {
@@ -39,13 +41,15 @@ sigset_t supervised_signals() {
 }
 
 Supervisor::Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener,
-                       bool pid1)
+                       bool pid1, const SignalGuard* guard)
     : self_(getpid()),
+      launcher_(getppid()),
       payload_(payload),
       signal_fd_(signal_fd),
       grace_ms_(grace_ms),
       listener_(listener),
-      pid1_(pid1) {}
+      pid1_(pid1),
+      guard_(guard) {}
 
 Outcome Supervisor::run() {
   while (!payload_done_ && seccomp_syscall_ < 0) {
@@ -63,6 +67,7 @@ Outcome Supervisor::run() {
 
   Outcome outcome;
   outcome.terminated = terminating_;
+  outcome.terminated_by_payload = terminating_ && terminated_by_payload_;
   outcome.seccomp_syscall = seccomp_syscall_;
   outcome.cpu_us = cpu_microseconds(payload_usage_);
   if (WIFSIGNALED(payload_status_)) {
@@ -111,6 +116,13 @@ bool Supervisor::wait_for_signal(int timeout_ms) {
 void Supervisor::handle_notification() {
   NotifyListener::Caught caught;
   if (!listener_.receive(caught)) return;
+  if (guard_ && is_guarded_syscall(caught.syscall)) {
+    // The guard's own question, not a policy violation. Whom the caller is was read from /proc by
+    // its thread id: only trusted if the notification is still pending afterwards.
+    if (guard_->allows(caught) && listener_.valid(caught) && listener_.allow(caught)) return;
+    listener_.deny(caught);
+    return;
+  }
   // A straggler caught while the tree is torn down after the payload ended does not change how
   // the payload ended.
   if (seccomp_syscall_ < 0 && !payload_done_) seccomp_syscall_ = caught.syscall;
@@ -124,7 +136,13 @@ void Supervisor::handle_signals() {
   signalfd_siginfo info{};
   while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     const int signal = static_cast<int>(info.ssi_signo);
+    if (signal == SIGCHLD) continue;  // reaped after every wake-up
+    // Guarded, no payload process may signal init (it is older than all of them): what still
+    // comes from inside, the kernel sent on a payload's behalf (the SIGHUP of a process group the
+    // payload orphaned on purpose). Forwarding it would reach past the guard.
+    if (guard_ && sent_from_inside(info)) continue;
     if (signal == SIGTERM) {
+      if (!terminating_) terminated_by_payload_ = sent_from_inside(info);
       begin_termination();
       continue;
     }
@@ -132,6 +150,21 @@ void Supervisor::handle_signals() {
       // The payload is our unreaped child, so its pid cannot have been recycled.
       if (signal == forwarded && !payload_done_) kill(payload_, signal);
   }
+}
+
+bool Supervisor::sent_from_inside(const signalfd_siginfo& info) const {
+  const int code = info.ssi_code;
+  // Only kill(2)-like codes carry a sender pid the kernel vouches for; a queued signal's pid is
+  // whatever its sender wrote, and a SIGIO (F_SETOWN + F_SETSIG) names none. The runtime sends
+  // plain kills, so anything else came from inside.
+  if (code != SI_USER && code != SI_TKILL) return true;
+  const auto sender = static_cast<pid_t>(info.ssi_pid);
+  // As PID 1, a sender outside the namespace shows as pid 0.
+  if (pid1_) return sender != 0;
+  if (sender == 0 || sender == launcher_) return false;
+  for (const auto& member : find_descendants(self_))
+    if (member.pid == sender) return true;
+  return false;  // outside init's tree (or gone before init could look)
 }
 
 void Supervisor::begin_termination() {

@@ -5,10 +5,12 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/types.h>
 
 #include "report.hpp"
 #include "seccomp_filter.hpp"
+#include "signal_guard.hpp"
 
 namespace rlm::init {
 
@@ -19,8 +21,10 @@ class Supervisor {
  public:
   // `signal_fd` reads supervised_signals(), which the caller has blocked. `listener` is the
   // payload filter's notify listener (fd -1 for none). `pid1`: init is PID 1 of a PID namespace,
-  // so every other process in it is a descendant and kill(-1) reaches exactly those.
-  Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener, bool pid1);
+  // so every other process in it is a descendant and kill(-1) reaches exactly those. `guard`:
+  // decides the listener's notifications for guarded syscalls (nullptr: --guard-signals is off).
+  Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener, bool pid1,
+             const SignalGuard* guard = nullptr);
 
   // Runs until the payload's main process has exited and no descendant is left. The outcome is
   // exited or signaled (a failed exec shows as the child's own exit), with seccomp_syscall set
@@ -31,6 +35,8 @@ class Supervisor {
   // Collects every exited child, noting the payload's status. False once no child is left.
   bool reap_exited();
   void handle_signals();
+  // Whether the SIGTERM init read came from inside the sandbox (protocol: terminated_by_payload).
+  bool sent_from_inside(const signalfd_siginfo& info) const;
   // A denied syscall: kill the tree before the held call can return, then answer it.
   void handle_notification();
   void begin_termination();
@@ -43,16 +49,19 @@ class Supervisor {
   bool wait_for_signal(int timeout_ms);
 
   pid_t self_;
+  pid_t launcher_;  // init's parent when it started: the runtime
   pid_t payload_;
   int signal_fd_;
   int grace_ms_;
   NotifyListener& listener_;
   bool pid1_;
+  const SignalGuard* guard_;
   int seccomp_syscall_ = -1;  // the first syscall a notification reported
   bool payload_done_ = false;
   int payload_status_ = 0;
   rusage payload_usage_{};
   bool terminating_ = false;
+  bool terminated_by_payload_ = false;
   long long kill_deadline_ms_ = 0;  // CLOCK_MONOTONIC, valid while terminating_
 };
 

@@ -8,6 +8,11 @@ then only reaps. Interpreters hold the REPL state. Between cells (off the path t
 on) the interpreter holding the state forks a standby and stays behind frozen as the
 checkpoint the host can roll back to; the next cell runs in the standby, in-process, which
 then forks the next standby and becomes the checkpoint in turn.
+
+Rollback integrity: a cell runs as the same user as its checkpoint, snapshots and the root, so
+every process here is non-dumpable before any cell runs (the kernel then refuses their
+/proc/PID/mem, environ, fd... to a same-user process without CAP_SYS_PTRACE), and the sandbox's
+init lets a process signal only itself and processes started after it (docs/sessions.md).
 """
 
 import ast
@@ -453,11 +458,39 @@ class ChildWatch:
 
 
 def raise_oom_score() -> None:
+    """Makes the interpreters the OOM killer's first choice (every fork inherits the value). For
+    the first interpreter, before any cell exists: a non-dumpable process's /proc files belong to
+    root, so it is dumpable for the write."""
     try:
+        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         with open('/proc/self/oom_score_adj', 'w') as f:
             f.write('1000')
-    except OSError:
+    except (OSError, AttributeError):
         pass
+    make_undumpable()
+
+
+PR_SET_DUMPABLE = 4
+LIBC = None  # ctypes' libc, loaded once before any cell runs
+
+
+def make_undumpable() -> None:
+    """Keeps every other process of the sandbox (a cell runs as the same user) out of this one's
+    memory: /proc/PID/mem, environ, fd and the like need ptrace access, which the kernel refuses
+    for a non-dumpable process to anyone without CAP_SYS_PTRACE. Inherited by fork; set again
+    before each fork, since a cell may have made its own process dumpable again."""
+    global LIBC
+    try:
+        if LIBC is None:
+            import ctypes
+            LIBC = ctypes.CDLL(None, use_errno=True)
+        if LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0:
+            return
+        error = 'prctl: errno %d' % __import__('ctypes').get_errno()
+    except (ImportError, OSError, AttributeError) as exc:
+        error = str(exc)
+    die('cannot make the interpreter non-dumpable (%s): a cell could write into its '
+        'checkpoint' % error, EXIT_STARTUP)
 
 
 def fork_standby(channel: Channel, fork_id):
@@ -465,6 +498,7 @@ def fork_standby(channel: Channel, fork_id):
     new Channel (the child is the standby now); in the parent sends the fork frame on the
     parent's channel and returns a ChildWatch (the parent is now the armed checkpoint)."""
     flush_std_streams()  # else buffered output would be written twice
+    make_undumpable()  # the cell that ran here may have undone it; both sides inherit it
     mine, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -477,7 +511,10 @@ def fork_standby(channel: Channel, fork_id):
             os.setpgid(0, 0)
         except OSError:
             pass
-        raise_oom_score()
+        # Cells (and what they exec) see SIGHUP as usual. This process's group is its own, and
+        # anchored by it (its parent is in another group of the same session), so no cell can
+        # orphan it once it is a checkpoint.
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         child_channel = Channel(theirs, channel.max_frame)
         SESSION.channel = child_channel
         warm_up()
@@ -1110,6 +1147,7 @@ def scrub_environment() -> None:
 
 
 def first_interpreter(config: Config, token: str) -> None:
+    raise_oom_score()
     try:
         context, context_length = load_context(config)
     except StartupError as exc:
@@ -1161,6 +1199,12 @@ def main() -> None:
     scrub_environment()
     become_subreaper()
     ROOT_PID = os.getpid()
+    make_undumpable()  # inherited by every interpreter
+    # The root shares a process group with the first interpreter (and, on the namespace backend,
+    # with init) that no member anchors: a cell could orphan it with a stopped member of its own
+    # in it, and the kernel would SIGHUP the whole group. Neither runs cells; each standby
+    # restores the default before its cell (fork_standby).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     flush_std_streams()
     pid = os.fork()
     if pid == 0:

@@ -42,6 +42,12 @@ struct Request {
   std::vector<int> inherit_fds;
   int stop_fd = -1;
   std::function<void(std::function<LiveCounters()>)> on_started;
+
+  // The payload may signal (and prlimit) only itself and processes started after it, so what it
+  // starts can never touch what was there before it (a session's checkpoints). Enforced by the
+  // namespace backend (rlm-sandbox-init's --guard-signals); a run it cannot guard does not start.
+  // The local and docker backends ignore it.
+  bool guard_signals = false;
 };
 
 // The argv a request runs: `argv` itself, or the interpreter for `language` with `code`.
