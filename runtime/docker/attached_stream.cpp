@@ -148,15 +148,20 @@ StreamOutcome pump_stream(HijackedConnection& connection, const StreamSettings& 
       outcome.end = StreamEnd::deadline;
       break;
     }
-    enum { kSocket, kSource, kStop, kSlots };
+    enum { kSocket, kSource, kStop, kLimit, kSlots };
     pollfd fds[kSlots] = {
         {socket, static_cast<short>(POLLIN | (stdin_feed.wants_to_write() ? POLLOUT : 0)), 0},
         {stdin_feed.read_fd(), POLLIN, 0},
         {settings.stop_fd, POLLIN, 0},
+        {settings.limit_fd, POLLIN, 0},
     };
     if (::poll(fds, kSlots, poll_timeout(settings.deadline)) < 0) continue;  // EINTR
     if (fds[kStop].revents & (POLLIN | POLLHUP | POLLERR)) {
       outcome.end = StreamEnd::cancelled;
+      break;
+    }
+    if (fds[kLimit].revents & (POLLIN | POLLHUP | POLLERR)) {
+      outcome.end = StreamEnd::cpu_limit;
       break;
     }
     if (fds[kSocket].revents & POLLOUT) stdin_feed.on_writable();

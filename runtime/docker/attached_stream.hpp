@@ -1,8 +1,8 @@
 // Drives one hijacked attach or exec connection on the caller's thread: feeds the payload's stdin
 // (Request::stdin_data or stdin_fd, then a half-close so it sees EOF), splits the multiplexed
 // output into stdout and stderr under the policy's per-stream cap, and stops at the wall deadline
-// or when the caller's stop_fd becomes readable. It never signals anything itself: what to stop
-// and how is the caller's (a container's whole tree).
+// or when the caller's stop_fd (or the CPU watch's limit_fd) becomes readable. It never signals
+// anything itself: what to stop and how is the caller's (a container's whole tree).
 #pragma once
 
 #include <chrono>
@@ -23,6 +23,7 @@ enum class StreamEnd {
   deadline,      // the wall deadline came first
   output_limit,  // stdout or stderr went past the cap
   cancelled,     // the caller's stop_fd became readable
+  cpu_limit,     // limit_fd became readable: the container used its CPU time
   caller_error,  // an output callback threw (StreamOutcome::caller_error)
 };
 
@@ -34,6 +35,7 @@ struct StreamSettings {
   std::function<void(std::string_view)> on_stdout, on_stderr;  // else kept in the outcome
   std::chrono::steady_clock::time_point deadline;
   int stop_fd = -1;
+  int limit_fd = -1;  // readable once the container's CPU time is spent (StatsSampler)
 };
 
 // The settings every docker run derives from its request and policy: stdin (fed when

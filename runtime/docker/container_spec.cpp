@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 
 #include "docker/ownership.hpp"
 #include "seccomp/seccomp.hpp"
@@ -181,6 +183,9 @@ nlohmann::json create_body(const Policy& policy, const ContainerPlan& plan) {
       {"HostConfig", std::move(host_config)},
   };
   if (namespaces.uts) body["Hostname"] = policy.hostname;
+  // CPU bandwidth of the whole container, in billionths of a CPU (docker run --cpus).
+  if (limits.cpus)
+    body["HostConfig"]["NanoCpus"] = static_cast<std::int64_t>(std::llround(*limits.cpus * 1e9));
   return body;
 }
 

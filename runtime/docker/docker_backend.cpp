@@ -99,6 +99,7 @@ class DockerBackend final : public Backend {
     StreamOutcome stream;
     Termination termination;
     CgroupReading usage;
+    bool cpu_unwatched = false;
     try {
       const auto container = create_container(api, body, "rlm-sandbox-" + id);
       remover.hold(container);
@@ -114,6 +115,9 @@ class DockerBackend final : public Backend {
       // A payload that is already gone has no cgroup left to read: its usage is not available.
       const auto running = inspect_state(api, container);
       auto cgroup = ContainerCgroup::find(running.pid, container);
+      // A daemon whose containers this process cannot see (another PID namespace, a remote
+      // host): only Ulimits' RLIMIT_CPU, per process, holds the CPU time.
+      cpu_unwatched = !cgroup && running.pid > 0;
       // A session asks before and after each cell how many OOM kills its container has seen, to
       // tell a cell the OOM killer took (memory_limit) from one that crashed. The files are read
       // by path: once the container is gone they simply answer nothing.
@@ -127,8 +131,13 @@ class DockerBackend final : public Backend {
             counters.cpu = std::chrono::microseconds(*reading.cpu_nanoseconds / 1000);
           return counters;
         });
-      StatsSampler sampler(std::move(cgroup));
-      stream = pump_stream(connection, stream_settings(request, policy, deadline));
+      // The container's CPU time, every process together, against limits.cpu_time_ms (RLIMIT_CPU,
+      // set through Ulimits, counts each process alone).
+      termination.cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);
+      StatsSampler sampler(std::move(cgroup), termination.cpu_budget);
+      auto settings = stream_settings(request, policy, deadline);
+      settings.limit_fd = sampler.limit_fd();
+      stream = pump_stream(connection, settings);
       connection.fd.reset();
       // Output closed is not exit: a payload may close stdout and stderr and keep running. One
       // whose output closed just before the deadline is given a moment to be seen exiting.
@@ -156,6 +165,13 @@ class DockerBackend final : public Backend {
     }
     const auto caller_error = stream.caller_error;
     fill_result(run.result, std::move(stream), termination, usage, policy, run.wall_limit);
+    if (cpu_unwatched) {
+      run.result.unenforced.push_back("limits.cpu_time_ms");
+      run.result.detail +=
+          std::string(run.result.detail.empty() ? "" : "; ") +
+          "note: the container's cgroup is not readable from here, so "
+          "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the container";
+    }
     if (auto problem = remover.remove(); !problem.empty())
       run.result.detail += std::string(run.result.detail.empty() ? "" : "; ") +
                            "the container could not be removed: " + problem;

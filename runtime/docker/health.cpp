@@ -20,6 +20,7 @@ const std::vector<std::string> kEnforced = {
     "limits.file_size_bytes",
     "limits.open_files",
     "limits.tmpfs_bytes",
+    "limits.cpus",
     "namespaces.pid",
     "namespaces.net",
     "namespaces.mount",

@@ -77,6 +77,21 @@ void fill_result(Result& result, StreamOutcome stream, const Termination& termin
       result.detail = truncated_streams(stream) + " exceeded the output limit of " +
                       format_size(policy.limits.output_bytes);
       return;
+    case StreamEnd::cpu_limit: {
+      // Stopped as a whole once its processes together had used the budget: reported as the
+      // SIGXCPU death RLIMIT_CPU gives a single process.
+      const auto budget =
+          termination.cpu_budget.count() > 0 ? termination.cpu_budget : policy.limits.cpu_time;
+      result.status = Status::cpu_limit;
+      result.exit_code = -1;
+      result.signal = SIGXCPU;
+      result.detail =
+          "CPU time limit " + format_duration(budget) +
+          " exceeded (limits.cpu_time_ms): the container's processes together used " +
+          format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(result.cpu)) +
+          " of CPU time";
+      return;
+    }
     case StreamEnd::cancelled:
       result.status = Status::signaled;
       result.signal = SIGTERM;

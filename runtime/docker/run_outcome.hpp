@@ -22,6 +22,8 @@ struct Termination {
   std::optional<int> exit_code;     // as Docker reports it; nullopt when it could not say
   bool oom_killed = false;          // the kernel's OOM killer struck in the container
   bool stopped_by_another = false;  // a session container stopped over another execution's limit
+  // The container's CPU time budget (StreamEnd::cpu_limit says it was spent); 0: the policy's.
+  std::chrono::milliseconds cpu_budget{0};
 };
 
 // Fills status, exit_code, signal, detail, the output and its truncation flags, cpu and

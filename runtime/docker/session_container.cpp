@@ -15,6 +15,7 @@
 #include "docker/ownership.hpp"
 #include "docker/request_checks.hpp"
 #include "docker/run_outcome.hpp"
+#include "docker/stats_sampler.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -194,8 +195,17 @@ Result DockerSessionContainer::run(const Request& request) {
                                     std::chrono::seconds(30));
     if (request.on_started) request.on_started([] { return LiveCounters{}; });
 
-    stream = pump_stream(connection, stream_settings(request, policy_, deadline));
+    // The container's CPU time from here on (concurrent executions count too), against the
+    // execution's limits.cpu_time_ms: past it the container is stopped, as for the other limits.
+    termination.cpu_budget = request.sandbox_cpu_time.value_or(policy_.limits.cpu_time);
+    std::optional<StatsSampler> sampler;
+    if (container->cgroup && before.cpu_nanoseconds)
+      sampler.emplace(container->cgroup, termination.cpu_budget, *before.cpu_nanoseconds);
+    auto settings = stream_settings(request, policy_, deadline);
+    if (sampler) settings.limit_fd = sampler->limit_fd();
+    stream = pump_stream(connection, settings);
     connection.fd.reset();
+    const auto sampled = sampler ? sampler->finish() : CgroupReading{};
 
     if (stream.end == StreamEnd::closed) {
       // One whose output closed just before the deadline is given a moment to be seen exiting.
@@ -208,6 +218,9 @@ Result DockerSessionContainer::run(const Request& request) {
       // Docker cannot stop an exec's process tree on its own: the container goes, as a whole.
       stopped_it = !container->retired;
       retire(container, /*stop_first=*/true);
+      if (stream.end == StreamEnd::cpu_limit && sampled.cpu_nanoseconds)
+        usage.cpu_nanoseconds =
+            *sampled.cpu_nanoseconds - std::min(*sampled.cpu_nanoseconds, *before.cpu_nanoseconds);
     } else {
       usage = container->cgroup ? container->cgroup->read() : CgroupReading{};
       // The container's CPU time during this execution (concurrent ones on the session count

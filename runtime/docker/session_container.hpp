@@ -1,7 +1,8 @@
 // One long-lived container per session: made on the first run from the session's policy, with a
 // keep-alive command under Docker's init, and each run an exec in it (so files in /tmp and other
 // writable mounts persist from one run to the next). Runs may be concurrent; they share the
-// container and its limits (memory, pids). A run that hits its wall time or output cap, or is
+// container and its limits (memory, pids, CPU bandwidth). A run that hits its wall time, its CPU
+// time (the container's, from the run's start: concurrent runs count too) or output cap, or is
 // stopped by its caller, stops the whole container -- every process in it, the only way Docker
 // offers to stop an exec's process tree -- and the next run starts a fresh one. close() removes it.
 //

@@ -1,6 +1,11 @@
 #include "docker/stats_sampler.hpp"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <system_error>
 
 namespace rlm::docker {
 namespace {
@@ -13,7 +18,14 @@ void keep_largest(std::optional<std::uint64_t>& kept, const std::optional<std::u
 
 }  // namespace
 
-StatsSampler::StatsSampler(std::optional<ContainerCgroup> cgroup) : cgroup_(std::move(cgroup)) {
+StatsSampler::StatsSampler(std::optional<ContainerCgroup> cgroup,
+                           std::chrono::milliseconds cpu_budget, std::uint64_t cpu_baseline_ns)
+    : cgroup_(std::move(cgroup)),
+      cpu_budget_ns_(cpu_baseline_ns +
+                     static_cast<std::uint64_t>(
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(cpu_budget).count())),
+      limit_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!limit_) throw std::system_error(errno, std::generic_category(), "eventfd");
   if (cgroup_) thread_ = std::thread([this] { loop(); });
 }
 
@@ -22,6 +34,10 @@ void StatsSampler::take() {
   keep_largest(seen_.peak_memory_bytes, reading.peak_memory_bytes);
   keep_largest(seen_.cpu_nanoseconds, reading.cpu_nanoseconds);
   keep_largest(seen_.oom_kills, reading.oom_kills);
+  if (reading.cpu_nanoseconds && *reading.cpu_nanoseconds >= cpu_budget_ns_) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t ignored = ::write(limit_.get(), &one, sizeof one);
+  }
 }
 
 void StatsSampler::loop() {

@@ -1,34 +1,44 @@
 // Peak memory, CPU time and OOM kills of a one-shot container. Its cgroup (and with it the
 // kernel's own counters) is gone once it exits, so a thread reads them while it runs, every
 // 10 ms (a few file reads each); the last reading before the exit stands for the whole run. A run
-// shorter than that may report nothing ("where available").
+// shorter than that may report nothing ("where available"). The same readings hold the container
+// to its CPU time: once it has used `cpu_budget`, limit_fd() becomes readable.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "common/unique_fd.hpp"
 #include "docker/container_cgroup.hpp"
 
 namespace rlm::docker {
 
 class StatsSampler {
  public:
-  // Samples nothing when `cgroup` is empty.
-  explicit StatsSampler(std::optional<ContainerCgroup> cgroup);
+  // Samples nothing when `cgroup` is empty (limit_fd() then never becomes readable). The budget
+  // counts from `cpu_baseline_ns` of the container's CPU time (what it had used before this run).
+  StatsSampler(std::optional<ContainerCgroup> cgroup, std::chrono::milliseconds cpu_budget,
+               std::uint64_t cpu_baseline_ns = 0);
   ~StatsSampler() { finish(); }
   StatsSampler(const StatsSampler&) = delete;
   StatsSampler& operator=(const StatsSampler&) = delete;
 
   // Stops sampling; returns the largest value of each counter seen.
   CgroupReading finish();
+  // An eventfd, readable once the container's CPU time reached the budget; owned by the sampler.
+  int limit_fd() const { return limit_.get(); }
 
  private:
   void loop();
   void take();
 
   std::optional<ContainerCgroup> cgroup_;
+  std::uint64_t cpu_budget_ns_;
+  common::UniqueFd limit_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

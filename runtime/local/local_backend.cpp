@@ -17,16 +17,35 @@ namespace {
 
 // Policy fields as the policy JSON names them, so health() speaks the policy's language.
 const std::vector<std::string> kEnforced = {
-    "limits.wall_time_ms", "limits.cpu_time_ms",     "limits.kill_grace_ms", "limits.memory_bytes",
-    "limits.output_bytes", "limits.file_size_bytes", "limits.open_files",    "env",
+    "limits.wall_time_ms",
+    "limits.kill_grace_ms",
+    "limits.memory_bytes",
+    "limits.output_bytes",
+    "limits.file_size_bytes",
+    "limits.open_files",
+    "env",
     "filesystem.workdir",
 };
 const std::vector<std::string> kUnenforced = {
-    "limits.pids", "limits.tmpfs_bytes", "namespaces", "filesystem.mounts", "network",
-    "seccomp",     "capabilities",       "user",       "hostname",
+    "limits.pids",
+    "limits.tmpfs_bytes",
+    "limits.cpu_time_ms",
+    "limits.cpus",
+    "namespaces",
+    "filesystem.mounts",
+    "network",
+    "seccomp",
+    "capabilities",
+    "user",
+    "hostname",
 };
-// The limits among them, which every Result lists.
-const std::vector<std::string> kUnenforcedLimits = {"limits.pids", "limits.tmpfs_bytes"};
+// The limits among them, which every Result lists (limits.cpus only when the policy sets one).
+const std::vector<std::string> kUnenforcedLimits = {"limits.pids", "limits.tmpfs_bytes",
+                                                    "limits.cpu_time_ms"};
+// What stands in, where something does.
+constexpr const char* kCpuTimeStandIn =
+    "RLIMIT_CPU per process: each process may use the whole budget, so a chain of short-lived "
+    "processes is not bounded as a whole (no cgroup counts them together)";
 
 common::InitSettings init_settings(const Policy& policy, const std::vector<std::string>& argv) {
   common::InitSettings settings;
@@ -48,13 +67,14 @@ class LocalBackend final : public Backend {
     health.isolated = false;
     health.enforced = kEnforced;
     health.unenforced = kUnenforced;
+    health.fallbacks["limits.cpu_time_ms"] = kCpuTimeStandIn;
     const auto init = common::locate_init();
     health.available = !init.path.empty();
     if (health.available) {
       health.detail =
           "no isolation: runs the payload as a plain subprocess with the caller's user, files and "
-          "network; enforces rlimits (CPU, address space as memory_bytes, file size, open "
-          "files), the wall time and output caps, and kills every descendant (" +
+          "network; enforces rlimits (CPU per process, address space as memory_bytes, file size, "
+          "open files), the wall time and output caps, and kills every descendant (" +
           init.path + ")";
     } else {
       health.detail = init.problem();
@@ -66,8 +86,9 @@ class LocalBackend final : public Backend {
   Result run(const Request& request, const Policy& policy) override {
     // Prepare: an invalid request throws here, before anything starts.
     common::RunStart run("local", request, policy);
-    // No isolation means no process or tmpfs cap: say so in every Result.
+    // No isolation means no process or tmpfs cap and no CPU total: say so in every Result.
     run.result.unenforced = kUnenforcedLimits;
+    if (policy.limits.cpus) run.result.unenforced.push_back("limits.cpus");
 
     const auto init = common::locate_init();
     if (init.path.empty())

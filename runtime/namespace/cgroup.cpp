@@ -70,8 +70,11 @@ std::unique_ptr<RunCgroup> RunCgroup::create(const Limits& limits, std::string* 
 }
 
 CgroupSupport probe_cgroups() {
-  // The honest test is the real thing: make a group with default limits and remove it.
-  Attempt a = attempt(Limits{});
+  // The honest test is the real thing: make a group with default limits and a CPU bandwidth, and
+  // remove it.
+  Limits limits;
+  limits.cpus = 1;
+  Attempt a = attempt(limits);
   CgroupSupport s;
   s.mode = a.mode;
   if (a.group) {
@@ -81,9 +84,27 @@ CgroupSupport probe_cgroups() {
       s.parents.push_back(dir.substr(0, dir.rfind('/')));
       parents += (parents.empty() ? "" : ", ") + s.parents.back();
     }
-    s.detail = std::string(a.mode == CgroupSupport::Mode::v2 ? "cgroup v2" : "cgroup v1") +
-               ": memory and pids limits in groups under " + parents;
     s.enforced = {"limits.memory_bytes", "limits.pids"};
+    bool cpu_time = false, cpus = false;
+    if (a.group->cpu_time()) {
+      s.enforced.push_back("limits.cpu_time_ms");
+      cpu_time = true;
+    } else {
+      s.missing["limits.cpu_time_ms"] =
+          "no CPU accounting in the run's cgroup (no cpuacct hierarchy): RLIMIT_CPU bounds each "
+          "process, not the sandbox";
+    }
+    if (a.group->cpu_bandwidth_limited()) {
+      s.enforced.push_back("limits.cpus");
+      cpus = true;
+    } else {
+      s.missing["limits.cpus"] = "not enforced: " + a.group->cpu_bandwidth_problem();
+    }
+    const std::string what = std::string("memory, pids") +
+                             (cpu_time ? ", sandbox-wide CPU time" : "") +
+                             (cpus ? ", CPU bandwidth" : "") + " limits";
+    s.detail = std::string(a.mode == CgroupSupport::Mode::v2 ? "cgroup v2" : "cgroup v1") + ": " +
+               what + " in groups under " + parents;
   } else {
     s.detail = a.failure.why;
     s.fix = a.failure.fix;

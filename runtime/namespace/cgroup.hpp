@@ -1,8 +1,10 @@
-// cgroups for one sandboxed run: v2 (unified) or v1 (memory, pids, cpu/cpuacct hierarchies).
+// cgroups for one sandboxed run: v2 (unified) or v1 (memory, pids, cpuacct and, for a CPU
+// bandwidth limit, cpu hierarchies).
 // Created in the parent before clone, joined by the child before it execs, read after the run,
 // and removed with everything in them. Every group lives under a parent named "rlm-sandbox";
 // nothing else on the host is ever touched, except in cgroups that are ours on v2: memory and
-// pids are enabled in the cgroup.subtree_control of our own cgroup when it is the root, or of a
+// pids (and cpu, for limits.cpus) are enabled in the cgroup.subtree_control of our own cgroup when
+// it is the root, or of a
 // cgroup delegated to us, and a busy delegated cgroup of ours is split into a leaf
 // (cgroup_v2_parent.cpp, docs/cgroups.md).
 #pragma once
@@ -11,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,7 +31,10 @@ struct CgroupSupport {
                        // or, with mode none, why no group could be made
   std::string fix;     // with mode none: what gives a writable/delegated cgroup; else empty
   std::vector<std::string> enforced;  // policy fields enforced through cgroups here
-  std::vector<std::string> parents;   // the rlm-sandbox parent directories runs go under
+  // Fields a group here does not enforce although the host has cgroups, and why (limits.cpus
+  // without a cpu controller or CFS bandwidth; limits.cpu_time_ms without CPU accounting).
+  std::map<std::string, std::string> missing;
+  std::vector<std::string> parents;  // the rlm-sandbox parent directories runs go under
 };
 CgroupSupport probe_cgroups();
 
@@ -44,10 +50,12 @@ struct CgroupUsage {
 
 class RunCgroup {
  public:
-  // Creates the run's group(s) with the memory limit (no swap) and pids.max (no CPU quota: the
-  // policy has none yet). Returns nullptr and sets `why` (with "; to fix: ..." when there is a
-  // fix) when this host gives no usable cgroup; the caller then falls back to rlimits and says
-  // so. Never throws; leaves nothing behind on failure. Thread-safe.
+  // Creates the run's group(s) with the memory limit (no swap), pids.max and, when limits.cpus is
+  // set, the CPU bandwidth (v2 cpu.max; v1 cpu.cfs_quota_us per cpu.cfs_period_us). Returns
+  // nullptr and sets `why` (with "; to fix: ..." when there is a fix) when this host gives no
+  // usable cgroup; the caller then falls back to rlimits and says so. A bandwidth the host cannot
+  // give does not fail the creation: cpu_bandwidth_problem() says why. Never throws; leaves
+  // nothing behind on failure. Thread-safe.
   static std::unique_ptr<RunCgroup> create(const Limits& limits, std::string* why);
 
   // Kills every member, waits (bounded: ~2 s, then up to 5 s per directory) for the kernel to let
@@ -75,8 +83,14 @@ class RunCgroup {
   virtual CgroupUsage usage() const = 0;
   // Just the OOM-kill count, in one read: a session asks before every cell.
   virtual std::uint64_t oom_kills() const = 0;
-  // Just the CPU time of the whole group, in one read: a session's cell clock asks it often.
+  // Just the CPU time of the whole group, in one read: a session's cell clock asks it often, and
+  // the supervision loop against limits.cpu_time_ms. nullopt without CPU accounting (a v1 host
+  // without the cpuacct hierarchy).
   virtual std::optional<std::chrono::microseconds> cpu_time() const = 0;
+  // Whether limits.cpus holds for this group: its quota was written. False when the limits had
+  // none, or when this host cannot give one; then cpu_bandwidth_problem() says why.
+  virtual bool cpu_bandwidth_limited() const = 0;
+  virtual std::string cpu_bandwidth_problem() const = 0;
   // Kills every process in the group and waits (bounded, ~2 s) until it is empty; the group
   // stays for usage(). cgroup.kill on v2 (5.14+), else a pidfd kill loop that converges because
   // pids.max bounds every fork flood.

@@ -146,6 +146,7 @@ HostCgroups detect_host_cgroups() {
     if (host.v1_memory.empty() && has(m.controllers, "memory")) host.v1_memory = m.mount_point;
     if (host.v1_pids.empty() && has(m.controllers, "pids")) host.v1_pids = m.mount_point;
     if (host.v1_cpuacct.empty() && has(m.controllers, "cpuacct")) host.v1_cpuacct = m.mount_point;
+    if (host.v1_cpu.empty() && has(m.controllers, "cpu")) host.v1_cpu = m.mount_point;
   }
   return host;
 }

@@ -30,7 +30,8 @@ struct HostCgroups {
   std::optional<CgroupMount> v2;
   std::string v2_own;  // this process's cgroup directory in it; "" when outside the mount's view
   // cgroup v1: the mount point of the hierarchy carrying each controller we use ("" if none).
-  std::string v1_memory, v1_pids, v1_cpuacct;
+  // cpu and cpuacct are often co-mounted ("cpu,cpuacct"): then both name the same mount point.
+  std::string v1_memory, v1_pids, v1_cpuacct, v1_cpu;
   // Why a unified mount was not usable (a hybrid host), for messages.
   std::string note;
 };

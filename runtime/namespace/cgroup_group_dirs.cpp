@@ -1,7 +1,9 @@
 // Teardown shared by v1 and v2: kill every member, then rmdir, bounded and exception-free.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <string>
 
 #include "namespace/cgroup_fs.hpp"
@@ -30,6 +32,12 @@ GroupDirs::~GroupDirs() {
 
 void GroupDirs::kill_all() {
   cgfs::kill_until_empty(dirs_, suffix_, kKillTimeout);
+}
+
+std::uint64_t cpu_quota_us(double cpus) {
+  // The kernel's smallest quota is 1 ms (kMinCpus of the 100 ms period).
+  const double quota = std::round(cpus * static_cast<double>(kCpuPeriodUs));
+  return static_cast<std::uint64_t>(std::max(quota, 1000.0));
 }
 
 void GroupDirs::attach_all(pid_t pid) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,13 +35,21 @@ class GroupDirs : public RunCgroup {
   ~GroupDirs() override;
   void kill_all() override;
   const std::vector<std::string>& dirs() const { return dirs_; }
+  bool cpu_bandwidth_limited() const override { return cpu_limited_; }
+  std::string cpu_bandwidth_problem() const override { return cpu_problem_; }
 
  protected:
   GroupDirs(const RunId& id, std::vector<std::string> dirs);
   void attach_all(pid_t pid);  // writes pid to every directory's cgroup.procs; throws Error
   std::string suffix_;         // "/rlm-sandbox/<id>": how /proc/<pid>/cgroup names membership
   std::vector<std::string> dirs_;
+  bool cpu_limited_ = false;  // limits.cpus was written to the group
+  std::string cpu_problem_;   // why limits.cpus could not be, when it was asked for
 };
+
+// CFS bandwidth for limits.cpus: the quota per period, in microseconds ("50000 100000" for 0.5).
+inline constexpr std::uint64_t kCpuPeriodUs = 100'000;
+std::uint64_t cpu_quota_us(double cpus);
 
 std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limits,
                                      CgroupFailure& failure);
@@ -48,8 +57,9 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
                                      CgroupFailure& failure);
 
 // v2: finds (or makes) the "rlm-sandbox" parent whose children get the memory and pids
-// controllers; "" with `failure` set when there is none this process may use.
-std::string prepare_v2_parent(const HostCgroups& host, CgroupFailure& failure);
+// controllers -- and cpu when `want_cpu`, where it is available (best effort: a parent without it
+// is still used); "" with `failure` set when there is none this process may use.
+std::string prepare_v2_parent(const HostCgroups& host, bool want_cpu, CgroupFailure& failure);
 
 // What to tell a user whose v2 host gave no usable cgroup; `busy` when our own cgroup holds
 // processes (the no-internal-processes rule).

@@ -14,7 +14,7 @@ namespace {
 std::vector<std::string> parent_dirs() {
   const HostCgroups host = detect_host_cgroups();
   std::vector<std::string> out = v2_parent_dirs(host);
-  for (const std::string* h : {&host.v1_memory, &host.v1_pids, &host.v1_cpuacct}) {
+  for (const std::string* h : {&host.v1_memory, &host.v1_pids, &host.v1_cpuacct, &host.v1_cpu}) {
     if (h->empty()) continue;
     std::string dir = *h + "/" + kParentName;
     if (!cgfs::contains(out, dir)) out.push_back(dir);

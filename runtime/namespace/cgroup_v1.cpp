@@ -1,6 +1,7 @@
 // cgroup v1: one group per hierarchy we use -- memory and pids (required), cpuacct (optional,
-// for CPU accounting) -- at <hierarchy>/rlm-sandbox/<run-id>. The hierarchies are found by
-// controller in mountinfo, so "cpu,cpuacct" co-mounted and separate mounts both work.
+// for CPU accounting), cpu (only for limits.cpus: CFS bandwidth) -- at
+// <hierarchy>/rlm-sandbox/<run-id>. The hierarchies are found by controller in mountinfo, so
+// "cpu,cpuacct" co-mounted and separate mounts both work.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -70,6 +71,25 @@ class V1Cgroup final : public GroupDirs {
     return out;
   }
 
+  // CFS bandwidth: cpu.cfs_quota_us of every cpu.cfs_period_us (the period first: the quota is
+  // checked against it). Needs a kernel with CONFIG_CFS_BANDWIDTH.
+  void limit_cpu(const std::string& dir, double cpus) {
+    const std::string quota = dir + "/cpu.cfs_quota_us", period = dir + "/cpu.cfs_period_us";
+    if (!cgfs::exists(quota)) {
+      cpu_problem_ = "the kernel has no CFS bandwidth control (" + quota + " is missing)";
+      return;
+    }
+    for (const auto& [file, value] :
+         {std::pair{period, kCpuPeriodUs}, std::pair{quota, cpu_quota_us(cpus)}}) {
+      if (int err = cgfs::write_file(file, std::to_string(value))) {
+        cpu_problem_ = "cannot set " + file + ": " + cgfs::errno_text(err);
+        return;
+      }
+    }
+    cpu_limited_ = true;
+  }
+  void cpu_unavailable(std::string why) { cpu_problem_ = "cgroup v1: " + std::move(why); }
+
  private:
   std::string memory_, pids_, cpuacct_;
   std::vector<common::UniqueFd> join_fds_;
@@ -100,21 +120,26 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
     return nullptr;
   }
   const RunId id = next_run_id();
-  // Hierarchies in attach order (memory first, so the limit applies as early as possible);
-  // cpuacct is skipped when it shares a hierarchy with one already listed.
+  // Hierarchies in attach order (memory first, so the limit applies as early as possible), each
+  // once: cpuacct (accounting) and cpu (bandwidth, only for limits.cpus) may share one ("cpu,
+  // cpuacct") or a hierarchy with memory or pids. Only memory and pids are required.
   std::vector<std::string> hierarchies{host.v1_memory, host.v1_pids};
-  if (!host.v1_cpuacct.empty() && host.v1_cpuacct != host.v1_memory &&
-      host.v1_cpuacct != host.v1_pids) {
-    hierarchies.push_back(host.v1_cpuacct);
-  }
+  const auto add = [&](const std::string& hierarchy) {
+    if (!hierarchy.empty() && !cgfs::contains(hierarchies, hierarchy))
+      hierarchies.push_back(hierarchy);
+  };
+  add(host.v1_cpuacct);
+  if (limits.cpus) add(host.v1_cpu);
 
   std::vector<std::string> made;
+  std::vector<std::string> made_in;  // the hierarchy of each directory in `made`
   auto fail = [&](const std::string& what, int err) -> std::unique_ptr<GroupDirs> {
     undo(made);
     failure.why = "cgroup v1: " + what + ": " + cgfs::errno_text(err);
     failure.fix = non_root_hint();
     return nullptr;
   };
+  std::string cpu_problem;
   for (std::size_t i = 0; i < hierarchies.size(); ++i) {
     const std::string parent = hierarchies[i] + "/" + kParentName;
     const std::string dir = parent + "/" + id.to_string();
@@ -126,17 +151,23 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
       if (err != ENOENT) break;
     }
     if (err != 0) {
-      if (i >= 2) break;  // cpuacct is only accounting: go on without it
-      return fail("cannot create " + dir, err);
+      if (i < 2) return fail("cannot create " + dir, err);
+      // cpuacct and cpu are optional: the run goes on without them, and says what is missing.
+      if (hierarchies[i] == host.v1_cpu)
+        cpu_problem = "cannot create " + dir + ": " + cgfs::errno_text(err);
+      continue;
     }
     made.push_back(dir);
+    made_in.push_back(hierarchies[i]);
   }
-  const std::string& memory = made[0];
-  const std::string& pids = made[1];
-  const std::string cpuacct = host.v1_cpuacct == host.v1_memory ? memory
-                              : host.v1_cpuacct == host.v1_pids ? pids
-                              : made.size() > 2                 ? made[2]
-                                                                : std::string();
+  const auto dir_in = [&](const std::string& hierarchy) {
+    for (std::size_t i = 0; i < made.size(); ++i)
+      if (!hierarchy.empty() && made_in[i] == hierarchy) return made[i];
+    return std::string();
+  };
+  const std::string memory = made[0];
+  const std::string pids = made[1];
+  const std::string cpuacct = dir_in(host.v1_cpuacct);
 
   const std::string bytes = std::to_string(limits.memory_bytes);
   // limit_in_bytes first: memsw must never be below it.
@@ -154,7 +185,17 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
   if (int err = cgfs::write_file(pids + "/pids.max", std::to_string(limits.pids))) {
     return fail("cannot set " + pids + "/pids.max", err);
   }
-  return std::make_unique<V1Cgroup>(id, made, memory, pids, cpuacct);
+  auto group = std::make_unique<V1Cgroup>(id, made, memory, pids, cpuacct);
+  if (limits.cpus) {
+    if (host.v1_cpu.empty()) {
+      group->cpu_unavailable("no cgroup v1 hierarchy carries the cpu controller");
+    } else if (const std::string cpu = dir_in(host.v1_cpu); cpu.empty()) {
+      group->cpu_unavailable(cpu_problem);
+    } else {
+      group->limit_cpu(cpu, *limits.cpus);
+    }
+  }
+  return group;
 }
 
 }  // namespace rlm::ns

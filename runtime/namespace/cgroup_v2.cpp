@@ -1,5 +1,6 @@
 // cgroup v2: one group, <parent>/rlm-sandbox/<run-id> (see cgroup_v2_parent.cpp for where the
-// parent is), with memory.max, memory.swap.max = 0 and pids.max, and a directory fd for
+// parent is), with memory.max, memory.swap.max = 0, pids.max and, for limits.cpus, cpu.max
+// (when the cpu controller reaches it), and a directory fd for
 // clone3(CLONE_INTO_CGROUP) so the child never runs a single instruction outside its limits.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -62,6 +63,23 @@ class V2Cgroup final : public GroupDirs {
 
   std::string describe() const override { return "cgroup v2 " + dir_; }
 
+  // cpu.max "<quota> <period>": the group's processes together get `cpus` CPUs' worth of time.
+  void limit_cpu(double cpus) {
+    const std::string file = dir_ + "/cpu.max";
+    if (!cgfs::exists(file)) {
+      cpu_problem_ = "the cpu controller is not enabled for " + dir_ +
+                     " (its parent cgroup does not pass cpu down; see docs/cgroups.md)";
+      return;
+    }
+    const std::string value =
+        std::to_string(cpu_quota_us(cpus)) + " " + std::to_string(kCpuPeriodUs);
+    if (int err = cgfs::write_file(file, value)) {
+      cpu_problem_ = "cannot set " + file + ": " + cgfs::errno_text(err);
+      return;
+    }
+    cpu_limited_ = true;
+  }
+
  private:
   std::string dir_;
   common::UniqueFd fd_;
@@ -105,7 +123,9 @@ std::unique_ptr<GroupDirs> make_group(const std::string& parent, const RunId& id
     const int err = errno;
     return fail("cannot open " + dir, err);
   }
-  return std::make_unique<V2Cgroup>(id, dir, std::move(fd));
+  auto group = std::make_unique<V2Cgroup>(id, dir, std::move(fd));
+  if (limits.cpus) group->limit_cpu(*limits.cpus);
+  return group;
 }
 
 }  // namespace
@@ -116,7 +136,7 @@ std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limi
   // The last run's teardown removes an empty parent; if that races with us, prepare it again.
   for (int attempt = 0; attempt < 16; ++attempt) {
     failure = {};
-    const std::string parent = prepare_v2_parent(host, failure);
+    const std::string parent = prepare_v2_parent(host, limits.cpus.has_value(), failure);
     if (parent.empty() && !failure.raced) return nullptr;
     if (parent.empty()) continue;
     if (auto group = make_group(parent, id, limits, failure)) return group;

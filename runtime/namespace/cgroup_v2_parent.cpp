@@ -1,4 +1,5 @@
-// cgroup v2: where the "rlm-sandbox" parent goes. In order:
+// cgroup v2: where the "rlm-sandbox" parent goes, and the controllers it passes to the runs' groups
+// (memory and pids always; cpu for a run with limits.cpus, where the base offers it). In order:
 //  1. below our own cgroup (nested, so the caller's own limits still apply). Works when our
 //     cgroup is the hierarchy root, or already passes memory and pids down. Elsewhere the
 //     "no internal processes" rule stops it: a non-root cgroup that holds processes -- ours holds
@@ -100,7 +101,19 @@ Outcome pass_down(const std::string& dir, bool may_write) {
   return {};
 }
 
-Outcome try_base(const Candidate& c, std::string& parent) {
+// The cpu controller, for limits.cpus, is best effort: enabled in `dir` for its children when
+// `dir` offers it and we may write there. A group without it still enforces memory and pids, and
+// says that its bandwidth limit is missing. Only a vanished `dir` is a problem (a race to retry).
+Outcome pass_down_cpu(const std::string& dir, bool may_write) {
+  if (cgfs::contains(cgfs::read_words(dir + "/cgroup.subtree_control"), "cpu")) return {};
+  if (!may_write || !cgfs::contains(cgfs::read_words(dir + "/cgroup.controllers"), "cpu"))
+    return {};
+  if (cgfs::write_file(dir + "/cgroup.subtree_control", "+cpu") == ENOENT)
+    return {Problem::vanished, dir + " vanished"};
+  return {};
+}
+
+Outcome try_base(const Candidate& c, bool want_cpu, std::string& parent) {
   if (c.kind == Kind::delegated_parent && !delegated_to_us(c.base)) {
     return {Problem::denied, c.base + " is not delegated to this user"};
   }
@@ -108,6 +121,10 @@ Outcome try_base(const Candidate& c, std::string& parent) {
     return {Problem::denied, "only root may use the top of the hierarchy " + c.base};
   }
   if (auto out = pass_down(c.base, c.kind != Kind::root); out.problem != Problem::none) return out;
+  if (want_cpu) {
+    if (auto out = pass_down_cpu(c.base, c.kind != Kind::root); out.problem != Problem::none)
+      return out;
+  }
   parent = c.base + "/" + kParentName;
   if (int err = cgfs::make_dir(parent)) {
     return {err == EACCES || err == EPERM || err == EROFS ? Problem::denied : Problem::unavailable,
@@ -117,6 +134,7 @@ Outcome try_base(const Candidate& c, std::string& parent) {
   // The base passes memory and pids down (checked above), so a parent of ours that lacks them is
   // one being removed by another run's teardown right now (a dying cgroup's files read empty).
   if (out.problem == Problem::unavailable) out.problem = Problem::vanished;
+  if (out.problem == Problem::none && want_cpu) out = pass_down_cpu(parent, true);
   return out;
 }
 
@@ -165,12 +183,12 @@ std::string v2_fix(const HostCgroups& host, bool busy) {
          "run rlm-sandbox in a cgroup delegated to you, with its processes in a sub-group: " + run;
 }
 
-std::string prepare_v2_parent(const HostCgroups& host, CgroupFailure& failure) {
+std::string prepare_v2_parent(const HostCgroups& host, bool want_cpu, CgroupFailure& failure) {
   std::string reasons;
   bool busy = false, own_busy = false;
   for (const auto& c : candidates(host)) {
     std::string parent;
-    Outcome out = try_base(c, parent);
+    Outcome out = try_base(c, want_cpu, parent);
     if (out.problem == Problem::none) return parent;
     if (out.problem == Problem::vanished) {
       failure.raced = true;
@@ -184,7 +202,8 @@ std::string prepare_v2_parent(const HostCgroups& host, CgroupFailure& failure) {
   if (own_busy && may_rearrange(host, host.v2_own)) {
     Outcome moved = move_into_leaf(host.v2_own);
     std::string parent;
-    if (moved.problem == Problem::none) moved = try_base({host.v2_own, Kind::own}, parent);
+    if (moved.problem == Problem::none)
+      moved = try_base({host.v2_own, Kind::own}, want_cpu, parent);
     if (moved.problem == Problem::none) return parent;
     if (moved.problem == Problem::vanished) {
       failure.raced = true;

@@ -23,7 +23,7 @@ struct ChildPlan {
 
   // v1: the run's groups' `tasks` files; the child writes "0" to each, moving itself, before it
   // changes its ids (RunCgroup::self_join_fds). -1: none (v2, or no cgroup).
-  std::array<int, 3> join_cgroup_fds{-1, -1, -1};
+  std::array<int, 4> join_cgroup_fds{-1, -1, -1, -1};  // memory, pids, cpuacct, cpu
   const IdMapping* ids = nullptr;
   bool cgroup_namespace = false;       // unshare(CLONE_NEWCGROUP) once inside the run's cgroup
   const RootfsPlan* rootfs = nullptr;  // null: no mount namespace

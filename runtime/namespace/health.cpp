@@ -16,10 +16,10 @@
 namespace rlm::ns {
 namespace {
 
-// Policy fields as the policy JSON names them. Memory and pids depend on cgroups.
+// Policy fields as the policy JSON names them. Memory, pids, the sandbox's CPU time and its CPU
+// bandwidth depend on cgroups.
 const std::vector<std::string> kAlwaysEnforced = {
     "limits.wall_time_ms",
-    "limits.cpu_time_ms",
     "limits.kill_grace_ms",
     "limits.output_bytes",
     "limits.file_size_bytes",
@@ -187,6 +187,7 @@ Health namespace_health() {
   if (cgroups.mode != CgroupSupport::Mode::none) {
     health.detail += "; " + cgroups.detail;
     health.enforced.insert(health.enforced.end(), cgroups.enforced.begin(), cgroups.enforced.end());
+    for (const auto& [field, how] : cgroups.missing) health.fallbacks[field] = how;
   } else {
     health.detail += "; no usable cgroup (" + cgroups.detail + "), so rlimits stand in";
     health.fix = cgroups.fix;
@@ -195,7 +196,8 @@ Health namespace_health() {
       if (fallback.enforced) health.enforced.push_back(fallback.field);
     }
   }
-  for (const char* field : {"limits.memory_bytes", "limits.pids"})
+  for (const char* field :
+       {"limits.memory_bytes", "limits.pids", "limits.cpu_time_ms", "limits.cpus"})
     if (std::find(health.enforced.begin(), health.enforced.end(), field) == health.enforced.end())
       health.unenforced.push_back(field);
   health.host = {{"setup", host_setup(root, cgroups.mode)},

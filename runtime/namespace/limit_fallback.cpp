@@ -36,6 +36,10 @@ std::vector<LimitFallback> cgroup_limit_fallbacks() {
                    "not enforced: before Linux 5.14 RLIMIT_NPROC counts every process of the host "
                    "uid, across sandboxes"});
   }
+  out.push_back({"limits.cpu_time_ms", false,
+                 "RLIMIT_CPU per process: each process may use the whole budget, so a chain of "
+                 "short-lived processes is not bounded as a sandbox"});
+  out.push_back({"limits.cpus", false, "not enforced: no cgroup to hold a CPU bandwidth limit"});
   return out;
 }
 
@@ -50,13 +54,27 @@ std::vector<std::string> init_rlimits(const Limits& limits, bool have_cgroup) {
   return rlimits;
 }
 
-void note_limit_fallbacks(Result& result, const std::string& why) {
+void note_limit_fallbacks(Result& result, const std::string& why, const Limits& limits) {
   std::string note = "note: no cgroup (" + why + "); in its place";
   for (const auto& fallback : cgroup_limit_fallbacks()) {
+    if (fallback.field == "limits.cpus" && !limits.cpus) continue;  // nothing was asked for
     if (!fallback.enforced) result.unenforced.push_back(fallback.field);
     note += ", " + fallback.field + ": " + fallback.how;
   }
   result.detail += (result.detail.empty() ? "" : "; ") + note;
+}
+
+void note_cpu_time_per_process(Result& result) {
+  result.unenforced.push_back("limits.cpu_time_ms");
+  result.detail += std::string(result.detail.empty() ? "" : "; ") +
+                   "note: the run's cgroup counts no CPU time (no cpuacct hierarchy), so "
+                   "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the sandbox";
+}
+
+void note_cpu_bandwidth_missing(Result& result, const std::string& why) {
+  result.unenforced.push_back("limits.cpus");
+  result.detail +=
+      std::string(result.detail.empty() ? "" : "; ") + "note: limits.cpus was not enforced: " + why;
 }
 
 }  // namespace rlm::ns

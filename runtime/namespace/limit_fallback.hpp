@@ -23,7 +23,7 @@ struct LimitFallback {
 // host uid, across sandboxes and the user's own session.
 bool nproc_rlimit_is_per_user_namespace();
 
-// One entry per cgroup-backed policy field (memory, pids).
+// One entry per cgroup-backed policy field (memory, pids, CPU time, CPU bandwidth).
 std::vector<LimitFallback> cgroup_limit_fallbacks();
 
 // rlm-sandbox-init's rlimits for a run: the policy's, with RLIMIT_AS only when no cgroup limits
@@ -31,8 +31,17 @@ std::vector<LimitFallback> cgroup_limit_fallbacks();
 // RLIMIT_NPROC for limits.pids when no cgroup does and the kernel counts it per namespace.
 std::vector<std::string> init_rlimits(const Limits& limits, bool have_cgroup);
 
-// For a run without a cgroup: lists the limits that did not hold in `result.unenforced` and says
-// in `result.detail` what stood in and why there was no cgroup (`why`).
-void note_limit_fallbacks(Result& result, const std::string& why);
+// For a run without a cgroup: lists the limits that did not hold in `result.unenforced`
+// (limits.cpus only when `limits` set one) and says in `result.detail` what stood in and why there
+// was no cgroup (`why`).
+void note_limit_fallbacks(Result& result, const std::string& why, const Limits& limits);
+
+// For a run whose cgroup counts no CPU time (a v1 host without the cpuacct hierarchy): lists
+// limits.cpu_time_ms in `result.unenforced`; RLIMIT_CPU bounded each process instead.
+void note_cpu_time_per_process(Result& result);
+
+// For a run whose cgroup could not give the CPU bandwidth `limits` asked for (`why`): lists
+// limits.cpus in `result.unenforced` and says so in `result.detail`.
+void note_cpu_bandwidth_missing(Result& result, const std::string& why);
 
 }  // namespace rlm::ns

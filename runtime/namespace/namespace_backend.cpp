@@ -304,15 +304,26 @@ class NamespaceBackend final : public Backend {
     common::InitProcess process;
     if (auto problem = start_sandbox(p, policy, deadline, process); !problem.empty())
       return run.setup_failed(std::move(problem));
+    // The sandbox's CPU time, counted over every process it ever had (RLIMIT_CPU, which init
+    // still sets, counts each process alone: a chain of short-lived ones escapes it).
+    const auto cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);
+    auto stopped_at = std::make_shared<CgroupLimit>(CgroupLimit::none);
     if (p.cgroup) {
       // A run that has hit its process limit is stopped there rather than left to spin (a fork
-      // bomb retries forever) until the wall limit.
-      options.limit_reached = [cgroup = p.cgroup.get()] {
+      // bomb retries forever) until the wall limit; one that has used its CPU time at once.
+      options.limit_reached = [cgroup = p.cgroup.get(), cpu_budget, stopped_at] {
         try {
-          return cgroup->usage().pids_limit_hit;
+          if (const auto cpu = cgroup->cpu_time(); cpu && *cpu >= cpu_budget) {
+            *stopped_at = CgroupLimit::cpu_time;
+            return true;
+          }
+          if (cgroup->usage().pids_limit_hit) {
+            *stopped_at = CgroupLimit::pids;
+            return true;
+          }
         } catch (const std::exception&) {
-          return false;
         }
+        return false;
       };
     }
     // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
@@ -320,17 +331,23 @@ class NamespaceBackend final : public Backend {
     if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
     auto supervision = common::supervise_init(process, std::move(options));
     probe_target->detach();
-    const bool stopped_at_limit = supervision.stop == common::StopReason::limit_reached;
+    if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
 
     CgroupUsage usage;
+    std::string bandwidth_problem;
     if (p.cgroup) {
-      usage = p.cgroup->usage();
       p.cgroup->kill_all();
+      usage = p.cgroup->usage();  // after the kill: what the last processes used counts too
+      if (policy.limits.cpus && !p.cgroup->cpu_bandwidth_limited())
+        bandwidth_problem = p.cgroup->cpu_bandwidth_problem();
       p.cgroup.reset();
     }
     run.fill_from(std::move(supervision), context);
-    apply_cgroup_usage(run.result, usage, policy.limits, stopped_at_limit);
-    if (!p.cgroup_problem.empty()) note_limit_fallbacks(run.result, p.cgroup_problem);
+    apply_cgroup_usage(run.result, usage, policy.limits, cpu_budget, *stopped_at);
+    if (!p.cgroup_problem.empty())
+      note_limit_fallbacks(run.result, p.cgroup_problem, policy.limits);
+    if (p.cgroup_problem.empty() && !usage.cpu) note_cpu_time_per_process(run.result);
+    if (!bandwidth_problem.empty()) note_cpu_bandwidth_missing(run.result, bandwidth_problem);
     return run.finish();
   }
 };

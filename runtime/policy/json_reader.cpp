@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "policy/did_you_mean.hpp"
 #include "policy/json_text.hpp"
@@ -126,6 +127,22 @@ std::optional<std::uint64_t> JsonReader::integer(const json& value, const std::s
     return std::nullopt;
   }
   return number.value;
+}
+
+std::optional<double> JsonReader::number(const json& value, const std::string& path, double min,
+                                         double max) {
+  if (!value.is_number()) {
+    wrong_type(value, path, "a number");
+    return std::nullopt;
+  }
+  const double number = value.get<double>();
+  if (!(number >= min && number <= max)) {
+    std::ostringstream range;
+    range << "must be between " << min << " and " << max << ", got " << value.dump();
+    error(path, range.str());
+    return std::nullopt;
+  }
+  return number;
 }
 
 std::optional<std::uint64_t> JsonReader::size(const json& value, const std::string& path) {

@@ -40,6 +40,9 @@ class JsonReader {
   // A whole number in [min, max].
   std::optional<std::uint64_t> integer(const nlohmann::json& value, const std::string& path,
                                        std::uint64_t min, std::uint64_t max);
+  // A number, whole or not, in [min, max].
+  std::optional<double> number(const nlohmann::json& value, const std::string& path, double min,
+                               double max);
   // Bytes as an integer or a string such as "256M"; must be > 0.
   std::optional<std::uint64_t> size(const nlohmann::json& value, const std::string& path);
   // Milliseconds as an integer or a string such as "10s"; in [min, max].

@@ -24,8 +24,9 @@ constexpr std::string_view kTopKeys[] = {
     "seccomp",     "capabilities", "env",     "user",   "hostname",   "docker"};
 constexpr std::string_view kBackendKeys[] = {"prefer", "allow_unisolated"};
 constexpr std::string_view kLimitKeys[] = {
-    "wall_time_ms",    "cpu_time_ms", "memory_bytes", "pids",          "output_bytes",
-    "file_size_bytes", "open_files",  "tmpfs_bytes",  "kill_grace_ms", "session_buffer_bytes"};
+    "wall_time_ms",  "cpu_time_ms",          "memory_bytes", "pids",
+    "output_bytes",  "file_size_bytes",      "open_files",   "tmpfs_bytes",
+    "kill_grace_ms", "session_buffer_bytes", "cpus"};
 constexpr std::string_view kNamespaceKeys[] = {"user", "pid", "net",   "mount",
                                                "ipc",  "uts", "cgroup"};
 constexpr std::string_view kFilesystemKeys[] = {"mounts", "workdir"};
@@ -236,6 +237,13 @@ void read_limits(JsonReader& reader, const json& value, const std::string& path,
         return reader.integer(v, p, 3, std::numeric_limits<std::uint32_t>::max());
       },
       limits.open_files);
+  // null: no bandwidth limit (a policy may lift the one it extends).
+  if (const json* cpus = member(value, "cpus")) {
+    if (cpus->is_null())
+      limits.cpus.reset();
+    else if (auto number = reader.number(*cpus, key_path(path, "cpus"), kMinCpus, kMaxCpus))
+      limits.cpus = *number;
+  }
 }
 
 void read_namespaces(JsonReader& reader, const json& value, const std::string& path,

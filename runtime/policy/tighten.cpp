@@ -33,11 +33,22 @@ void tighten(Policy& policy, const LimitOverrides& overrides) {
   check_override(overrides.memory_bytes, limits.memory_bytes, "--memory", "limits.memory_bytes",
                  size);
   check_override(overrides.pids, limits.pids, "--pids", "limits.pids", count);
+  if (overrides.cpus) {
+    const double cpus = *overrides.cpus;
+    if (!(cpus >= kMinCpus && cpus <= kMaxCpus))
+      throw Error("--cpus " + format_cpus(cpus) + " must be between " + format_cpus(kMinCpus) +
+                  " and " + format_cpus(kMaxCpus));
+    // A policy without a bandwidth limit may be given any.
+    if (limits.cpus && cpus > *limits.cpus)
+      throw Error("--cpus " + format_cpus(cpus) + " exceeds the policy's limits.cpus (" +
+                  format_cpus(*limits.cpus) + "); a run may only tighten its policy");
+  }
 
   if (overrides.wall_time) limits.wall_time = *overrides.wall_time;
   if (overrides.cpu_time) limits.cpu_time = *overrides.cpu_time;
   if (overrides.memory_bytes) limits.memory_bytes = *overrides.memory_bytes;
   if (overrides.pids) limits.pids = *overrides.pids;
+  if (overrides.cpus) limits.cpus = *overrides.cpus;
 }
 
 }  // namespace rlm

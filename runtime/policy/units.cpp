@@ -3,7 +3,9 @@
 #include "rlm_sandbox/units.hpp"
 
 #include <cctype>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
 namespace rlm {
 namespace {
@@ -156,6 +158,12 @@ std::string format_duration(std::chrono::milliseconds duration) {
   if (value >= kMinute && value % kMinute == 0) return sign + std::to_string(value / kMinute) + "m";
   if (value >= kSecond) return sign + *exact_decimal(value, kSecond, 3) + "s";
   return sign + std::to_string(value) + "ms";
+}
+
+std::string format_cpus(double cpus) {
+  std::ostringstream text;
+  text << std::setprecision(6) << cpus;
+  return text.str();
 }
 
 }  // namespace rlm

@@ -408,6 +408,10 @@ class WorkerSession final : public Session {
     }
     request.stop_fd = stop_read_.get();
     request.guard_signals = true;  // a cell must not signal its checkpoints (docs/sessions.md)
+    // The sandbox outlives many cells, each held to the policy's limits on its own: its total CPU
+    // time is bounded only by the session's lifetime on every CPU.
+    request.sandbox_cpu_time =
+        options_.lifetime * std::max(1u, std::thread::hardware_concurrency());
     request.on_stdout = [](std::string_view) {};  // outside a cell nothing is expected there
     request.on_stderr = [run = run_](std::string_view text) {
       std::lock_guard lock(run->mutex);

@@ -58,11 +58,17 @@ TEST(CliHealth, TheNamespaceBackendNamesThisHostsSetup) {
   if (lane == "user-no-cgroup") {
     EXPECT_EQ(host["cgroup"], "none");
     EXPECT_EQ(parents, json::array());
-    EXPECT_EQ(ns["unenforced"], json::array({"limits.memory_bytes"})) << ns.dump(2);
+    // Without a cgroup nothing counts the sandbox's processes together: CPU time falls back to
+    // RLIMIT_CPU per process, and there is no CPU bandwidth (issue 11 line 15).
+    EXPECT_EQ(ns["unenforced"],
+              json::array({"limits.memory_bytes", "limits.cpu_time_ms", "limits.cpus"}))
+        << ns.dump(2);
     EXPECT_TRUE(lists(ns["enforced"], "limits.pids")) << "RLIMIT_NPROC per user namespace";
     EXPECT_NE(ns["fallbacks"].value("limits.memory_bytes", "").find("RLIMIT_AS"),
               std::string::npos);
     EXPECT_NE(ns["fallbacks"].value("limits.pids", "").find("RLIMIT_NPROC"), std::string::npos);
+    EXPECT_NE(ns["fallbacks"].value("limits.cpu_time_ms", "").find("RLIMIT_CPU per process"),
+              std::string::npos);
     // The fix names the way to a cgroup this user can have.
     const std::string fix = ns["fix"];
     EXPECT_NE(fix.find(cgroup2_mounted() ? "systemd-run --user" : "run rlm-sandbox as root"),
@@ -74,6 +80,9 @@ TEST(CliHealth, TheNamespaceBackendNamesThisHostsSetup) {
     EXPECT_EQ(ns["fix"], "");
     EXPECT_TRUE(lists(ns["enforced"], "limits.memory_bytes"));
     EXPECT_TRUE(lists(ns["enforced"], "limits.pids"));
+    // The run's cgroup counts the sandbox's CPU time and holds its bandwidth (issue 11 line 15).
+    EXPECT_TRUE(lists(ns["enforced"], "limits.cpu_time_ms")) << ns.dump(2);
+    EXPECT_TRUE(lists(ns["enforced"], "limits.cpus")) << ns.dump(2);
     ASSERT_FALSE(parents.empty()) << ns.dump(2);
     for (const auto& parent : parents) {
       const std::string dir = parent;
@@ -116,6 +125,8 @@ TEST(CliHealth, AReadOnlyCgroupFilesystemIsExplained) {
   const std::string fix = ns["fix"];
   EXPECT_NE(fix.find("--privileged"), std::string::npos) << fix;
   EXPECT_TRUE(lists(ns["unenforced"], "limits.memory_bytes"));
+  EXPECT_TRUE(lists(ns["unenforced"], "limits.cpu_time_ms"));
+  EXPECT_TRUE(lists(ns["unenforced"], "limits.cpus"));
   // The host's own cgroup mounts were not touched.
   EXPECT_EQ(cli({"health", "--json"}).out.find("\"root-no-cgroup\""), std::string::npos);
 }

@@ -167,6 +167,22 @@ TEST(CliRun, LimitFlagsMayOnlyTighten) {
       cli({"run", "--policy", "trusted-local", "--json", "--timeout", "300ms", "--", "sleep", "5"});
   EXPECT_EQ(tighter.exit_code, 124);
   EXPECT_EQ(json::parse(tighter.out)["status"], "timeout");
+
+  // --cpus narrows limits.cpus; a policy that sets one cannot be widened.
+  TempDir dir;
+  dir.write("half.json", R"({"extends": "trusted-local", "limits": {"cpus": 0.5}})");
+  auto wider = cli({"run", "--policy", dir.file("half.json"), "--cpus", "2", "--", "true"});
+  EXPECT_EQ(wider.exit_code, 125);
+  EXPECT_TRUE(one_line(wider.err)) << wider.err;
+  EXPECT_NE(wider.err.find("--cpus 2 exceeds the policy's limits.cpus (0.5)"), std::string::npos)
+      << wider.err;
+  auto narrower =
+      cli({"run", "--policy", dir.file("half.json"), "--cpus", "0.25", "--json", "--", "true"});
+  EXPECT_EQ(narrower.exit_code, 0) << narrower.err;
+  // The local backend cannot hold a bandwidth, and says so.
+  const auto unenforced = json::parse(narrower.out)["unenforced"];
+  EXPECT_NE(std::find(unenforced.begin(), unenforced.end(), "limits.cpus"), unenforced.end())
+      << narrower.out;
 }
 
 TEST(CliRun, BadInputGivesOneLineAndTheRightStatus) {
@@ -186,6 +202,9 @@ TEST(CliRun, BadInputGivesOneLineAndTheRightStatus) {
       {{"run", "--policy", "trusted-local", "--memory", "12X", "--", "true"}, 125, "12X"},
       {{"run", "--policy", "trusted-local", "--timeout", "soon", "--", "true"}, 125, "soon"},
       {{"run", "--policy", "trusted-local", "--pids", "-1", "--", "true"}, 125, "--pids"},
+      {{"run", "--policy", "trusted-local", "--cpus", "half", "--", "true"}, 125, "--cpus 'half'"},
+      {{"run", "--policy", "trusted-local", "--cpus", "0", "--", "true"}, 125, "--cpus '0'"},
+      {{"run", "--policy", "trusted-local", "--cpus", "1e3", "--", "true"}, 125, "--cpus"},
       {{"run", "--policy", "trusted-local", "--bind", "/no/such/path", "--", "true"},
        125,
        "/no/such/path"},

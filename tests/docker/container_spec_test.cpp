@@ -61,6 +61,15 @@ TEST(DockerContainerSpec, MapsLimitsOntoTheHostConfig) {
   EXPECT_FALSE(host.contains("NanoCpus")) << "the policy has a CPU-time budget, not a CPU share";
 }
 
+// limits.cpus is Docker's --cpus: NanoCpus, billionths of a CPU for the whole container.
+TEST(DockerContainerSpec, MapsCpusOntoNanoCpus) {
+  Policy policy = load_policy("default");
+  policy.limits.cpus = 0.5;
+  EXPECT_EQ(create_body(policy, plan_for({"true"}))["HostConfig"]["NanoCpus"], 500'000'000);
+  policy.limits.cpus = 2;
+  EXPECT_EQ(create_body(policy, plan_for({"true"}))["HostConfig"]["NanoCpus"], 2'000'000'000);
+}
+
 TEST(DockerContainerSpec, LocksThePayloadDown) {
   Policy policy = load_policy("default");
   const auto body = create_body(policy, plan_for({"id"}));

@@ -3,6 +3,9 @@
 // signals map onto the same statuses as the other backends.
 #include <signal.h>
 
+#include <atomic>
+#include <thread>
+
 #include "docker_test_util.hpp"
 
 namespace rlm::test {
@@ -101,6 +104,59 @@ TEST(DockerLimits, SignalsAndCpuTimeMapLikeTheOtherBackends) {
   EXPECT_EQ(missing.status, Status::exit_nonzero) << describe(missing);
   EXPECT_EQ(missing.exit_code, 127);
   EXPECT_EQ(missing.cli_exit_code(), 127);
+}
+
+// Issue 11 line 15: RLIMIT_CPU (Ulimits) counts each process alone; the container's cgroup counts
+// a chain of short-lived burners together, and the run ends cpu_limit near the budget.
+TEST(DockerLimits, CpuTimeBoundsTheWholeContainerNotEachProcess) {
+  REQUIRE_DOCKER();
+  Policy policy = docker_policy();  // the host's coreutils timeout
+  policy.limits.cpu_time = 1s;
+  const auto result =
+      run_docker({"sh", "-c",
+                  "for i in 1 2 3 4 5 6; do python3 -c 'import time\nt = "
+                  "time.process_time()\nwhile time.process_time() - t < 0.6: pass'; done"},
+                 policy);
+  EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
+  EXPECT_EQ(result.cli_exit_code(), 128 + SIGXCPU) << describe(result);
+  EXPECT_NE(result.detail.find("limits.cpu_time_ms"), std::string::npos) << describe(result);
+  // Sampled every 10 ms while it ran: not the 3.6 s of the whole chain.
+  EXPECT_GE(result.cpu, 900ms) << describe(result);
+  EXPECT_LE(result.cpu, 1500ms) << describe(result);
+  EXPECT_TRUE(containers_of_this_process().empty()) << "the container is gone";
+}
+
+// limits.cpus -> NanoCpus: two burners for 1.5 s of wall time get half a CPU between them.
+TEST(DockerLimits, CpusBoundsTheContainersBandwidth) {
+  REQUIRE_DOCKER();
+  Policy policy = docker_policy();
+  policy.limits.cpus = 0.5;
+  // The daemon holds the container to what it was created with: read it while it runs.
+  std::atomic<bool> done{false};
+  std::atomic<std::int64_t> nano_cpus{-1};
+  std::thread watcher([&] {
+    const auto api = test_api();
+    while (!done && nano_cpus < 0) {
+      for (const auto& id : containers_of_this_process()) {
+        try {
+          const auto config = api.expect_json("GET", "/containers/" + id + "/json")["HostConfig"];
+          nano_cpus = config.value("NanoCpus", std::int64_t{0});
+        } catch (const std::exception&) {  // gone meanwhile
+        }
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  const auto result = run_docker(
+      {"sh", "-c", "b() { timeout 1.5 sh -c 'while :; do :; done'; }; b & b & wait"}, policy);
+  done = true;
+  watcher.join();
+  EXPECT_EQ(nano_cpus, 500'000'000);
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_GE(result.wall, 1500ms) << describe(result);
+  ASSERT_GT(result.cpu, 0us) << "no CPU reading from the container's cgroup: " << describe(result);
+  const auto per_wall = static_cast<double>(result.cpu.count()) / result.wall.count();
+  EXPECT_LE(per_wall, 0.6) << describe(result);
 }
 
 TEST(DockerLimits, ThePidsLimitHoldsInsideTheContainer) {

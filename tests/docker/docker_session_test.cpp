@@ -136,5 +136,24 @@ TEST(DockerSession, ClosingRemovesTheContainerEvenWithoutExplicitClose) {
   EXPECT_TRUE(labelled_containers(label).empty());
 }
 
+// Issue 11 line 15: an execution's processes together are held to limits.cpu_time_ms (RLIMIT_CPU
+// alone would let each of two burners use a whole second); past it the container is stopped.
+TEST(DockerSession, AnExecutionPastItsCpuTimeEndsCpuLimit) {
+  REQUIRE_DOCKER();
+  Policy policy = busybox_policy();
+  policy.limits.cpu_time = 1s;
+  docker::DockerSessionContainer session(policy);
+  ASSERT_EQ(session.run(sh("true")).status, Status::ok);  // the container exists, idle
+  const auto result = session.run(sh("b() { while :; do :; done; }; b & b & wait"));
+  EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
+  EXPECT_EQ(result.cli_exit_code(), 128 + SIGXCPU) << describe(result);
+  EXPECT_GE(result.cpu, 900ms) << describe(result);
+  EXPECT_LE(result.cpu, 1600ms) << describe(result);
+  // The next execution gets a fresh container and its own budget.
+  const auto after = session.run(sh("echo again"));
+  EXPECT_EQ(after.status, Status::ok) << describe(after);
+  session.close();
+}
+
 }  // namespace
 }  // namespace rlm::test

@@ -45,7 +45,12 @@ TEST(CgroupLifecycle, ProbeMatchesTheHost) {
       is_cgroup2_host() ? ns::CgroupSupport::Mode::v2 : ns::CgroupSupport::Mode::v1;
   EXPECT_EQ(support.mode, expected) << support.detail << " / fix: " << support.fix;
   EXPECT_FALSE(support.detail.empty());
-  EXPECT_EQ(support.enforced, (std::vector<std::string>{"limits.memory_bytes", "limits.pids"}));
+  // Every lane's cgroups count CPU time and give CPU bandwidth (v1: cpuacct and cpu hierarchies;
+  // v2: cpu.stat, and the cpu controller passed down).
+  EXPECT_EQ(support.enforced, (std::vector<std::string>{"limits.memory_bytes", "limits.pids",
+                                                        "limits.cpu_time_ms", "limits.cpus"}))
+      << support.detail;
+  EXPECT_TRUE(support.missing.empty());
   EXPECT_TRUE(support.fix.empty()) << support.fix;
   EXPECT_NE(support.detail.find("rlm-sandbox"), std::string::npos) << support.detail;
 }

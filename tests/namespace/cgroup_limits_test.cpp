@@ -137,5 +137,107 @@ TEST(CgroupLimits, CpuUsageIsAccounted) {
   EXPECT_LT(cpu->count(), 10'000'000);
 }
 
+// Burns CPU in `workers` processes for `wall` of wall time each; async-signal-safe (a WaitingChild
+// body).
+int burn_in_parallel(int workers, std::chrono::milliseconds wall) {
+  for (int i = 0; i < workers; ++i) {
+    if (::fork() == 0) {
+      timespec start{}, now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &start);
+      volatile unsigned long x = 0;
+      do {
+        for (int k = 0; k < 100000; ++k) x = x + k;
+        ::clock_gettime(CLOCK_MONOTONIC, &now);
+      } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 <
+               wall.count());
+      ::_exit(0);
+    }
+  }
+  while (::wait(nullptr) > 0) {
+  }
+  return 0;
+}
+
+// limits.cpus (issue 11 line 15): the quota is in the group's file, and the group's processes
+// together get no more than that share of the wall time.
+TEST(CgroupLimits, CpusSetsTheBandwidthAndHoldsIt) {
+  RLM_REQUIRE_CGROUP_ACCESS();
+  RLM_MAKE_GROUP(group, limits(64 * MiB, 16, 0.5));
+  ASSERT_TRUE(group->cpu_bandwidth_limited()) << group->cpu_bandwidth_problem();
+  EXPECT_EQ(group->cpu_bandwidth_problem(), "");
+  std::string quota;
+  for (const auto& dir : dirs_of(*group)) {
+    if (is_cgroup2_host()) {
+      quota = ns::cgfs::read_file(dir + "/cpu.max").value_or("");
+    } else if (auto q = ns::cgfs::read_file(dir + "/cpu.cfs_quota_us")) {
+      quota = *q + "/" + ns::cgfs::read_file(dir + "/cpu.cfs_period_us").value_or("?");
+    }
+  }
+  EXPECT_EQ(quota, is_cgroup2_host() ? "50000 100000\n" : "50000\n/100000\n");
+
+  WaitingChild child([] { return burn_in_parallel(2, std::chrono::milliseconds(1000)); });
+  group->attach(child.pid());
+  const auto start = std::chrono::steady_clock::now();
+  child.release();
+  child.wait();
+  const auto wall = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - start);
+  const auto cpu = group->usage().cpu;
+  ASSERT_TRUE(cpu.has_value()) << "no CPU accounting in " << group->describe();
+  // Two CPUs' worth of burning held to half of one: at most ~0.5 s per wall second, plus a
+  // period's slack (unbounded, two burners use up to 2 s in the 1 s).
+  EXPECT_LE(static_cast<double>(cpu->count()) / static_cast<double>(wall.count()), 0.6)
+      << cpu->count() << " us of CPU in " << wall.count() << " us";
+}
+
+// Without limits.cpus nothing is throttled, and on v1 no group is made in the cpu hierarchy.
+TEST(CgroupLimits, WithoutCpusThereIsNoQuota) {
+  RLM_REQUIRE_CGROUP_ACCESS();
+  RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
+  EXPECT_FALSE(group->cpu_bandwidth_limited());
+  EXPECT_EQ(group->cpu_bandwidth_problem(), "");
+  for (const auto& dir : dirs_of(*group)) {
+    if (is_cgroup2_host()) {
+      if (auto max = ns::cgfs::read_file(dir + "/cpu.max")) {
+        EXPECT_TRUE(max->starts_with("max ")) << *max;
+      }
+    } else if (auto quota = ns::cgfs::read_file(dir + "/cpu.cfs_quota_us")) {
+      // Only where cpu shares a hierarchy with cpuacct ("cpu,cpuacct"); unlimited there.
+      EXPECT_EQ(*quota, "-1\n") << dir;
+    }
+  }
+}
+
+// The CPU time of the whole group, however many processes shared it: what the supervision loop
+// holds to limits.cpu_time_ms.
+TEST(CgroupLimits, CpuTimeCountsEveryProcessTogether) {
+  RLM_REQUIRE_CGROUP_ACCESS();
+  RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
+  WaitingChild child([] {
+    // Four short-lived burners one after another, ~100 ms of CPU each.
+    for (int i = 0; i < 4; ++i) {
+      if (::fork() == 0) {
+        timespec start{}, now{};
+        ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
+        volatile unsigned long x = 0;
+        do {
+          for (int k = 0; k < 100000; ++k) x = x + k;
+          ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+        } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 <
+                 100);
+        ::_exit(0);
+      }
+      ::wait(nullptr);
+    }
+    return 0;
+  });
+  group->attach(child.pid());
+  child.release();
+  child.wait();
+  const auto cpu = group->cpu_time();
+  ASSERT_TRUE(cpu.has_value()) << "no CPU accounting in " << group->describe();
+  EXPECT_GE(cpu->count(), 380'000) << "microseconds: every burner's time, not the last one's";
+}
+
 }  // namespace
 }  // namespace rlm::test

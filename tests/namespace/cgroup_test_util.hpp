@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,10 +128,12 @@ inline bool is_cgroup2_host() {
   GTEST_SKIP() << "this user can create no cgroup here (lane " << ::rlm::test::test_lane() \
                << "); its rlimit fallback is tested by namespace_security_serial_tests"
 
-inline Limits limits(std::uint64_t memory_bytes, std::uint32_t pids) {
+inline Limits limits(std::uint64_t memory_bytes, std::uint32_t pids,
+                     std::optional<double> cpus = std::nullopt) {
   Limits l;
   l.memory_bytes = memory_bytes;
   l.pids = pids;
+  l.cpus = cpus;
   return l;
 }
 

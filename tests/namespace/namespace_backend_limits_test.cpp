@@ -2,17 +2,46 @@
 // caps, CPU time -- each ends in its own status, promptly, with nothing left running.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
+#include "namespace/cgroup_detect.hpp"
+#include "namespace/cgroup_fs.hpp"
 #include "namespace_backend_test_util.hpp"
+#include "rlm_sandbox/session.hpp"
 
 namespace rlm::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool cgroups_here() {
+bool enforced_here(const std::string& field) {
   const auto health = ns::make_namespace_backend()->health();
   const auto& enforced = health.enforced;
-  return std::find(enforced.begin(), enforced.end(), "limits.pids") != enforced.end();
+  return std::find(enforced.begin(), enforced.end(), field) != enforced.end();
+}
+
+bool cgroups_here() {
+  return enforced_here("limits.pids");
+}
+
+// The CPU bandwidth a host process is held to, read from its cgroup as this (host-side) test
+// sees it: v2 cpu.max ("50000 100000"), v1 cpu.cfs_quota_us ("50000"). "" when not found.
+std::string cpu_bandwidth_of(pid_t pid) {
+  const auto text = ns::cgfs::read_file("/proc/" + std::to_string(pid) + "/cgroup");
+  if (!text) return "";
+  const auto own = ns::parse_proc_cgroup(*text);
+  const auto host = ns::detect_host_cgroups();
+  std::string file;
+  if (host.v2 && own.unified) {
+    file = ns::cgroup_dir(*host.v2, *own.unified) + "/cpu.max";
+  } else if (!host.v1_cpu.empty() && own.v1.contains("cpu")) {
+    ns::CgroupMount mount{host.v1_cpu, "/", false, {}};
+    file = ns::cgroup_dir(mount, own.v1.at("cpu")) + "/cpu.cfs_quota_us";
+  }
+  const auto value = file.empty() ? std::nullopt : ns::cgfs::read_file(file);
+  if (!value) return "";
+  return value->substr(0, value->find('\n'));
 }
 
 TEST(NamespaceBackendLimits, ATimeoutReturnsPromptly) {
@@ -96,6 +125,95 @@ TEST(NamespaceBackendLimits, CpuTimeIsLimited) {
   // RLIMIT_CPU fires on tick-sampled time, the cgroup reports precise runtime; under load the two
   // differ by tens of percent (as in LocalLimits.CpuTimeLimitStopsABusyLoop).
   EXPECT_GE(result.cpu, 500ms) << describe(result);
+}
+
+// Issue 11 line 15: RLIMIT_CPU counts each process alone, so a chain of short-lived burners used
+// 3.2 s of CPU under a 1 s limit. The sandbox's cgroup counts them together.
+TEST(NamespaceBackendLimits, CpuTimeBoundsTheWholeSandboxNotEachProcess) {
+  if (!enforced_here("limits.cpu_time_ms")) GTEST_SKIP() << "no CPU accounting: RLIMIT_CPU only";
+  Policy policy = ns_policy();
+  policy.limits.cpu_time = 1s;
+  // Six burners of 0.6 s of CPU each (each counts its own CPU time, so a loaded machine stretches
+  // only the wall time), one after the other: none reaches RLIMIT_CPU's 1 s on its own.
+  const auto result = run_sh(
+      "for i in 1 2 3 4 5 6; do python3 -c 'import time\nt = time.process_time()\nwhile "
+      "time.process_time() - t < 0.6: pass'; done",
+      policy);
+  EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
+  EXPECT_NE(result.detail.find("limits.cpu_time_ms"), std::string::npos) << describe(result);
+  // Stopped once the total passed 1 s: the budget, one look of the supervision loop (25 ms) and
+  // init's grace (200 ms) for the one burner running then -- not the 3.6 s of the whole chain.
+  EXPECT_GE(result.cpu, 1s) << describe(result);
+  EXPECT_LE(result.cpu, 1500ms) << describe(result);
+  EXPECT_EQ(result.cli_exit_code(), 128 + SIGXCPU) << describe(result);
+  EXPECT_TRUE(processes_with_cmdline("time.process_time() - t < 0.6").empty());
+}
+
+// Threads count too: two burning processes under 1 s share the one budget.
+TEST(NamespaceBackendLimits, CpuTimeCountsParallelProcessesTogether) {
+  if (!enforced_here("limits.cpu_time_ms")) GTEST_SKIP() << "no CPU accounting: RLIMIT_CPU only";
+  Policy policy = ns_policy();
+  policy.limits.cpu_time = 1s;
+  const auto result = run_sh(
+      "b() { timeout 5 sh -c 'while :; do :; done'; }; b & b & b & wait; echo finished", policy);
+  EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
+  EXPECT_EQ(result.stdout_data, "") << describe(result);
+  EXPECT_LE(result.cpu, 2s) << describe(result);
+}
+
+// limits.cpus: the whole sandbox gets half a CPU's time, however many processes burn in it; the
+// run's cgroup holds the quota while it runs.
+TEST(NamespaceBackendLimits, CpusBoundsTheBandwidthOfTheWholeSandbox) {
+  if (!enforced_here("limits.cpus")) GTEST_SKIP() << "no CPU bandwidth control on this host";
+  Policy policy = ns_policy();
+  policy.limits.cpus = 0.5;
+  const std::string marker = "cpus-burner-" + std::to_string(::getpid());
+  std::atomic<bool> done{false};
+  std::string bandwidth;
+  std::thread watcher([&] {
+    while (!done && bandwidth.empty()) {
+      for (pid_t pid : processes_with_cmdline(marker)) {
+        bandwidth = cpu_bandwidth_of(pid);
+        if (!bandwidth.empty()) break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  // Two burners for 1.5 s of wall time: unbounded they take up to 3 s of CPU on two CPUs.
+  const auto result = run_sh(
+      "b() { timeout 1.5 sh -c 'while :; do :; done' " + marker + "; }; b & b & wait", policy);
+  done = true;
+  watcher.join();
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(bandwidth, ns::detect_host_cgroups().v2 ? "50000 100000" : "50000");
+  EXPECT_GE(result.wall, 1500ms) << describe(result);
+  // Half a CPU per second of wall time, and a period's worth of slack.
+  const auto per_wall = static_cast<double>(result.cpu.count()) / result.wall.count();
+  EXPECT_LE(per_wall, 0.6) << describe(result);
+  EXPECT_TRUE(result.unenforced.empty()) << describe(result);
+  // The group in the cpu hierarchy (v1) went with the others.
+  EXPECT_TRUE(own_cgroup_dirs().empty()) << own_cgroup_dirs().front();
+}
+
+// A session's sandbox runs many cells, each held to the policy's limits on its own: together
+// they may use more CPU time than one cell's limits.cpu_time_ms.
+TEST(NamespaceBackendLimits, ASessionsCellsTogetherMayExceedOneCellsCpuTime) {
+  Policy policy = load_policy("python-repl");
+  policy.limits.cpu_time = 1s;
+  policy.limits.wall_time = 10s;
+  auto session = make_backend("namespace")->open_session(policy, {});
+  const std::string burn =
+      "import time\n"
+      "t = time.process_time()\n"
+      "while time.process_time() - t < 0.6: pass\n"
+      "print('burned')";
+  for (int cell = 0; cell < 3; ++cell) {
+    const auto burned = session->execute(burn);
+    ASSERT_EQ(burned.status, CellStatus::ok) << "cell " << cell << ": " << burned.to_json().dump();
+    EXPECT_EQ(burned.stdout_data, "burned\n");
+  }
+  EXPECT_EQ(session->ended(), "");
+  session->close();
 }
 
 TEST(NamespaceBackendLimits, TheTmpfsIsCapped) {

@@ -37,7 +37,8 @@ TEST_F(NamespaceTest, MemoryBalloonEndsInMemoryLimitNearTheLimit) {
     // limit did not hold as a memory limit.
     EXPECT_EQ(result.status, Status::exit_nonzero) << describe(result);
     EXPECT_NE(result.stderr_data.find("MemoryError"), std::string::npos) << describe(result);
-    EXPECT_EQ(result.unenforced, std::vector<std::string>{"limits.memory_bytes"});
+    EXPECT_EQ(result.unenforced,
+              (std::vector<std::string>{"limits.memory_bytes", "limits.cpu_time_ms"}));
     EXPECT_NE(result.detail.find("RLIMIT_AS"), std::string::npos) << describe(result);
     return;
   }
@@ -55,7 +56,9 @@ TEST_F(NamespaceTest, CliMemoryBalloonExits137WithMemoryLimit) {
   if (!test::lane_has_cgroups()) {
     EXPECT_EQ(out.exit_code, 1) << out.err;
     EXPECT_EQ(result["status"], "exit_nonzero") << out.out;
-    EXPECT_EQ(result["unenforced"], nlohmann::json::array({"limits.memory_bytes"})) << out.out;
+    EXPECT_EQ(result["unenforced"],
+              nlohmann::json::array({"limits.memory_bytes", "limits.cpu_time_ms"}))
+        << out.out;
     return;
   }
   EXPECT_EQ(out.exit_code, 137) << out.err;
@@ -106,6 +109,47 @@ TEST_F(NamespaceTest, ForkBombEndsInPidsLimitAndTheHostStaysResponsive) {
   auto after = cli({"run", "--", "true"});
   EXPECT_EQ(after.exit_code, 0) << after.err;
   EXPECT_LT(after.wall, 2000ms) << "a trivial run after the fork bomb was slow";
+}
+
+// Issue 11 line 15: RLIMIT_CPU resets with every process, so a chain of short-lived burners used
+// 3.2 s of CPU under --cpu-time 1s. The sandbox's cgroup counts them together; without a cgroup
+// (lane user-no-cgroup) RLIMIT_CPU per process is all there is, and the Result says so.
+TEST_F(NamespaceTest, ChainOfShortBurnersCannotOutrunTheCpuTimeLimit) {
+  auto out = cli({"run", "--policy", "python-repl", "--cpu-time", "1s", "--json", "--", "sh", "-c",
+                  "for i in 1 2 3 4 5 6; do python3 -c 'import time\nt = "
+                  "time.process_time()\nwhile time.process_time() - t < 0.6: pass'; done"});
+  auto result = nlohmann::json::parse(out.out, nullptr, false);
+  ASSERT_FALSE(result.is_discarded()) << out.out << out.err;
+  const auto cpu_ms = result["cpu_ms"].get<double>();
+  if (!test::lane_has_cgroups()) {
+    EXPECT_TRUE(lists(result["unenforced"].get<std::vector<std::string>>(), "limits.cpu_time_ms"))
+        << out.out;
+    EXPECT_NE(result["detail"].get<std::string>().find("RLIMIT_CPU per process"), std::string::npos)
+        << out.out;
+    return;
+  }
+  EXPECT_EQ(result["status"], "cpu_limit") << out.out;
+  EXPECT_EQ(out.exit_code, 128 + SIGXCPU) << out.err;
+  EXPECT_GE(cpu_ms, 1000) << out.out;
+  EXPECT_LE(cpu_ms, 1500) << out.out;
+}
+
+// --cpus 0.5: four burners for 1.5 s of wall time get half a CPU between them, not the machine.
+TEST_F(NamespaceTest, CpusKeepsABurnerFromTakingTheMachine) {
+  auto out = cli({"run", "--cpus", "0.5", "--json", "--", "sh", "-c",
+                  "b() { timeout 1.5 sh -c 'while :; do :; done'; }; b & b & b & b & wait"});
+  auto result = nlohmann::json::parse(out.out, nullptr, false);
+  ASSERT_FALSE(result.is_discarded()) << out.out << out.err;
+  if (!test::lane_has_cgroups()) {
+    EXPECT_TRUE(lists(result["unenforced"].get<std::vector<std::string>>(), "limits.cpus"))
+        << out.out;
+    return;
+  }
+  EXPECT_EQ(result["status"], "ok") << out.out;
+  EXPECT_EQ(result["unenforced"], nlohmann::json::array()) << out.out;
+  const double cpu_ms = result["cpu_ms"], wall_ms = result["wall_ms"];
+  EXPECT_GE(wall_ms, 1500) << out.out;
+  EXPECT_LE(cpu_ms / wall_ms, 0.6) << out.out;
 }
 
 TEST_F(NamespaceTest, CliTimeoutExits124WithinTheDeadline) {

@@ -82,6 +82,37 @@ TEST(Tighten, RejectsLooserLimitsNamingTheField) {
   EXPECT_THAT(message_for(mixed), ::testing::HasSubstr("--pids 1000"));
 }
 
+// limits.cpus (issue 11 line 15): --cpus narrows the bandwidth; a policy without one takes any.
+TEST(Tighten, CpusMayOnlyNarrowTheBandwidth) {
+  LimitOverrides half;
+  half.cpus = 0.5;
+  Policy unlimited = load_policy("default");
+  ASSERT_FALSE(unlimited.limits.cpus.has_value());
+  tighten(unlimited, half);
+  EXPECT_EQ(unlimited.limits.cpus, 0.5);
+
+  Policy one = load_policy_text(R"({"limits": {"cpus": 1}})", "one.json");
+  tighten(one, half);
+  EXPECT_EQ(one.limits.cpus, 0.5);
+
+  Policy quarter = load_policy_text(R"({"limits": {"cpus": 0.25}})", "quarter.json");
+  const auto before = quarter.to_json();
+  try {
+    tighten(quarter, half);
+    ADD_FAILURE() << "--cpus 0.5 loosened limits.cpus 0.25";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(),
+                 "--cpus 0.5 exceeds the policy's limits.cpus (0.25); a run may only tighten its "
+                 "policy");
+  }
+  EXPECT_EQ(quarter.to_json(), before);
+  LimitOverrides tiny;
+  tiny.cpus = 0.001;
+  EXPECT_THROW(tighten(unlimited, tiny), Error);
+  tiny.cpus = 0;
+  EXPECT_THROW(tighten(unlimited, tiny), Error);
+}
+
 TEST(Tighten, RejectsZero) {
   Policy policy = load_policy("default");
   EXPECT_THROW(tighten(policy, with_memory(0)), Error);

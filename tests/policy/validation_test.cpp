@@ -231,6 +231,24 @@ TEST(PolicyValidation, Ranges) {
   EXPECT_EQ(only_problem_in(R"({"user": {"gid": -1}})").path, "user.gid");
 }
 
+// limits.cpus: a number of CPUs (fractions allowed), null for none; shown and reloaded unchanged.
+TEST(PolicyValidation, CpusIsABandwidthInCpus) {
+  EXPECT_FALSE(load_policy_text("{}", "empty.json").limits.cpus.has_value());
+  EXPECT_EQ(load_policy_text(R"({"limits": {"cpus": 0.5}})", "a.json").limits.cpus, 0.5);
+  EXPECT_EQ(load_policy_text(R"({"limits": {"cpus": 2}})", "a.json").limits.cpus, 2.0);
+  EXPECT_FALSE(load_policy_text(R"({"limits": {"cpus": null}})", "a.json").limits.cpus);
+  EXPECT_EQ(only_problem_in(R"({"limits": {"cpus": 0}})").message,
+            "must be between 0.01 and 1024, got 0");
+  EXPECT_EQ(only_problem_in(R"({"limits": {"cpus": 2000}})").path, "limits.cpus");
+  EXPECT_EQ(only_problem_in(R"({"limits": {"cpus": -1}})").path, "limits.cpus");
+  EXPECT_THAT(only_problem_in(R"({"limits": {"cpus": "2"}})").message, HasSubstr("a number"));
+  for (const char* text : {R"({"limits": {"cpus": 1.5}})", "{}"}) {
+    const Policy policy = load_policy_text(text, "a.json");
+    EXPECT_EQ(policy_from_json(policy.to_json(), "again").to_json(), policy.to_json()) << text;
+  }
+  EXPECT_EQ(load_policy_text("{}", "a.json").to_json()["limits"]["cpus"], nullptr);
+}
+
 TEST(PolicyValidation, Hostname) {
   EXPECT_EQ(only_problem_in(R"({"hostname": ""})").path, "hostname");
   EXPECT_EQ(only_problem_in(R"({"hostname": "has space"})").path, "hostname");

@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <iostream>
 
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/units.hpp"
 
 namespace po = boost::program_options;
@@ -60,6 +63,17 @@ std::uint32_t count_flag(const std::string& flag, const std::string& text) {
   if (used != text.size() || text.empty() || text[0] == '-' || value == 0 || value > 1'000'000)
     throw Error(flag + " '" + text + "': expected a whole number from 1 to 1000000");
   return static_cast<std::uint32_t>(value);
+}
+
+double cpus_flag(const std::string& flag, const std::string& text) {
+  // Digits and at most one point: no exponents, signs, "inf" or "nan".
+  const bool plain = !text.empty() && text.find_first_not_of("0123456789.") == std::string::npos &&
+                     std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
+  const double value = plain ? std::strtod(text.c_str(), nullptr) : 0;
+  if (!(value >= kMinCpus && value <= kMaxCpus))
+    throw Error(flag + " '" + text + "': expected a number of CPUs from " + format_cpus(kMinCpus) +
+                " to " + format_cpus(kMaxCpus) + " (e.g. 0.5 or 2)");
+  return value;
 }
 
 void print_error(const std::string& message) {

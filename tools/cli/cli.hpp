@@ -35,6 +35,7 @@ int repl_command(const std::vector<std::string>& args);
 std::chrono::milliseconds duration_flag(const std::string& flag, const std::string& text);
 std::uint64_t size_flag(const std::string& flag, const std::string& text);
 std::uint32_t count_flag(const std::string& flag, const std::string& text);
+double cpus_flag(const std::string& flag, const std::string& text);  // "0.5", "2"
 
 // Parses `args` against `options` (plus positional words, collected into "args" when
 // `positional_name` is set); Boost's errors become UsageError for `command`.

@@ -155,6 +155,7 @@ int run_command(const std::vector<std::string>& args) {
       ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")                      //
       ("memory,m", po::value<std::string>(), "memory limit, e.g. 256M")                      //
       ("pids", po::value<std::string>(), "process limit")                                    //
+      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")                     //
       ("bind", po::value<std::vector<std::string>>()->composing(),
        "SRC[:DST] bind a host path read-write (repeatable)")  //
       ("bind-ro", po::value<std::vector<std::string>>()->composing(),
@@ -213,6 +214,7 @@ int run_command(const std::vector<std::string>& args) {
   if (values.count("memory"))
     overrides.memory_bytes = size_flag("--memory", values["memory"].as<std::string>());
   if (values.count("pids")) overrides.pids = count_flag("--pids", values["pids"].as<std::string>());
+  if (values.count("cpus")) overrides.cpus = cpus_flag("--cpus", values["cpus"].as<std::string>());
   std::vector<MountFlag> mounts;
   auto each = [&](const char* name, auto&& convert) {
     if (!values.count(name)) return;

@@ -39,7 +39,13 @@ struct Limits {
   // After the wall timeout (or an output overflow) the payload gets SIGTERM, then SIGKILL once
   // this grace has passed.
   std::chrono::milliseconds kill_grace{200};
+  // CPU bandwidth of the whole sandbox, in CPUs: 0.5 is half of one CPU's time, 2 two CPUs'
+  // worth, however many processes and threads share it (cgroup cpu.max / CFS quota, Docker's
+  // NanoCpus). From kMinCpus to kMaxCpus; nullopt: no bandwidth limit.
+  std::optional<double> cpus;
 };
+inline constexpr double kMinCpus = 0.01;  // cpu.max's smallest quota, 1 ms per 100 ms period
+inline constexpr double kMaxCpus = 1024;
 
 struct Namespaces {
   bool user = true, pid = true, net = true, mount = true, ipc = true, uts = true, cgroup = true;
@@ -144,12 +150,13 @@ std::vector<Diagnostic> check_policy(std::string_view name_or_path);
 std::vector<std::string> shipped_policy_names();
 
 // ---- Tightening ---------------------------------------------------------------------------------
-// What a caller may narrow for one run (CLI --timeout/--cpu-time/--memory/--pids).
+// What a caller may narrow for one run (CLI --timeout/--cpu-time/--memory/--pids/--cpus).
 struct LimitOverrides {
   std::optional<std::chrono::milliseconds> wall_time;
   std::optional<std::chrono::milliseconds> cpu_time;
   std::optional<std::uint64_t> memory_bytes;
   std::optional<std::uint32_t> pids;
+  std::optional<double> cpus;
 };
 
 // Applies overrides that tighten; throws Error naming the field when one would loosen the policy.

@@ -28,6 +28,10 @@ struct Request {
   std::map<std::string, std::string> env;  // set on top of the policy's environment
 
   std::optional<std::chrono::milliseconds> timeout;  // may only tighten the policy's wall time
+  // The CPU time of the whole sandbox, every process together, when it must differ from the
+  // policy's limits.cpu_time_ms (which then still bounds each process through RLIMIT_CPU). Set by
+  // sessions: their sandbox hosts many cells, each held to the policy's limits on its own.
+  std::optional<std::chrono::milliseconds> sandbox_cpu_time;
 
   // When set, output is delivered here as it arrives instead of being kept in the Result (the
   // policy's output cap still applies). Called on the thread that called run().

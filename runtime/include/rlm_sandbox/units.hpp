@@ -19,5 +19,7 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 // Human forms for messages: "256M", "1.5G", "1000B"; "10s", "250ms", "1.5s".
 std::string format_size(std::uint64_t bytes);
 std::string format_duration(std::chrono::milliseconds duration);
+// A CPU count (limits.cpus) as written: "0.5", "2", "1.25".
+std::string format_cpus(double cpus);
 
 }  // namespace rlm
