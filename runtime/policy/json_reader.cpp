@@ -53,6 +53,15 @@ std::string describe(const json& value) {
   return "a number (" + shown + ")";
 }
 
+std::string describe_type(const json& value) {
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  if (value.is_null()) return "null";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_string()) return "a string";
+  return "a number";
+}
+
 void JsonReader::error(std::string path, std::string message) {
   diagnostics_.push_back({std::move(path), std::move(message)});
 }
