@@ -208,6 +208,20 @@ TEST(PolicyUntrustedContents, SyntaxErrorsStillSayWhereAndWhat) {
             "malformed JSON: number overflow");
 }
 
+// Found by policy_load_fuzz: a long wrong value was cut for its message in the middle of a UTF-8
+// character, and the message then could not be put in JSON (the CLI's --json, the repl).
+TEST(PolicyUntrustedContents, ShortenedValuesInMessagesStayValidUtf8) {
+  std::string accents;
+  for (int i = 0; i < 30; ++i) accents += "\u00e9";  // two bytes each in UTF-8
+  for (const std::string prefix : {"", "a"}) {
+    const auto found = problems_in(R"({"namespaces": {"user": ")" + prefix + accents + "\"}}");
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_THAT(found[0].message, HasSubstr("got a string"));
+    EXPECT_THAT(found[0].message, HasSubstr("...")) << "shortened";
+    EXPECT_NO_THROW((void)nlohmann::json(found[0].message).dump()) << prefix;
+  }
+}
+
 // A hostile policy of long unknown names (syscalls, keys) is reported without a suggestion and
 // without computing an edit distance against every candidate for each one. A behavioural bound,
 // not a speed test: before, this document took about 20 s of CPU to check; a CPU second is far
