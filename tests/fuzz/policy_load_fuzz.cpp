@@ -26,8 +26,11 @@ constexpr std::string_view kMarker = "fuzz-marker-3c1e7a";
 std::string g_directory;
 
 void set_up_directory() {
-  char path[] = "/tmp/rlm-policy-fuzz.XXXXXX";
-  if (!::mkdtemp(path)) std::abort();
+  // Under $TMPDIR: tools/fuzz points it into its scratch directory, which it removes even when a
+  // finding ends the run before the atexit handler below.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/rlm-policy-fuzz.XXXXXX";
+  if (!::mkdtemp(path.data())) std::abort();
   g_directory = path;
   const auto write = [](const std::string& name, std::string_view text) {
     FILE* file = std::fopen((g_directory + "/" + name).c_str(), "w");
