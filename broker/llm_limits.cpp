@@ -117,7 +117,8 @@ class LimitState : public std::enable_shared_from_this<LimitState> {
     for (auto& done : batch.cancelled) done(broker::cancelled_answer());
     for (auto& [id, call] : batch.started) {
       try {
-        std::thread([self = shared_from_this(), id, call = std::move(call)]() mutable {
+        // id = id: clang before 16 cannot capture a structured binding by name (the fuzz build).
+        std::thread([self = shared_from_this(), id = id, call = std::move(call)]() mutable {
           self->call_inner(id, std::move(call));
         }).detach();
       } catch (const std::system_error& error) {

@@ -23,6 +23,10 @@ std::optional<std::string> closest_match(std::string_view word, const Candidates
   std::optional<std::string> best;
   std::size_t best_distance = allowed + 1;
   for (const auto& candidate : candidates) {
+    // The distance is at least the difference in length: skip what cannot be close, so a long
+    // hostile word costs a comparison of lengths, not a full table against every candidate.
+    const std::size_t length = std::string_view(candidate).size();
+    if ((length > word.size() ? length - word.size() : word.size() - length) > allowed) continue;
     const std::size_t distance = edit_distance(word, candidate);
     if (distance < best_distance) {
       best_distance = distance;

@@ -48,10 +48,24 @@ std::string describe(const json& value) {
   if (value.is_object()) return "an object";
   if (value.is_null()) return "null";
   auto shown = value.dump();
-  if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+  if (shown.size() > 40) {
+    // Cut before a whole character: half of one would make the message invalid UTF-8.
+    std::size_t cut = 37;
+    while (cut > 0 && (static_cast<unsigned char>(shown[cut]) & 0xC0) == 0x80) --cut;
+    shown = shown.substr(0, cut) + "...";
+  }
   if (value.is_boolean()) return "a boolean (" + shown + ")";
   if (value.is_string()) return "a string (" + shown + ")";
   return "a number (" + shown + ")";
+}
+
+std::string describe_type(const json& value) {
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  if (value.is_null()) return "null";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_string()) return "a string";
+  return "a number";
 }
 
 void JsonReader::error(std::string path, std::string message) {

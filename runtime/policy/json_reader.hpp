@@ -19,6 +19,9 @@ namespace rlm::policy {
 
 // "a string (\"yes\")", "an array", "null": how a wrong value is named in messages.
 std::string describe(const nlohmann::json& value);
+// "a string", "an array", "null": the kind of a value without any of its content, for values that
+// may come from a file the policy had no business quoting (the document root).
+std::string describe_type(const nlohmann::json& value);
 
 class JsonReader {
  public:

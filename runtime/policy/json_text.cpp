@@ -44,9 +44,49 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
   return {line, column};
 }
 
-// nlohmann's message without its exception id, position and parser-state prefix:
-// "unexpected '}'; expected string literal".
+// The names nlohmann gives tokens in "expected ..." (lexer::token_type_name): fixed text.
+constexpr std::string_view kTokenNames[] = {"<uninitialized>",
+                                            "true literal",
+                                            "false literal",
+                                            "null literal",
+                                            "string literal",
+                                            "number literal",
+                                            "'['",
+                                            "'{'",
+                                            "']'",
+                                            "'}'",
+                                            "':'",
+                                            "','",
+                                            "<parse error>",
+                                            "end of input",
+                                            "'[', '{', or a literal",
+                                            "unknown token"};
+
+// nlohmann quotes the bytes it read ("invalid literal; last read: 'root:x:0'", "number overflow
+// parsing '1e400'"). The file may be anything (a policy can name another file), so its bytes never
+// reach a message: the line and column say where, the reason says what.
+std::string without_content(std::string message) {
+  const std::string original = message;
+  if (auto quoted = message.find("; last read: '"); quoted != std::string::npos) {
+    message.erase(quoted);
+    // The bytes read may themselves look like "; expected ...", so only a fixed token name
+    // counts.
+    for (auto name : kTokenNames) {
+      const std::string expected = "; expected " + std::string(name);
+      if (original.ends_with(expected)) {
+        message += expected;
+        break;
+      }
+    }
+  }
+  if (auto quoted = message.find(" parsing '"); quoted != std::string::npos) message.erase(quoted);
+  return message;
+}
+
+// nlohmann's message without its exception id, position and parser-state prefix, and without
+// the bytes it read: "unexpected '}'; expected string literal".
 std::string readable_reason(std::string message) {
+  message = without_content(std::move(message));
   if (auto id_end = message.find("] ");
       message.starts_with("[json.exception.") && id_end != std::string::npos)
     message.erase(0, id_end + 2);

@@ -7,6 +7,7 @@
 #include "policy/did_you_mean.hpp"
 #include "policy/json_reader.hpp"
 #include "policy/json_text.hpp"
+#include "policy/kernel_interface.hpp"
 #include "policy/kernel_names.hpp"
 #include "policy/read_policy.hpp"
 #include "rlm_sandbox/policy.hpp"
@@ -29,7 +30,8 @@ constexpr std::string_view kLimitKeys[] = {
     "kill_grace_ms", "session_buffer_bytes", "cpus"};
 constexpr std::string_view kNamespaceKeys[] = {"user", "pid", "net",   "mount",
                                                "ipc",  "uts", "cgroup"};
-constexpr std::string_view kFilesystemKeys[] = {"mounts", "workdir"};
+constexpr std::string_view kFilesystemKeys[] = {"mounts", "workdir",
+                                                "allow_kernel_interface_binds"};
 constexpr std::string_view kMountKeys[] = {"source",   "target", "type",
                                            "readonly", "size",   "optional"};
 constexpr std::string_view kSeccompKeys[] = {"defaultAction", "syscalls"};
@@ -65,6 +67,9 @@ std::optional<std::string> misplaced_key(std::string_view key) {
   std::size_t best_distance = typo_allowance(key) + 1;
   for (const auto& section : kSections) {
     for (auto leaf : section.keys) {
+      const std::size_t gap =
+          leaf.size() > key.size() ? leaf.size() - key.size() : key.size() - leaf.size();
+      if (gap >= best_distance) continue;  // cannot be closer: the distance is at least the gap
       if (const auto distance = edit_distance(key, leaf); distance < best_distance) {
         best_distance = distance;
         best = std::string(section.name) + "." + std::string(leaf);
@@ -342,9 +347,29 @@ void check_mount_order(JsonReader& reader, const std::vector<Mount>& mounts,
   }
 }
 
+// A bind of /proc, /sys, /dev (or anything that is or holds a kernel interface) hands the sandbox
+// the host's kernel; a policy does that only when it says so in the field named for the danger.
+void check_kernel_interface_binds(JsonReader& reader, const std::vector<Mount>& mounts,
+                                  const std::string& path) {
+  std::optional<KernelInterfaces> interfaces;  // the mount table, read once and only if needed
+  for (std::size_t i = 0; i < mounts.size(); ++i) {
+    if (mounts[i].type != Mount::Type::bind || mounts[i].source.empty()) continue;
+    if (!interfaces) interfaces.emplace();
+    if (auto reason = interfaces->in(mounts[i].source))
+      reader.error(key_path(index_path(path, i), "source"),
+                   mounts[i].source + " " + *reason +
+                       ": binding it hands the sandbox the host's kernel interfaces; set "
+                       "filesystem.allow_kernel_interface_binds to true if that is intended");
+  }
+}
+
 void read_filesystem(JsonReader& reader, const json& value, const std::string& path,
                      Filesystem& filesystem) {
   if (!reader.object(value, path, kFilesystemKeys)) return;
+  read_member(
+      value, path, "allow_kernel_interface_binds",
+      [&](const json& v, const std::string& p) { return reader.boolean(v, p); },
+      filesystem.allow_kernel_interface_binds);
   if (const json* mounts = member(value, "mounts")) {
     const auto mounts_path = key_path(path, "mounts");
     if (reader.array(*mounts, mounts_path)) {
@@ -352,6 +377,8 @@ void read_filesystem(JsonReader& reader, const json& value, const std::string& p
       for (std::size_t i = 0; i < mounts->size(); ++i)
         filesystem.mounts.push_back(read_mount(reader, (*mounts)[i], index_path(mounts_path, i)));
       check_mount_order(reader, filesystem.mounts, mounts_path);
+      if (!filesystem.allow_kernel_interface_binds)
+        check_kernel_interface_binds(reader, filesystem.mounts, mounts_path);
     }
   }
   read_member(
@@ -590,7 +617,7 @@ Policy read_policy(const json& document, std::string name, std::vector<Diagnosti
   policy.name = std::move(name);
   JsonReader reader;
   if (!document.is_object()) {
-    diagnostics.push_back({"", "a policy must be a JSON object, got " + describe(document)});
+    diagnostics.push_back({"", "a policy must be a JSON object, got " + describe_type(document)});
     return policy;
   }
   reader.object(document, "", kTopKeys, misplaced_key);

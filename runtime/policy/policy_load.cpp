@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <set>
 
+#include "common/unique_fd.hpp"
+#include "policy/beneath.hpp"
 #include "policy/did_you_mean.hpp"
 #include "policy/json_reader.hpp"
 #include "policy/json_text.hpp"
@@ -30,14 +33,22 @@ constexpr std::size_t kMaxExtendsDepth = 16;
 // Policies are a few kilobytes; the cap keeps a mistaken path such as /dev/zero from hanging us.
 constexpr std::size_t kMaxPolicyFileBytes = 1 << 20;
 
+using SharedFd = std::shared_ptr<const common::UniqueFd>;
+
 // One policy document and where it came from.
 struct Source {
   std::string text;
   std::string origin;    // how messages name it: a shipped name or a file path
-  std::string identity;  // what "the same policy" means for cycles: "shipped:NAME" or a real path
-  // Where a relative "extends" path starts; none for a shipped policy, whose "extends" is always
-  // a name and must never pick up a file that happens to be in the current directory.
+  std::string identity;  // what "the same policy" means for cycles: "shipped:NAME" or a file's id
+  // The directory a relative "extends" path starts in, and which it may not leave, as messages
+  // name it; none for a shipped policy, whose "extends" is always a name and must never pick up a
+  // file that happens to be in the current directory.
   std::optional<std::string> base_dir;
+  // That directory, held open: "extends" paths are opened beneath it (never through "..", an
+  // absolute path or a symlink leading out), so a policy from a repository reads only files of
+  // its own directory. Empty when it could not be opened (base_dir_error says why).
+  SharedFd dir;
+  std::string base_dir_error;
 };
 
 // A Source, or why there is none.
@@ -46,37 +57,60 @@ struct Located {
   std::string error;
 };
 
-Located read_policy_file(const fs::path& path) {
-  const std::string shown = path.string();
-  const auto failure = [&](const std::string& reason) {
-    return Located{std::nullopt, "cannot read policy file '" + shown + "': " + reason};
-  };
-  const int fd = ::open(shown.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return failure(std::strerror(errno));
+std::string file_identity(int fd) {
+  struct stat info;
+  if (::fstat(fd, &info) != 0) return "";
+  return "file:" + std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+}
+
+// The whole of an open file, at most kMaxPolicyFileBytes; or why not.
+std::optional<std::string> read_all(int fd, std::string& error) {
   std::string text;
   char buffer[8192];
   for (;;) {
     const ssize_t count = ::read(fd, buffer, sizeof buffer);
     if (count < 0 && errno == EINTR) continue;
     if (count < 0) {
-      const int error = errno;
-      ::close(fd);
-      return failure(std::strerror(error));
+      error = std::strerror(errno);
+      return std::nullopt;
     }
-    if (count == 0) break;
+    if (count == 0) return text;
     text.append(buffer, static_cast<std::size_t>(count));
     if (text.size() > kMaxPolicyFileBytes) {
-      ::close(fd);
-      return failure("larger than 1M; a policy file is a few kilobytes");
+      error = "larger than 1M; a policy file is a few kilobytes";
+      return std::nullopt;
     }
   }
-  ::close(fd);
-  std::error_code ignored;
-  const fs::path real = fs::weakly_canonical(path, ignored);
+}
+
+// `directory` opened as the base of the extends it holds (directories named on the command line
+// or by $RLM_SANDBOX_POLICY_PATH are the caller's own choice, so they are opened as given).
+void open_base_dir(Source& source, const std::string& directory) {
+  source.base_dir = directory;
+  common::UniqueFd fd(::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    source.base_dir_error =
+        "cannot open the policy's directory '" + directory + "': " + std::strerror(errno);
+    return;
+  }
+  source.dir = std::make_shared<const common::UniqueFd>(std::move(fd));
+}
+
+// A file the caller named (on the command line, or found on $RLM_SANDBOX_POLICY_PATH).
+Located read_policy_file(const fs::path& path) {
+  const std::string shown = path.string();
+  const auto failure = [&](const std::string& reason) {
+    return Located{std::nullopt, "cannot read policy file '" + shown + "': " + reason};
+  };
+  common::UniqueFd fd(::open(shown.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return failure(std::strerror(errno));
+  std::string error;
+  auto text = read_all(fd.get(), error);
+  if (!text) return failure(error);
+  Source source{std::move(*text), shown, file_identity(fd.get()), std::nullopt, nullptr, ""};
   const fs::path parent = path.parent_path();
-  return {Source{std::move(text), shown, real.empty() ? shown : real.string(),
-                 parent.empty() ? "." : parent.string()},
-          ""};
+  open_base_dir(source, parent.empty() ? "." : parent.string());
+  return {std::move(source), ""};
 }
 
 std::vector<std::string> search_path_directories() {
@@ -108,10 +142,19 @@ fs::path relative_to(std::string_view reference, const std::optional<std::string
 }
 
 // "strict" is a name; "./strict.json", "policies/strict", "strict.json" and an existing file
-// called "strict" are paths.
-bool is_path_reference(std::string_view reference, const std::optional<std::string>& base_dir) {
-  return reference.find('/') != std::string_view::npos || reference.ends_with(".json") ||
-         (base_dir && is_existing_file(relative_to(reference, base_dir)));
+// called "strict" are paths. For the command line, "existing" is relative to the current
+// directory; for an "extends", it is an entry of the including policy's directory (a symlink
+// counts: it is a path, and refused if it leads out).
+bool is_path_reference(std::string_view reference, const Source* including) {
+  if (reference.find('/') != std::string_view::npos || reference.ends_with(".json") ||
+      reference == "." || reference == "..")
+    return true;
+  if (!including) return is_existing_file(fs::path(reference));
+  if (!including->dir) return false;
+  struct stat info;
+  return ::fstatat(including->dir->get(), std::string(reference).c_str(), &info,
+                   AT_SYMLINK_NOFOLLOW) == 0 &&
+         !S_ISDIR(info.st_mode);
 }
 
 std::string join(const std::vector<std::string>& items) {
@@ -138,13 +181,8 @@ std::string unknown_name_message(const std::string& name,
   return message;
 }
 
-// The policy `reference` names, looked up relative to `base_dir`.
-Located locate(std::string_view reference, const std::optional<std::string>& base_dir) {
-  if (reference.empty()) return {std::nullopt, "no policy given: expected a name or a file path"};
-  if (is_path_reference(reference, base_dir))
-    return read_policy_file(relative_to(reference, base_dir));
-
-  const std::string name(reference);
+// A policy name: $RLM_SANDBOX_POLICY_PATH first, then the shipped policies.
+Located locate_name(const std::string& name) {
   const auto directories = search_path_directories();
   for (const auto& directory : directories) {
     const fs::path candidate = fs::path(directory) / (name + ".json");
@@ -152,8 +190,96 @@ Located locate(std::string_view reference, const std::optional<std::string>& bas
   }
   for (const auto& shipped : policy::shipped_policies())
     if (shipped.name == name)
-      return {Source{std::string(shipped.text), name, "shipped:" + name, std::nullopt}, ""};
+      return {Source{std::string(shipped.text), name, "shipped:" + name, std::nullopt, nullptr, ""},
+              ""};
   return {std::nullopt, unknown_name_message(name, directories)};
+}
+
+// The policy the command line (or a program) names: a path as given, or a name.
+Located locate(std::string_view reference) {
+  if (reference.empty()) return {std::nullopt, "no policy given: expected a name or a file path"};
+  if (is_path_reference(reference, nullptr)) return read_policy_file(fs::path(reference));
+  return locate_name(std::string(reference));
+}
+
+// `reference` as a path inside `directory`, or nullopt when, as written, it is outside it: an
+// absolute path elsewhere, or ".." climbing above it. Symlinks are left to open_beneath.
+std::optional<fs::path> inside(std::string_view reference, const std::string& directory) {
+  fs::path path(reference);
+  if (path.is_absolute()) {
+    std::error_code error;
+    const fs::path base = fs::absolute(directory, error).lexically_normal();
+    if (error) return std::nullopt;
+    path = path.lexically_normal().lexically_relative(base);
+    if (path.empty()) return std::nullopt;
+  }
+  int depth = 0;
+  for (const auto& part : path) {
+    if (part == "..")
+      --depth;
+    else if (part != "." && !part.empty())
+      ++depth;
+    if (depth < 0) return std::nullopt;
+  }
+  if (depth == 0) return std::nullopt;  // the directory itself
+  return path;
+}
+
+// The file an "extends" path names, opened beneath the including policy's directory.
+Located locate_beneath(std::string_view reference, const Source& including) {
+  const std::string shown = relative_to(reference, including.base_dir).string();
+  const auto failure = [&](const std::string& reason) {
+    return Located{std::nullopt, "cannot read policy file '" + shown + "': " + reason};
+  };
+  if (!including.base_dir)
+    return {std::nullopt, "'" + std::string(reference) + "': a shipped policy extends only names"};
+  const auto outside = [&](std::string_view how) {
+    return Located{std::nullopt,
+                   "'" + std::string(reference) + "' " + std::string(how) +
+                       " outside the policy's directory (" + *including.base_dir +
+                       "); extends takes a shipped policy name or a path inside the directory "
+                       "of the policy that names it"};
+  };
+  const auto relative = inside(reference, *including.base_dir);
+  if (!relative) return outside("is");
+  if (!including.dir) return failure(including.base_dir_error);
+  common::UniqueFd fd = policy::open_beneath(including.dir->get(), relative->string(),
+                                             O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!fd) {
+    if (errno == EXDEV || errno == ELOOP) return outside("leads through a symbolic link");
+    if (errno == ENOSYS)
+      return failure("this kernel cannot open it safely (openat2 needs Linux 5.6 or later)");
+    return failure(std::strerror(errno));
+  }
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) return failure(std::strerror(errno));
+  // A FIFO would wait for a writer; a device could be anything.
+  if (!S_ISREG(info.st_mode)) return failure("not a regular file");
+  std::string error;
+  auto text = read_all(fd.get(), error);
+  if (!text) return failure(error);
+
+  Source source{std::move(*text), shown, file_identity(fd.get()), std::nullopt, nullptr, ""};
+  const fs::path parent = fs::path(shown).parent_path();
+  source.base_dir = parent.empty() ? "." : parent.string();
+  const fs::path relative_parent = relative->parent_path();
+  if (relative_parent.empty()) {
+    source.dir = including.dir;
+  } else if (auto dir = policy::open_beneath(including.dir->get(), relative_parent.string(),
+                                             O_PATH | O_DIRECTORY)) {
+    source.dir = std::make_shared<const common::UniqueFd>(std::move(dir));
+  } else {
+    source.base_dir_error =
+        "cannot open the policy's directory '" + *source.base_dir + "': " + std::strerror(errno);
+  }
+  return {std::move(source), ""};
+}
+
+// The base an "extends" names: a path inside the including policy's directory, or a name.
+Located locate_extends(std::string_view reference, const Source& including) {
+  if (reference.empty()) return {std::nullopt, "no policy given: expected a name or a file path"};
+  if (is_path_reference(reference, &including)) return locate_beneath(reference, including);
+  return locate_name(std::string(reference));
 }
 
 // Objects merge key by key, recursively; any other value in `overlay` replaces the base's.
@@ -187,7 +313,7 @@ Resolved resolve(const Source& source, std::vector<ChainLink>& chain, std::size_
   json document = std::move(*parsed.document);
   if (!document.is_object()) {
     result.diagnostics.push_back(
-        {"", "a policy must be a JSON object, got " + policy::describe(document)});
+        {"", "a policy must be a JSON object, got " + policy::describe_type(document)});
     return result;
   }
   result.document = std::move(document);
@@ -202,7 +328,10 @@ Resolved resolve(const Source& source, std::vector<ChainLink>& chain, std::size_
   };
   if (!reference.is_string())
     return fail("expected a policy name or file path, got " + policy::describe(reference));
-  auto base = locate(reference.get<std::string>(), source.base_dir);
+  // A NUL would cut the path the kernel sees short of the one checked here.
+  if (reference.get_ref<const std::string&>().find('\0') != std::string::npos)
+    return fail("must not contain a NUL character");
+  auto base = locate_extends(reference.get<std::string>(), source);
   if (!base.source) return fail(base.error);
   const auto repeated = std::find_if(chain.begin(), chain.end(), [&](const ChainLink& link) {
     return link.identity == base.source->identity;
@@ -241,7 +370,7 @@ Loaded load(const Source& source, std::string name) {
 }
 
 Loaded load_reference(std::string_view name_or_path) {
-  auto located = locate(name_or_path, std::string("."));
+  auto located = locate(name_or_path);
   if (!located.source) return {Policy{}, {{"", located.error}}};
   return load(*located.source, std::string(name_or_path));
 }
@@ -256,7 +385,9 @@ Policy load_policy(std::string_view name_or_path) {
 }
 
 Policy load_policy_text(std::string_view json_text, std::string origin, std::string base_dir) {
-  auto loaded = load(Source{std::string(json_text), origin, "", std::move(base_dir)}, origin);
+  Source source{std::string(json_text), origin, "", std::nullopt, nullptr, ""};
+  open_base_dir(source, base_dir);
+  auto loaded = load(source, origin);
   if (!loaded.diagnostics.empty())
     throw PolicyError(std::move(origin), std::move(loaded.diagnostics));
   return std::move(loaded.policy);

@@ -47,6 +47,7 @@ struct MountFlag {
   Mount::Type type;
   bool readonly;
   std::optional<std::uint64_t> size;
+  std::string shown;  // the flag as given, for messages: "--bind /srv/data:/data"
 };
 
 std::string absolute_target(const std::string& flag, const std::string& value,
@@ -68,7 +69,8 @@ MountFlag bind_flag(const std::string& flag, const std::string& value, bool read
   if (!std::filesystem::exists(absolute, ec))
     throw Error(flag + " " + value + ": " + absolute + " does not exist on this host");
   std::string target = colon == std::string::npos ? absolute : value.substr(colon + 1);
-  return {absolute, absolute_target(flag, value, target), Mount::Type::bind, readonly, {}};
+  return {absolute,          absolute_target(flag, value, target), Mount::Type::bind, readonly, {},
+          flag + " " + value};
 }
 
 // --tmpfs DST[:SIZE]
@@ -77,7 +79,12 @@ MountFlag tmpfs_flag(const std::string& value) {
   std::string target = value.substr(0, colon);
   std::optional<std::uint64_t> size;
   if (colon != std::string::npos) size = size_flag("--tmpfs " + value, value.substr(colon + 1));
-  return {"", absolute_target("--tmpfs", value, target), Mount::Type::tmpfs, false, size};
+  return {"",
+          absolute_target("--tmpfs", value, target),
+          Mount::Type::tmpfs,
+          false,
+          size,
+          "--tmpfs " + value};
 }
 
 // Flags that change the policy itself (mounts, workdir, image) are applied to a copy and the
@@ -85,6 +92,12 @@ MountFlag tmpfs_flag(const std::string& value) {
 Policy apply_policy_flags(Policy policy, const std::vector<MountFlag>& mounts,
                           const po::variables_map& values) {
   for (const auto& flag : mounts) {
+    // The policy's rule for kernel interfaces holds for flags too; said here, the message names
+    // the flag rather than a position in the merged mount list.
+    if (flag.type == Mount::Type::bind && !policy.filesystem.allow_kernel_interface_binds)
+      if (auto reason = kernel_interface_in(flag.source))
+        throw Error(flag.shown + ": " + flag.source + " " + *reason +
+                    "; the policy must set filesystem.allow_kernel_interface_binds to bind it");
     auto& list = policy.filesystem.mounts;
     list.erase(std::remove_if(list.begin(), list.end(),
                               [&](const Mount& m) { return m.target == flag.target; }),

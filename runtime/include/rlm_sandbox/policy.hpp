@@ -66,6 +66,9 @@ struct Filesystem {
   // Absolute path inside the sandbox; "" means the caller's current directory (local backend) or
   // the sandbox root (isolating backends).
   std::string workdir = "/tmp";
+  // Binds whose source is a kernel interface (/proc, /sys, /dev, a procfs or sysfs mounted
+  // elsewhere, or a directory holding one) are refused unless this is true.
+  bool allow_kernel_interface_binds = false;
 };
 
 enum class Network { none, host };
@@ -145,6 +148,12 @@ Policy policy_from_json(const nlohmann::json& document, std::string origin);
 // Every problem in a document after "extends" resolution; empty when valid. Used by
 // `rlm-sandbox policy check` (which must list them all, never stop at the first).
 std::vector<Diagnostic> check_policy(std::string_view name_or_path);
+
+// Why binding the host path `source` would hand a sandbox a kernel interface (it is in /proc,
+// /sys or /dev, as written or resolved; it is on, or holds below it, a procfs, sysfs, devtmpfs,
+// cgroupfs, nsfs, ...; it is "/"), or nullopt. Such binds need
+// filesystem.allow_kernel_interface_binds; the CLI's --bind uses this to say which flag is refused.
+std::optional<std::string> kernel_interface_in(std::string_view source);
 
 // Names of the policies shipped in policies/ (embedded in the library at build time), sorted.
 std::vector<std::string> shipped_policy_names();

@@ -1,0 +1,141 @@
+#include "policy/kernel_interface.hpp"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+
+#include "common/unique_fd.hpp"
+#include "rlm_sandbox/policy.hpp"
+
+namespace rlm::policy {
+namespace {
+
+// The host paths whose contents are the kernel's interfaces rather than files.
+constexpr std::string_view kKernelPaths[] = {"/proc", "/sys", "/dev"};
+
+// Filesystems that are interfaces to the kernel wherever they are mounted.
+constexpr std::string_view kKernelFilesystems[] = {
+    "proc",    "sysfs",       "devtmpfs", "devpts",   "debugfs",  "tracefs",    "securityfs",
+    "cgroup",  "cgroup2",     "bpf",      "configfs", "efivarfs", "pstore",     "selinuxfs",
+    "smackfs", "binfmt_misc", "fusectl",  "nsfs",     "mqueue",   "rpc_pipefs", "nfsd"};
+
+// A mount table is a few kilobytes; the cap bounds a pathological one.
+constexpr std::size_t kMaxMountinfoBytes = 4 << 20;
+
+bool is_at_or_below(std::string_view path, std::string_view directory) {
+  if (directory == "/") return true;
+  return path == directory || (path.starts_with(directory) && path.size() > directory.size() &&
+                               path[directory.size()] == '/');
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape(std::string_view field) {
+  const auto octal = [&](std::size_t at) { return field[at] >= '0' && field[at] <= '7'; };
+  std::string text;
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      text += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
+                                (field[i + 3] - '0'));
+      i += 3;
+      continue;
+    }
+    text += field[i];
+  }
+  return text;
+}
+
+std::string read_mountinfo() {
+  common::UniqueFd fd(::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC));
+  std::string text;
+  if (!fd) return text;
+  char buffer[8192];
+  for (;;) {
+    const ssize_t count = ::read(fd.get(), buffer, sizeof buffer);
+    if (count < 0 && errno == EINTR) continue;
+    if (count <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(count));
+    if (text.size() > kMaxMountinfoBytes) return {};
+  }
+  return text;
+}
+
+std::vector<std::string_view> split(std::string_view line, char separator) {
+  std::vector<std::string_view> fields;
+  for (;;) {
+    const std::size_t end = line.find(separator);
+    fields.push_back(line.substr(0, end));
+    if (end == std::string_view::npos) return fields;
+    line.remove_prefix(end + 1);
+  }
+}
+
+// `path` lexically normal, without a trailing '/'.
+std::string normal(std::string_view path) {
+  std::string text = std::filesystem::path(path).lexically_normal().string();
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  return text;
+}
+
+std::optional<std::string> by_path(const std::string& path) {
+  if (path == "/") return "holds the host's /proc, /sys and /dev";
+  for (auto kernel : kKernelPaths)
+    if (is_at_or_below(path, kernel)) return "is in the host's " + std::string(kernel);
+  return std::nullopt;
+}
+
+}  // namespace
+
+KernelInterfaces::KernelInterfaces() {
+  const std::string text = read_mountinfo();
+  for (auto line : split(text, '\n')) {
+    // ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER-OPTIONS
+    const auto fields = split(line, ' ');
+    const auto dash = std::find(fields.begin(), fields.end(), "-");
+    if (fields.size() < 5 || dash == fields.end() || dash + 1 == fields.end()) continue;
+    KernelMount mount{unescape(fields[4]), std::string(*(dash + 1))};
+    if (std::find(std::begin(kKernelFilesystems), std::end(kKernelFilesystems), mount.type) !=
+        std::end(kKernelFilesystems))
+      kernel_mounts_.push_back(mount);
+    all_mounts_.push_back(std::move(mount));
+  }
+}
+
+std::optional<std::string> KernelInterfaces::in(std::string_view source) const {
+  if (!source.starts_with('/')) return std::nullopt;
+  const std::string written = normal(source);
+  if (auto reason = by_path(written)) return reason;
+  // What the backend will bind: the source with every symlink resolved.
+  char buffer[PATH_MAX];
+  const std::string source_text(source);
+  if (!::realpath(source_text.c_str(), buffer)) return std::nullopt;
+  const std::string resolved = buffer;
+  if (auto reason = by_path(resolved)) return "resolves to " + resolved + ", which " + *reason;
+  // The filesystem it is on: the mount with the longest mount point above it, the last one
+  // listed when several share that point (it is on top).
+  const KernelMount* on = nullptr;
+  for (const auto& mount : all_mounts_)
+    if (is_at_or_below(resolved, mount.point) && (!on || mount.point.size() >= on->point.size()))
+      on = &mount;
+  const bool on_kernel =
+      on && std::find(std::begin(kKernelFilesystems), std::end(kKernelFilesystems), on->type) !=
+                std::end(kKernelFilesystems);
+  if (on_kernel) return "is on a " + on->type + " filesystem (mounted at " + on->point + ")";
+  for (const auto& mount : kernel_mounts_)
+    if (mount.point != resolved && is_at_or_below(mount.point, resolved))
+      return "holds a " + mount.type + " filesystem (mounted at " + mount.point + ")";
+  return std::nullopt;
+}
+
+}  // namespace rlm::policy
+
+namespace rlm {
+
+std::optional<std::string> kernel_interface_in(std::string_view source) {
+  return policy::KernelInterfaces().in(source);
+}
+
+}  // namespace rlm
