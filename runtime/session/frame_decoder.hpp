@@ -21,6 +21,7 @@ namespace rlm::session {
 // frame is refused: no message of the protocol nests more than 3 levels; a `final` value gets the
 // rest.
 inline constexpr std::size_t kMaxFrameDepth = 64;
+inline constexpr std::size_t kMaxFrameValues = 100000;
 
 class FrameDecoder {
  public:
