@@ -17,6 +17,11 @@ constexpr std::size_t kChunk = 64 * 1024;
 // as many syscalls as it sends messages, but never holds the caller in one call.
 constexpr int kMaxReads = 256;
 constexpr int kMaxIovecs = 16;
+// Fds kept for frames received and not taken yet. One receive() call may read a hundred frames
+// before the caller takes any; the protocol never has more than two fork frames waiting on one
+// channel (a superseded one and its replacement), so an fd beyond these is closed on arrival (and
+// its frame carries none).
+constexpr std::size_t kMaxHeldFds = 4;
 
 }  // namespace
 
@@ -118,7 +123,7 @@ bool Channel::receive(std::size_t limit) {
       // Kept only as the one fd of a frame that it arrived on the first byte of; any fd on a
       // later byte of that frame makes the frame carry none.
       const bool exact = fds.size() == 1 && !(message.msg_flags & MSG_CTRUNC);
-      if (at_start && exact) {
+      if (at_start && exact && frame_fds_.size() < kMaxHeldFds) {
         frame_fds_.emplace_back(frame, std::move(fds.front()));
       } else if (!frame_fds_.empty() && frame_fds_.back().first == frame) {
         frame_fds_.pop_back();

@@ -19,12 +19,14 @@ using nlohmann::json;
 constexpr std::size_t kLargeFrame = 1u << 20;
 
 // Builds the DOM from nlohmann's SAX events (its parser keeps its own state on a heap stack, never
-// recursing), counting the depth as it goes: the parse stops at the first object or array past the
-// bound, so nothing deeper is ever built. Strings are moved out of the lexer, not copied: a frame
+// recursing), counting the depth and the values as it goes: the parse stops at the first object or
+// array past the depth bound, or the first value past the count, so nothing deeper or larger is
+// ever built. Strings are moved out of the lexer, not copied: a frame
 // holding one large prompt costs the frame and the prompt, not a third copy.
 class BoundedDomBuilder {
  public:
-  BoundedDomBuilder(json& root, std::size_t max_depth) : root_(root), max_(max_depth) {}
+  BoundedDomBuilder(json& root, std::size_t max_depth, std::size_t max_values)
+      : root_(root), max_(max_depth), max_values_(max_values) {}
 
   bool null() { return place(json(nullptr)); }
   bool boolean(bool value) { return place(json(value)); }
@@ -55,12 +57,17 @@ class BoundedDomBuilder {
   }
 
   bool too_deep() const { return too_deep_; }
+  bool too_many() const { return too_many_; }
   bool invalid() const { return invalid_; }
 
  private:
   // Puts `value` where the next value goes; its address (stable until its container grows,
   // which happens only after it is closed) in `last_`.
   bool place(json&& value) {
+    if (++values_ > max_values_) {
+      too_many_ = true;
+      return false;
+    }
     if (stack_.empty()) {
       root_ = std::move(value);
       last_ = &root_;
@@ -79,17 +86,19 @@ class BoundedDomBuilder {
       too_deep_ = true;
       return false;
     }
-    place(std::move(container));
+    if (!place(std::move(container))) return false;
     stack_.push_back(last_);
     return true;
   }
 
   json& root_;
   std::size_t max_;
+  std::size_t max_values_;
+  std::size_t values_ = 0;
   std::vector<json*> stack_;  // the open objects and arrays, outermost first
   json* slot_ = nullptr;      // the member the last key named
   json* last_ = nullptr;
-  bool too_deep_ = false, invalid_ = false;
+  bool too_deep_ = false, too_many_ = false, invalid_ = false;
 };
 
 std::uint32_t header_length(const std::string& frame) {
@@ -149,13 +158,16 @@ std::optional<json> FrameDecoder::next() {
   return frame;
 }
 
-json parse_frame_body(std::string_view body, std::size_t max_depth) {
+json parse_frame_body(std::string_view body, std::size_t max_depth, std::size_t max_values) {
   json frame;
-  BoundedDomBuilder parser(frame, max_depth);
+  BoundedDomBuilder parser(frame, max_depth, max_values);
   json::sax_parse(body.begin(), body.end(), &parser);
   if (parser.too_deep())
     throw Error("the sandbox sent a frame of " + format_size(body.size()) + " nested deeper than " +
                 std::to_string(max_depth) + " levels");
+  if (parser.too_many())
+    throw Error("the sandbox sent a frame of " + format_size(body.size()) + " holding more than " +
+                std::to_string(max_values) + " JSON values");
   if (parser.invalid())
     throw Error("the sandbox sent a frame of " + format_size(body.size()) +
                 " that is not valid JSON");

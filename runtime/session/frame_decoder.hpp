@@ -21,6 +21,12 @@ namespace rlm::session {
 // frame is refused: no message of the protocol nests more than 3 levels; a `final` value gets the
 // rest.
 inline constexpr std::size_t kMaxFrameDepth = 64;
+// More values than this (every scalar, object and array counted, the frame's own object too) and a
+// frame is refused: a parsed value costs the host up to ~100 bytes however few bytes it took in
+// the frame (`{}`), so a frame of millions of tiny values would cost gigabytes. The protocol's
+// largest message, a batch of 10,000 prompts, holds some 10,000; a `final` value with more is sent
+// as its repr() by the worker (MAX_FINAL_VALUES).
+inline constexpr std::size_t kMaxFrameValues = 100'000;
 
 class FrameDecoder {
  public:
@@ -43,7 +49,8 @@ class FrameDecoder {
   std::uint64_t frames_taken() const { return taken_; }
 
   // The next complete frame, if one has arrived. Throws Error for a frame over the cap, one that
-  // is not a JSON object, or one nested deeper than kMaxFrameDepth: the caller ends the session.
+  // is not a JSON object, one nested deeper than kMaxFrameDepth or one holding more than
+  // kMaxFrameValues values: the caller ends the session.
   std::optional<nlohmann::json> next();
 
   // Bytes held: complete frames not yet taken and the partial one.
@@ -59,9 +66,11 @@ class FrameDecoder {
   std::uint64_t taken_ = 0;
 };
 
-// Parses one frame body: a JSON object nested at most `max_depth` deep, without recursion.
-// Throws Error saying what was wrong (never quoting the body).
-nlohmann::json parse_frame_body(std::string_view body, std::size_t max_depth = kMaxFrameDepth);
+// Parses one frame body: a JSON object nested at most `max_depth` deep and holding at most
+// `max_values` values, without recursion. Throws Error saying what was wrong (never quoting the
+// body).
+nlohmann::json parse_frame_body(std::string_view body, std::size_t max_depth = kMaxFrameDepth,
+                                std::size_t max_values = kMaxFrameValues);
 
 // A frame in words for an error message: its type when that is a short printable string, and its
 // number of fields. Never the frame's content, never recursive.

@@ -589,6 +589,18 @@ class CellTest(WorkerTestCase):
         huge = self.run_ok(worker, 'v = 0\nfor _ in range(100000): v = [v]\nFINAL(v)')['final']
         self.assertEqual(huge['value'], '<a list nested too deep to show>')
 
+    def test_a_final_value_with_more_values_than_the_host_takes_is_sent_as_its_repr(self):
+        # The host refuses a frame of more than 100,000 JSON values; the result's own fields
+        # take a few of them.
+        worker = self.start()
+        fits = self.run_ok(worker, 'FINAL(list(range(99899)))')['final']
+        self.assertIsInstance(fits['value'], list)  # with the list itself: 99,900 values
+        over = self.run_ok(worker, 'FINAL(list(range(99900)))')['final']
+        self.assertIsInstance(over['value'], str)
+        self.assertTrue(over['value'].startswith('[0, 1, 2, '))
+        empty = self.run_ok(worker, 'FINAL([{}] * 200000)')['final']
+        self.assertIsInstance(empty['value'], str)
+
     def test_show_vars_lists_only_user_variables(self):
         worker = self.start()
         result = self.run_ok(worker, (

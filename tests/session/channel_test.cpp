@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -86,6 +87,25 @@ TEST(FrameDecoder, NestingIsBoundedAt64Levels) {
   EXPECT_LT(error.size(), 200u);
   // Brackets inside strings are text.
   EXPECT_EQ(error_of("{\"type\": \"" + std::string(1000, '[') + "\"}"), "");
+}
+
+// A frame's parsed value costs the host up to ~100 bytes per value however few bytes the value
+// took (`{}`): the count is bounded while parsing, like the depth.
+TEST(FrameDecoder, ValuesAreBoundedAt100000) {
+  const auto holding = [](std::size_t values, const std::string& each) {
+    std::string body = "{\"type\": \"x\", \"v\": [";  // the object, "x" and the array: 3
+    for (std::size_t i = 3; i < values; ++i) body += (i > 3 ? "," : "") + each;
+    return body + "]}";
+  };
+  for (const std::string each : {"{}", "[]", "0", "\"\"", "null"}) {
+    EXPECT_EQ(error_of(holding(kMaxFrameValues, each), 16 << 20), "") << each;
+    const auto error = error_of(holding(kMaxFrameValues + 1, each), 16 << 20);
+    EXPECT_NE(error.find("more than 100000 JSON values"), std::string::npos) << each << error;
+  }
+  // Five million empty objects in a 15 MiB frame: refused at the 100,001st.
+  std::string body = "{\"type\": \"x\", \"v\": [{}";
+  for (int i = 1; i < 5'000'000; ++i) body += ",{}";
+  EXPECT_NE(error_of(body + "]}", 16 << 20).find("JSON values"), std::string::npos);
 }
 
 TEST(FrameDecoder, ErrorsSayWhatWasWrongWithoutQuotingIt) {
@@ -200,6 +220,32 @@ TEST_F(ChannelTest, FdsAnywhereElseAreClosedOnArrival) {
   }
   ASSERT_TRUE(receive_frame());
   EXPECT_FALSE(host_.take_fd()) << "only a frame's first byte may carry its fd, alone";
+  EXPECT_EQ(rlm::test::open_fd_count(), fds_before);
+}
+
+// One fd, alone, on the first byte of each of many frames that all arrive before any is taken:
+// the host holds only a few of them (a fork frame's fd waits at most behind a superseded one), and
+// closes the rest on arrival.
+TEST_F(ChannelTest, FdsOnTheFirstByteOfManyFramesAreNotAllHeld) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  const auto fds_before = rlm::test::open_fd_count();
+  const std::string frame = framed(R"({"type": "llm_query", "id": 3, "prompt": "p"})");
+  for (int i = 0; i < 64; ++i) {
+    send_with_fds(frame.substr(0, 4), {read_end.get()});
+    send_with_fds(frame.substr(4), {});
+  }
+  std::size_t most = 0;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(host_.receive());
+    most = std::max(most, rlm::test::open_fd_count() - fds_before);
+  }
+  EXPECT_LE(most, 4u) << "fds held for frames not taken yet";
+  int frames = 0;
+  while (host_.next_frame()) ++frames;
+  EXPECT_EQ(frames, 64);
+  (void)host_.take_fd();  // the last frame's, if it kept one
   EXPECT_EQ(rlm::test::open_fd_count(), fds_before);
 }
 

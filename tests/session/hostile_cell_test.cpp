@@ -37,7 +37,8 @@ std::string dump(const CellResult& cell) {
   for (const char* key : {"stdout", "stderr", "error"})
     if (shown[key].is_string() && shown[key].get<std::string>().size() > 2000)
       shown[key] = shown[key].get<std::string>().substr(0, 2000) + "...";
-  return shown.dump();
+  auto text = shown.dump();
+  return text.size() > 6000 ? text.substr(0, 6000) + "..." : text;
 }
 
 // Cell code: the channel's socket as the worker holds it, raw frames onto it, and the id of the
@@ -348,6 +349,32 @@ TEST_P(HostileCell, FdsOnAnyFrameButForkAreClosedAtOnce) {
   EXPECT_EQ(next.stdout_data, "kept\n");
 }
 
+// Line 4: one fd, alone, on the first byte of each of 2,000 frames. The host reads many frames
+// before it takes them; it must not hold an fd for each (it held 128 at once).
+TEST_P(HostileCell, OneFdOnTheFirstByteOfEveryFrameIsNotHeld) {
+  auto session = open(make_llm_handler("echo"));
+  auto cell = attack(*session,
+                     "import array\n"
+                     "mine, theirs = socket.socketpair()\n"
+                     "fds = array.array('i', [theirs.fileno()])\n"
+                     "for i in range(2000):\n"
+                     "    body = json.dumps({'type': 'llm_query', 'id': 10**6 + i, 'prompt': 'p',"
+                     " 'model': None}).encode()\n"
+                     "    while True:\n"
+                     "        try:\n"
+                     "            _sock.sendmsg([len(body).to_bytes(4, 'big')], "
+                     "[(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])\n"
+                     "            break\n"
+                     "        except OSError as e:\n"
+                     "            if e.errno != errno.ETOOMANYREFS: raise\n"
+                     "            time.sleep(0.001)\n"
+                     "    _sock.sendall(body)\n"
+                     "time.sleep(100)",
+                     3000ms);
+  EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
+  EXPECT_EQ(session->execute("print('after')").stdout_data, "after\n");
+}
+
 // Line 4: a fork frame (here forged by the cell, after a forged result) must carry a unix stream
 // socket; a pipe ends the session instead of becoming a channel.
 TEST_P(HostileCell, AForkFrameFdMustBeAUnixStreamSocket) {
@@ -395,6 +422,40 @@ TEST_P(HostileCell, CpuUsedWhileWaitingForTheLmCounts) {
   auto waits = session->execute("print(llm_query('slow'))", 1000ms);
   EXPECT_EQ(waits.status, CellStatus::ok) << dump(waits);
   EXPECT_EQ(waits.stdout_data, "slow answer\n");
+}
+
+// Line 2, the parsed frame (last: the 15 MiB frames leave the heap of this process larger, and
+// the flood tests above measure its growth): a frame within the size cap whose JSON holds millions
+// of tiny values
+// (`{}`, `[]`, `""`, `0`) costs the host far more as a parsed value than as bytes (a 15 MiB frame
+// of empty objects parsed to over 1 GiB). The host refuses a frame with more values than it takes,
+// in a `final` value or any other field, and stays within its bound; the worker sends a legitimate
+// FINAL with that many values as its repr().
+TEST_P(HostileCell, AFrameOfManyTinyValuesCannotBloatTheHost) {
+  const std::vector<std::string> attacks = {
+      "raw(b'{\"type\": \"cell_result\", \"id\": %d, \"status\": \"ok\", \"stdout\": \"\", "
+      "\"stderr\": \"\", \"final\": {\"value\": [' % cell_id() + b'{},' * 4_999_999 + b'{}' + "
+      "b']}}')\ntime.sleep(100)",
+      "raw(b'{\"type\": \"llm_query\", \"id\": 5, \"prompt\": \"p\", \"model\": null, \"x\": [' + "
+      "b'[],' * 4_999_999 + b'[]]}')\ntime.sleep(100)",
+  };
+  for (const auto& code : attacks) {
+    auto session = open(make_llm_handler("echo"));
+    auto cell = attack(*session, code, 5000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << dump(cell);
+    EXPECT_NE(cell.error.find("values"), std::string::npos) << cell.error;
+    EXPECT_LT(cell.error.size(), 300u) << cell.error.substr(0, 300);
+    EXPECT_FALSE(cell.final.has_value());
+  }
+  auto session = open();
+  auto many = session->execute("FINAL(list(range(300_000)))", 5000ms);
+  EXPECT_EQ(many.status, CellStatus::ok) << dump(many);
+  ASSERT_TRUE(many.final.has_value());
+  ASSERT_TRUE(many.final->is_string()) << "a FINAL with more values than the host takes";
+  EXPECT_EQ(many.final->get<std::string>().substr(0, 10), "[0, 1, 2, ");
+  auto few = session->execute("FINAL(list(range(1000)))", 5000ms);
+  ASSERT_TRUE(few.final.has_value());
+  EXPECT_TRUE(few.final->is_array());
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, HostileCell, ::testing::Values("python-repl", "strict"),

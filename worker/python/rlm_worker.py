@@ -50,6 +50,9 @@ HEADER = struct.Struct('>I')
 # The host refuses a frame nested deeper than 64 levels; a cell_result holds `final` two levels
 # down (docs/control-channel.md).
 MAX_FINAL_DEPTH = 62
+# The host refuses a frame holding more than 100,000 JSON values (each costs it up to ~100 bytes
+# however small); a cell_result's own fields take a few of them.
+MAX_FINAL_VALUES = 99900
 MAX_BATCH = 10000  # prompts per llm_query_batched: the host ends the session beyond it
 
 # Set once at start-up and inherited by every fork.
@@ -909,18 +912,20 @@ def llm_query_batched(prompts, model=None):
     return results
 
 
-def json_depth(value) -> int:
-    """How deep lists and dicts nest in a JSON value (a scalar is 0), without recursion."""
-    depth, stack = 0, [(value, 1)]
+def json_shape(value):
+    """(depth, values) of a JSON value: how deep lists and dicts nest (a scalar is 0), and how
+    many values it holds (every scalar, list and dict), without recursion."""
+    depth, values, stack = 0, 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
+        values += 1
         if isinstance(item, dict):
             item = item.values()
         elif not isinstance(item, list):
             continue
         depth = max(depth, level)
         stack.extend((child, level + 1) for child in item)
-    return depth
+    return depth, values
 
 
 def safe_repr(value) -> str:
@@ -932,12 +937,14 @@ def safe_repr(value) -> str:
 
 def final_value(value) -> dict:
     """A copy taken now: the cell may change the object before the result is sent. A value that
-    is not JSON, or nests deeper than the host takes, is sent as its repr()."""
+    is not JSON, or nests deeper or holds more values than the host takes, is sent as its
+    repr()."""
     try:
         copy = json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
         return {'value': safe_repr(value)}
-    if json_depth(copy) > MAX_FINAL_DEPTH:
+    depth, values = json_shape(copy)
+    if depth > MAX_FINAL_DEPTH or values > MAX_FINAL_VALUES:
         return {'value': safe_repr(value)}
     return {'value': copy}
 
