@@ -68,7 +68,7 @@ TEST(ShippedPolicies, ToJsonIsExplicitAndCanonical) {
   EXPECT_EQ(document["limits"]["memory_bytes"], 256u << 20);
   EXPECT_EQ(document["limits"]["wall_time_ms"], 10'000);
   EXPECT_EQ(document["limits"]["kill_grace_ms"], 200);
-  EXPECT_EQ(document["limits"]["session_buffer_bytes"], 32u << 20);
+  EXPECT_EQ(document["limits"]["session_buffer_bytes"], 24u << 20);
   EXPECT_EQ(document["network"], "none");
   EXPECT_EQ(document["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
   EXPECT_TRUE(document["seccomp"]["syscalls"].is_array());

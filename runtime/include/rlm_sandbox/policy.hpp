@@ -35,7 +35,7 @@ struct Limits {
   // A session's host-side bytes in flight (frames read and not yet handled, prompts at the LM
   // handler, answers and replies not yet written): beyond it the host stops reading from the
   // sandbox. docs/control-channel.md.
-  std::uint64_t session_buffer_bytes = 32ull << 20;
+  std::uint64_t session_buffer_bytes = 24ull << 20;
   // After the wall timeout (or an output overflow) the payload gets SIGTERM, then SIGKILL once
   // this grace has passed.
   std::chrono::milliseconds kill_grace{200};
