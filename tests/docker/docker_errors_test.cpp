@@ -159,20 +159,26 @@ TEST(DockerErrors, HealthReportsTheDaemonAndWhatItEnforces) {
 TEST(DockerErrors, ContainersOfACrashedRuntimeAreCollectedAndNoOthers) {
   REQUIRE_DOCKER();
   const auto api = test_api();
-  // A runtime that is gone: a child that made its id, then exited.
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
+  // A runtime that crashed: a child that made its id and outlives the start of its container, then
+  // exits. Until then the container is not stale, so no other test process's collector (each
+  // process's first docker run collects) can remove it before it has started.
+  int id_pipe[2], exit_pipe[2];
+  ASSERT_EQ(pipe(id_pipe), 0);
+  ASSERT_EQ(pipe(exit_pipe), 0);
   const pid_t child = fork();
   if (child == 0) {
+    close(exit_pipe[1]);
     const std::string id = docker::new_owned_id();
-    (void)!write(pipe_fds[1], id.data(), id.size());
+    (void)!write(id_pipe[1], id.data(), id.size());
+    char go;
+    (void)!read(exit_pipe[0], &go, 1);
     _exit(0);
   }
-  close(pipe_fds[1]);
+  close(id_pipe[1]);
+  close(exit_pipe[0]);
   char buffer[128];
-  const ssize_t length = read(pipe_fds[0], buffer, sizeof buffer);
-  close(pipe_fds[0]);
-  waitpid(child, nullptr, 0);
+  const ssize_t length = read(id_pipe[0], buffer, sizeof buffer);
+  close(id_pipe[0]);
   ASSERT_GT(length, 0);
   const std::string dead_owner(buffer, static_cast<size_t>(length));
 
@@ -186,6 +192,8 @@ TEST(DockerErrors, ContainersOfACrashedRuntimeAreCollectedAndNoOthers) {
   };
   const auto orphan = make(dead_owner);
   docker::start_container(api, orphan);
+  close(exit_pipe[1]);  // now the owner dies
+  waitpid(child, nullptr, 0);
   const auto ours = make(docker::new_owned_id());
 
   docker::collect_stale_containers(api);
