@@ -1,5 +1,7 @@
 #include "process_tree.hpp"
 
+#include "proc_stat.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -24,25 +26,13 @@ int send_via_pidfd(int pidfd, int signal) {
   return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0));
 }
 
-// Parses "pid (comm) state ppid ..." from /proc/<pid>/stat. comm may itself contain ") ", so the
-// fields are found after the last ')'.
 bool read_entry(pid_t pid, ProcessEntry& entry) {
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buffer[1024];
-  const ssize_t length = read(fd, buffer, sizeof buffer - 1);
-  close(fd);
-  if (length <= 0) return false;
-  buffer[length] = '\0';
-  const char* close_paren = std::strrchr(buffer, ')');
-  if (!close_paren || close_paren[1] != ' ' || close_paren[2] == '\0') return false;
+  ProcStat stat;
+  if (!read_proc_stat(pid, stat)) return false;
   entry.pid = pid;
-  entry.state = close_paren[2];
-  char* end = nullptr;
-  entry.parent = static_cast<pid_t>(std::strtol(close_paren + 3, &end, 10));
-  return end != close_paren + 3;
+  entry.parent = stat.parent;
+  entry.state = stat.state;
+  return true;
 }
 
 std::vector<ProcessEntry> list_processes() {

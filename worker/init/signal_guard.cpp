@@ -1,5 +1,7 @@
 #include "signal_guard.hpp"
 
+#include "proc_stat.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -53,43 +55,6 @@ class Pidfd {
   int fd_;
 };
 
-struct Stat {
-  char state = '?';
-  pid_t pgrp = 0;
-  pid_t session = 0;
-  unsigned long long start = 0;
-};
-
-// Reads /proc/<pid>/stat: "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
-// majflt cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime ...".
-// comm may hold ") ", so the fields are taken after the last ')'.
-bool read_stat(pid_t pid, Stat& stat) {
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buffer[1024];
-  const ssize_t length = read(fd, buffer, sizeof buffer - 1);
-  close(fd);
-  if (length <= 0) return false;
-  buffer[length] = '\0';
-  const char* cursor = std::strrchr(buffer, ')');
-  if (!cursor || cursor[1] != ' ' || cursor[2] == '\0') return false;
-  stat.state = cursor[2];
-  cursor += 3;
-  unsigned long long fields[18] = {};  // ppid .. starttime
-  for (auto& field : fields) {
-    char* end = nullptr;
-    field = std::strtoull(cursor, &end, 10);
-    if (end == cursor) return false;
-    cursor = end;
-  }
-  stat.pgrp = static_cast<pid_t>(fields[1]);
-  stat.session = static_cast<pid_t>(fields[2]);
-  stat.start = fields[17];
-  return true;
-}
-
 // The thread group of a thread id; 0 when there is no such thread, -1 when it cannot be read.
 pid_t thread_group_of(pid_t tid) {
   char path[32];
@@ -119,8 +84,8 @@ Found age_of(pid_t tgid, bool pidfs, Age& age) {
     age = {static_cast<unsigned long long>(info.st_ino), 0};
     return Found::yes;
   }
-  Stat stat;
-  const bool read = read_stat(tgid, stat);
+  ProcStat stat;
+  const bool read = read_proc_stat(tgid, stat);
   // Still alive after the read: the line was the pinned process's, not a recycled pid's.
   if (!pidfd.alive()) return Found::gone;
   if (!read) return Found::unknown;
@@ -166,8 +131,8 @@ class Decision {
       char* end = nullptr;
       const long pid = std::strtol(item->d_name, &end, 10);
       if (pid <= 0 || *end != '\0') continue;
-      Stat stat;
-      if (!read_stat(static_cast<pid_t>(pid), stat) || stat.state == 'Z' || stat.state == 'X')
+      ProcStat stat;
+      if (!read_proc_stat(static_cast<pid_t>(pid), stat) || stat.state == 'Z' || stat.state == 'X')
         continue;  // gone, or dead already
       const bool member = scope == Scope::group     ? stat.pgrp == id
                           : scope == Scope::session ? stat.session == id
@@ -218,8 +183,8 @@ bool SignalGuard::allows(const NotifyListener::Caught& call) const {
   Caller caller;
   caller.tgid = thread_group_of(call.pid);
   if (caller.tgid <= 0) return false;
-  Stat stat;
-  if (!read_stat(caller.tgid, stat) || age_of(caller.tgid, pidfs_, caller.age) != Found::yes)
+  ProcStat stat;
+  if (!read_proc_stat(caller.tgid, stat) || age_of(caller.tgid, pidfs_, caller.age) != Found::yes)
     return false;
   caller.session = stat.session;
   const Decision decision(caller, pidfs_);
