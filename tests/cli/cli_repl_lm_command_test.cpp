@@ -1,12 +1,11 @@
 // The `command:` LM handler's processes die with the repl that started them (issue 11, line 8):
 // whether the repl ends normally or is SIGKILLed mid-call, no process of the command is left,
 // children and grandchildren included, even one that left the command's process group.
-#include <dirent.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +16,7 @@
 
 #include "cli_test_util.hpp"
 #include "repl_driver.hpp"
+#include "support/host_probes.hpp"
 
 namespace rlm::test {
 namespace {
@@ -36,33 +36,14 @@ std::string random_token() {
   return token;
 }
 
-// A process's command line; "" once it is gone (reading fails with ESRCH then).
-std::string read_cmdline(const char* pid) {
-  const int fd = open(("/proc/" + std::string(pid) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  std::string cmdline;
-  char buffer[4096];
-  ssize_t got;
-  while ((got = read(fd, buffer, sizeof buffer)) > 0)
-    cmdline.append(buffer, static_cast<std::size_t>(got));
-  close(fd);
-  return cmdline;
-}
-
-// Pids of the processes whose command line holds `token` (and, when given, `also`).
+// Pids of other processes whose command line holds `token` (and, when given, `also`).
 std::vector<pid_t> processes_with(const std::string& token, const std::string& also = "") {
   std::vector<pid_t> found;
-  DIR* proc = opendir("/proc");
-  if (!proc) return found;
-  while (const dirent* entry = readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
-    if (pid <= 0 || pid == getpid()) continue;
-    const std::string cmdline = read_cmdline(entry->d_name);
-    if (cmdline.find(token) != std::string::npos &&
-        (also.empty() || cmdline.find(also) != std::string::npos))
+  const auto with_also = also.empty() ? std::vector<pid_t>{} : processes_with_cmdline(also);
+  for (const pid_t pid : processes_with_cmdline(token))
+    if (pid != getpid() &&
+        (also.empty() || std::find(with_also.begin(), with_also.end(), pid) != with_also.end()))
       found.push_back(pid);
-  }
-  closedir(proc);
   return found;
 }
 
