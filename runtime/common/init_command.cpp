@@ -1,6 +1,6 @@
 #include "common/init_command.hpp"
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::common {
 

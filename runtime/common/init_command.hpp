@@ -12,7 +12,7 @@ struct InitSettings {
   std::vector<std::string> rlimits;  // "cpu=2:3", "as=268435456", ...
   std::string workdir;               // "" keeps the launcher's current directory
   int seccomp_fd = -1;               // a memfd with the BPF program the payload installs
-  int seccomp_notify_fd = -1;        // its notify-mode variant (init_protocol.hpp)
+  int seccomp_notify_fd = -1;        // its notify-mode variant (rlm_init/protocol.hpp)
   bool pid1 = false;                 // init runs as PID 1 of a PID namespace
   bool guard_signals = false;        // --guard-signals (needs seccomp_fd)
   std::vector<std::string> payload_argv;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::common {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::common {
 namespace {

@@ -1,4 +1,4 @@
-// Reading rlm-sandbox-init's one-line report (format: common/init_protocol.hpp).
+// Reading rlm-sandbox-init's one-line report (format: rlm_init/protocol.hpp).
 #pragma once
 
 #include <chrono>

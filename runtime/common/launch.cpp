@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <system_error>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 
 namespace rlm::common {

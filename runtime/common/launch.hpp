@@ -26,7 +26,7 @@ struct InitProcess {
   UniqueFd stdin_pipe;   // write end of the payload's stdin
   UniqueFd stdout_pipe;  // read ends of its stdout and stderr
   UniqueFd stderr_pipe;
-  UniqueFd report_pipe;  // read end of init's report (init_protocol.hpp)
+  UniqueFd report_pipe;  // read end of init's report (rlm_init/protocol.hpp)
 };
 
 class InitLaunch {

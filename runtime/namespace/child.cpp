@@ -12,7 +12,7 @@
 #include <cerrno>
 
 #include "common/fd_inherit.hpp"
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::ns {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "common/init_command.hpp"
 #include "common/init_locator.hpp"
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
 #include "common/run_start.hpp"

@@ -3,7 +3,7 @@
 // setsid() daemon -- is reparented to it and can be found, killed and reaped; forwards signals;
 // and reports how the payload ended on a pipe. The runtime cannot do this itself without setting
 // PR_SET_CHILD_SUBREAPER on the embedding host process, which would change the host's semantics.
-// Contract: runtime/common/init_protocol.hpp.
+// Contract: runtime/rlm_init/protocol.hpp.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 #include "guard_program.hpp"
 #include "options.hpp"
 #include "payload.hpp"

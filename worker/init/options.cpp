@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::init {
 namespace {

@@ -1,4 +1,4 @@
-// rlm-sandbox-init's command line (see runtime/common/init_protocol.hpp for the contract).
+// rlm-sandbox-init's command line (see runtime/rlm_init/protocol.hpp for the contract).
 #pragma once
 
 #include <sys/resource.h>

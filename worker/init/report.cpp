@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::init {
 namespace {

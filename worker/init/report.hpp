@@ -1,4 +1,4 @@
-// The one-line JSON report init writes for the runtime (format: runtime/common/init_protocol.hpp).
+// The one-line JSON report init writes for the runtime (format: runtime/rlm_init/protocol.hpp).
 #pragma once
 
 #include <string>

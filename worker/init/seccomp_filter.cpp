@@ -13,7 +13,8 @@
 #include <cstring>
 #include <iterator>
 
-#include "common/init_protocol.hpp"
+#include "rlm_init/protocol.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::init {
 namespace {
@@ -41,26 +42,6 @@ long install(const std::vector<sock_filter>& program, unsigned flags) noexcept {
   return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
 }
 
-int send_fd(int socket, int fd) noexcept {
-  char byte = 0;
-  iovec data{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
-  ssize_t sent;
-  while ((sent = sendmsg(socket, &message, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-  }
-  return sent == 1 ? 0 : (sent < 0 ? errno : EIO);
-}
-
 }  // namespace
 
 std::string load_filters(const Options& options, Filters& filters) {
@@ -85,11 +66,11 @@ int install_in_child(const Filters& filters, int socket) noexcept {
   if (!filters.guarded.empty()) {
     if (socket < 0) return EINVAL;
     const long listener = install(filters.guarded, SECCOMP_FILTER_FLAG_NEW_LISTENER);
-    return listener >= 0 ? send_fd(socket, static_cast<int>(listener)) : errno;
+    return listener >= 0 ? sys::send_fd(socket, static_cast<int>(listener)) : errno;
   }
   if (!filters.notify.empty() && socket >= 0) {
     const long listener = install(filters.notify, SECCOMP_FILTER_FLAG_NEW_LISTENER);
-    if (listener >= 0) return send_fd(socket, static_cast<int>(listener));  // close-on-exec
+    if (listener >= 0) return sys::send_fd(socket, static_cast<int>(listener));  // close-on-exec
     // EINVAL: no user notification here; EBUSY: an outer filter already has a listener.
     if (errno != EINVAL && errno != EBUSY) return errno;
   }
@@ -99,24 +80,10 @@ int install_in_child(const Filters& filters, int socket) noexcept {
 
 int receive_listener(int socket) {
   char byte = 0;
-  iovec data{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  ssize_t received;
-  while ((received = recvmsg(socket, &message, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-  }
-  if (received <= 0) return -1;  // EOF: the child exec'd or exited without sending
-  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
-    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
-    int fd = -1;
-    std::memcpy(&fd, CMSG_DATA(header), sizeof fd);
-    return fd;
-  }
-  return -1;
+  int fd = -1;
+  const sys::Received received = sys::receive_with_fds(socket, {&byte, 1}, {&fd, 1});
+  // EOF: the child exec'd or exited without sending.
+  return received.bytes > 0 && received.fds == 1 ? fd : -1;
 }
 
 NotifyListener::NotifyListener(int fd) : fd_(fd) {
