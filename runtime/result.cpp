@@ -100,20 +100,4 @@ nlohmann::json Result::to_json() const {
   };
 }
 
-int Result::cli_exit_code() const {
-  switch (status) {
-    case Status::ok:
-      return 0;
-    case Status::timeout:
-      return 124;
-    case Status::sandbox_error:
-      return 125;
-    default:
-      break;
-  }
-  if (signal > 0) return 128 + signal;
-  if (exit_code >= 0) return exit_code;
-  return 125;
-}
-
 }  // namespace rlm

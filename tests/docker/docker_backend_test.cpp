@@ -7,6 +7,7 @@
 
 #include "common/unique_fd.hpp"
 #include "docker_test_util.hpp"
+#include "exit_status.hpp"
 
 namespace rlm::test {
 namespace {
@@ -20,7 +21,7 @@ TEST(DockerBackend, EchoRoundTripWithExitCode) {
   EXPECT_EQ(result.stdout_data, "hello from docker\n");
   EXPECT_EQ(result.stderr_data, "to stderr\n");
   EXPECT_EQ(result.backend, "docker");
-  EXPECT_EQ(result.cli_exit_code(), 3);
+  EXPECT_EQ(cli::exit_status(result), 3);
 
   const auto ok = run_docker({"echo", "-n", "no newline"}, busybox_policy());
   EXPECT_EQ(ok.status, Status::ok) << describe(ok);

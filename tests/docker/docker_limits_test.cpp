@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "docker_test_util.hpp"
+#include "exit_status.hpp"
 
 namespace rlm::test {
 namespace {
@@ -22,7 +23,7 @@ TEST(DockerLimits, ATimeoutKillsAPayloadThatIgnoresSigtermAndRemovesItsContainer
   const auto took = Clock::now() - start;
   EXPECT_EQ(result.status, Status::timeout) << describe(result);
   EXPECT_TRUE(result.detail.starts_with("wall time limit 1s exceeded")) << result.detail;
-  EXPECT_EQ(result.cli_exit_code(), 124);
+  EXPECT_EQ(cli::exit_status(result), 124);
   EXPECT_GE(took, 1s);
   EXPECT_LT(took, 2s) << "timeout + 1 s, container removal included";
   std::printf(
@@ -39,7 +40,7 @@ TEST(DockerLimits, AMemoryBalloonHitsTheMemoryLimit) {
   EXPECT_EQ(result.status, Status::memory_limit) << describe(result);
   EXPECT_NE(result.detail.find("64M"), std::string::npos) << result.detail;
   EXPECT_EQ(result.signal, SIGKILL);
-  EXPECT_EQ(result.cli_exit_code(), 137);
+  EXPECT_EQ(cli::exit_status(result), 137);
   std::printf("[ measure ] 64M balloon (python3): %s, peak %llu bytes, wall %lld ms\n",
               std::string(to_string(result.status)).c_str(),
               static_cast<unsigned long long>(result.peak_memory_bytes),
@@ -91,7 +92,7 @@ TEST(DockerLimits, SignalsAndCpuTimeMapLikeTheOtherBackends) {
   EXPECT_EQ(killed.status, Status::signaled) << describe(killed);
   EXPECT_EQ(killed.signal, SIGKILL);
   EXPECT_EQ(killed.exit_code, -1);
-  EXPECT_EQ(killed.cli_exit_code(), 137);
+  EXPECT_EQ(cli::exit_status(killed), 137);
 
   Policy policy = busybox_policy();
   policy.limits.cpu_time = 1s;
@@ -103,7 +104,7 @@ TEST(DockerLimits, SignalsAndCpuTimeMapLikeTheOtherBackends) {
   const auto missing = run_docker({"no-such-command"}, busybox_policy());
   EXPECT_EQ(missing.status, Status::exit_nonzero) << describe(missing);
   EXPECT_EQ(missing.exit_code, 127);
-  EXPECT_EQ(missing.cli_exit_code(), 127);
+  EXPECT_EQ(cli::exit_status(missing), 127);
 }
 
 // Issue 11 line 15: RLIMIT_CPU (Ulimits) counts each process alone; the container's cgroup counts
@@ -118,7 +119,7 @@ TEST(DockerLimits, CpuTimeBoundsTheWholeContainerNotEachProcess) {
                   "time.process_time()\nwhile time.process_time() - t < 0.6: pass'; done"},
                  policy);
   EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
-  EXPECT_EQ(result.cli_exit_code(), 128 + SIGXCPU) << describe(result);
+  EXPECT_EQ(cli::exit_status(result), 128 + SIGXCPU) << describe(result);
   EXPECT_NE(result.detail.find("limits.cpu_time_ms"), std::string::npos) << describe(result);
   // Sampled every 10 ms while it ran: not the 3.6 s of the whole chain.
   EXPECT_GE(result.cpu, 900ms) << describe(result);

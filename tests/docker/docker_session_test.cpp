@@ -7,6 +7,7 @@
 
 #include "docker/session_container.hpp"
 #include "docker_test_util.hpp"
+#include "exit_status.hpp"
 
 namespace rlm::test {
 namespace {
@@ -146,7 +147,7 @@ TEST(DockerSession, AnExecutionPastItsCpuTimeEndsCpuLimit) {
   ASSERT_EQ(session.run(sh("true")).status, Status::ok);  // the container exists, idle
   const auto result = session.run(sh("b() { while :; do :; done; }; b & b & wait"));
   EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
-  EXPECT_EQ(result.cli_exit_code(), 128 + SIGXCPU) << describe(result);
+  EXPECT_EQ(cli::exit_status(result), 128 + SIGXCPU) << describe(result);
   EXPECT_GE(result.cpu, 900ms) << describe(result);
   EXPECT_LE(result.cpu, 1600ms) << describe(result);
   // The next execution gets a fresh container and its own budget.

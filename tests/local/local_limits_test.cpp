@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "exit_status.hpp"
 #include "local_test_util.hpp"
 #include "support/subprocess.hpp"
 
@@ -34,7 +35,7 @@ TEST(LocalLimits, TimeoutKillsASetsidGrandchild) {
   const auto took = elapsed_ms(start);
   EXPECT_EQ(result.status, Status::timeout) << describe(result);
   EXPECT_EQ(result.detail, "wall time limit 1s exceeded");
-  EXPECT_EQ(result.cli_exit_code(), 124);
+  EXPECT_EQ(cli::exit_status(result), 124);
   EXPECT_LT(took, 2000);
   EXPECT_GE(result.wall, 1s);
   const pid_t grandchild = read_pid(dir, "grandchild.pid");

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "exit_status.hpp"
 #include "local_test_util.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "support/subprocess.hpp"
@@ -25,7 +26,7 @@ TEST(LocalRun, EchoRoundTripWithExitCode) {
   EXPECT_EQ(result.detail, "");
   EXPECT_EQ(result.backend, "local");
   EXPECT_EQ(result.policy, "local-test");
-  EXPECT_EQ(result.cli_exit_code(), 3);
+  EXPECT_EQ(cli::exit_status(result), 3);
   EXPECT_GT(result.wall.count(), 0);
   EXPECT_GT(result.peak_memory_bytes, 0u);
 }
@@ -34,7 +35,7 @@ TEST(LocalRun, ExitZeroIsOk) {
   auto result = run_local({"true"});
   EXPECT_EQ(result.status, Status::ok) << describe(result);
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_EQ(result.cli_exit_code(), 0);
+  EXPECT_EQ(cli::exit_status(result), 0);
 }
 
 TEST(LocalRun, EveryResultNamesTheLimitsItCannotEnforce) {
@@ -175,7 +176,7 @@ TEST(LocalRun, MissingWorkdirIsASandboxError) {
   EXPECT_EQ(result.detail,
             "cannot enter the working directory '/nonexistent/rlm-workdir': No such file or "
             "directory");
-  EXPECT_EQ(result.cli_exit_code(), 125);
+  EXPECT_EQ(cli::exit_status(result), 125);
 }
 
 TEST(LocalRun, CommandNotFoundIs127WithADetail) {
@@ -183,7 +184,7 @@ TEST(LocalRun, CommandNotFoundIs127WithADetail) {
   EXPECT_EQ(result.status, Status::exit_nonzero) << describe(result);
   EXPECT_EQ(result.exit_code, 127);
   EXPECT_EQ(result.detail, "cannot execute 'no-such-command-rlm': No such file or directory");
-  EXPECT_EQ(result.cli_exit_code(), 127);
+  EXPECT_EQ(cli::exit_status(result), 127);
 }
 
 TEST(LocalRun, NonExecutableFileIs126) {
@@ -202,7 +203,7 @@ TEST(LocalRun, DeathBySignalIsReported) {
   EXPECT_EQ(result.signal, 11);
   EXPECT_EQ(result.exit_code, -1);
   EXPECT_EQ(result.detail, "killed by signal 11 (SIGSEGV)");
-  EXPECT_EQ(result.cli_exit_code(), 128 + 11);
+  EXPECT_EQ(cli::exit_status(result), 128 + 11);
 
   auto sys = run_sh("kill -SYS $$");
   EXPECT_EQ(sys.status, Status::seccomp_violation) << describe(sys);

@@ -11,3 +11,5 @@ rlm_add_test(namespace_backend_tests
 add_dependencies(namespace_backend_tests rlm-sandbox-init rlm-sandbox)
 # namespace/namespace_backend.hpp is internal to the library.
 target_include_directories(namespace_backend_tests PRIVATE ${PROJECT_SOURCE_DIR}/runtime)
+# What a Result comes to as the CLI's exit status.
+target_link_libraries(namespace_backend_tests PRIVATE rlm_cli_exit_status)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "exit_status.hpp"
 #include "namespace/cgroup_detect.hpp"
 #include "namespace/cgroup_fs.hpp"
 #include "namespace_backend_test_util.hpp"
@@ -52,7 +53,7 @@ TEST(NamespaceBackendLimits, ATimeoutReturnsPromptly) {
   const auto took = Clock::now() - start;
   EXPECT_EQ(result.status, Status::timeout) << describe(result);
   EXPECT_TRUE(result.detail.starts_with("wall time limit 500ms exceeded")) << describe(result);
-  EXPECT_EQ(result.cli_exit_code(), 124);
+  EXPECT_EQ(cli::exit_status(result), 124);
   // 500 ms, then SIGTERM with a 200 ms grace.
   EXPECT_LT(took, 2s) << describe(result);
   EXPECT_GE(took, 500ms) << describe(result);
@@ -69,7 +70,7 @@ TEST(NamespaceBackendLimits, AMemoryBalloonHitsTheMemoryLimit) {
   // The group's peak, which the limit caps: near 64 MiB, not the 1 GiB asked for.
   EXPECT_GE(result.peak_memory_bytes, 40ull << 20) << describe(result);
   EXPECT_LE(result.peak_memory_bytes, 72ull << 20) << describe(result);
-  EXPECT_EQ(result.cli_exit_code(), 137);
+  EXPECT_EQ(cli::exit_status(result), 137);
 }
 
 TEST(NamespaceBackendLimits, ABalloonWithoutPythonToo) {
@@ -145,7 +146,7 @@ TEST(NamespaceBackendLimits, CpuTimeBoundsTheWholeSandboxNotEachProcess) {
   // init's grace (200 ms) for the one burner running then -- not the 3.6 s of the whole chain.
   EXPECT_GE(result.cpu, 1s) << describe(result);
   EXPECT_LE(result.cpu, 1500ms) << describe(result);
-  EXPECT_EQ(result.cli_exit_code(), 128 + SIGXCPU) << describe(result);
+  EXPECT_EQ(cli::exit_status(result), 128 + SIGXCPU) << describe(result);
   EXPECT_TRUE(processes_with_cmdline("time.process_time() - t < 0.6").empty());
 }
 

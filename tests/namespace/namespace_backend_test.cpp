@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "exit_status.hpp"
 #include "namespace_backend_test_util.hpp"
 #include "seccomp/seccomp.hpp"
 
@@ -23,7 +24,7 @@ TEST(NamespaceBackend, EchoesAndReportsTheExitCode) {
   EXPECT_EQ(failing.exit_code, 3);
   EXPECT_EQ(failing.stdout_data, "out\n");
   EXPECT_EQ(failing.stderr_data, "err\n");
-  EXPECT_EQ(failing.cli_exit_code(), 3);
+  EXPECT_EQ(cli::exit_status(failing), 3);
 }
 
 TEST(NamespaceBackend, ForwardsStdin) {
@@ -103,7 +104,7 @@ TEST(NamespaceBackend, AMissingCommandIs127) {
   const auto result = run_ns({"no-such-command-anywhere"});
   EXPECT_EQ(result.status, Status::exit_nonzero) << describe(result);
   EXPECT_EQ(result.exit_code, 127);
-  EXPECT_EQ(result.cli_exit_code(), 127);
+  EXPECT_EQ(cli::exit_status(result), 127);
   EXPECT_NE(result.detail.find("no-such-command-anywhere"), std::string::npos) << result.detail;
 }
 
@@ -116,7 +117,7 @@ TEST(NamespaceBackend, AKillRuleIsASeccompViolationThatNamesTheSyscall) {
     EXPECT_EQ(result.detail, "syscall uname denied by the seccomp policy") << describe(result);
     EXPECT_EQ(result.signal, SIGSYS);
     EXPECT_EQ(result.stdout_data, "before\n");  // the denied call never returned
-    EXPECT_EQ(result.cli_exit_code(), 128 + SIGSYS);
+    EXPECT_EQ(cli::exit_status(result), 128 + SIGSYS);
   }
 }
 
@@ -162,7 +163,7 @@ TEST(NamespaceBackend, AnUnusableMountIsASandboxErrorNamingIt) {
   EXPECT_EQ(result.status, Status::sandbox_error) << describe(result);
   EXPECT_NE(result.detail.find("/nonexistent/rlm-sandbox-test"), std::string::npos)
       << result.detail;
-  EXPECT_EQ(result.cli_exit_code(), 125);
+  EXPECT_EQ(cli::exit_status(result), 125);
 }
 
 TEST(NamespaceBackend, AFailingSetupStepIsASandboxErrorNamingIt) {

@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "exit_status.hpp"
 #include "security_test_util.hpp"
 
 namespace rlm::sectest {
@@ -161,7 +162,7 @@ TEST_F(NamespaceTest, CliTimeoutExits124WithinTheDeadline) {
 TEST_F(NamespaceTest, TimeoutReportsStatusTimeout) {
   auto result = run({"sleep", "60"}, policy_, 1000ms);
   EXPECT_EQ(result.status, Status::timeout) << describe(result);
-  EXPECT_EQ(result.cli_exit_code(), 124);
+  EXPECT_EQ(cli::exit_status(result), 124);
   EXPECT_LE(result.wall, std::chrono::microseconds(1200ms)) << describe(result);
 }
 

@@ -11,7 +11,8 @@ add_executable(namespace_security_serial_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/security_limits_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/security_cleanup_test.cpp)
 target_link_libraries(namespace_security_serial_tests PRIVATE rlm_sandbox rlm_sandbox_http rlm_test_support
-                                                              GTest::gtest_main Threads::Threads)
+                                                              GTest::gtest_main Threads::Threads
+                                                              rlm_cli_exit_status)
 gtest_discover_tests(namespace_security_serial_tests DISCOVERY_TIMEOUT 60
                      PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 add_dependencies(namespace_security_serial_tests rlm-sandbox rlm-sandbox-init)

@@ -1,4 +1,5 @@
-// What the subcommands of the rlm-sandbox CLI share: the exit-status contract and error kinds.
+// What the subcommands of the rlm-sandbox CLI share: the exit-status contract (exit_status.hpp),
+// error kinds and flag parsing.
 #pragma once
 
 #include <chrono>
@@ -9,13 +10,9 @@
 
 #include <boost/program_options.hpp>
 
-namespace rlm::cli {
+#include "exit_status.hpp"
 
-// DESIGN.md §8: these exit statuses are a contract with scripts; never change them silently.
-inline constexpr int kExitUsage = 2;          // unknown flag, missing argument
-inline constexpr int kExitPolicyInvalid = 1;  // `policy check` found problems
-inline constexpr int kExitTimeout = 124;
-inline constexpr int kExitSetup = 125;  // the sandbox could not be set up; stderr says why
+namespace rlm::cli {
 
 // A mistake in how the command was called: printed with a pointer to --help, exit 2.
 class UsageError : public std::runtime_error {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "limit_flags.hpp"
 #include "repl_request.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "limit_flags.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
@@ -267,7 +268,7 @@ int run_command(const std::vector<std::string>& args) {
       write_result_file(values["result-file"].as<std::string>(), result);
     report_outcome(result);
   }
-  return result.cli_exit_code();
+  return exit_status(result);
 }
 
 }  // namespace rlm::cli

@@ -158,19 +158,6 @@ std::optional<std::string> kernel_interface_in(std::string_view source);
 // Names of the policies shipped in policies/ (embedded in the library at build time), sorted.
 std::vector<std::string> shipped_policy_names();
 
-// ---- Tightening ---------------------------------------------------------------------------------
-// What a caller may narrow for one run (CLI --timeout/--cpu-time/--memory/--pids/--cpus).
-struct LimitOverrides {
-  std::optional<std::chrono::milliseconds> wall_time;
-  std::optional<std::chrono::milliseconds> cpu_time;
-  std::optional<std::uint64_t> memory_bytes;
-  std::optional<std::uint32_t> pids;
-  std::optional<double> cpus;
-};
-
-// Applies overrides that tighten; throws Error naming the field when one would loosen the policy.
-void tighten(Policy& policy, const LimitOverrides& overrides);
-
 // Every backend name a policy may mention, in documentation order: namespace, docker, local.
 std::vector<std::string> known_backend_names();
 

@@ -48,10 +48,6 @@ struct Result {
   //  "unenforced"}.
   // Output that is not valid UTF-8 has the offending bytes replaced with U+FFFD.
   nlohmann::json to_json() const;
-
-  // The CLI's exit status for this result: 0; the payload's code; 128+N for signal N; 124 for a
-  // timeout; 125 when the sandbox could not be set up.
-  int cli_exit_code() const;
 };
 
 }  // namespace rlm

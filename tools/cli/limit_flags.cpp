@@ -1,10 +1,12 @@
-// A run may narrow its policy's limits, never widen them: overrides are checked all together
-// before any is applied, so a rejected call leaves the policy untouched.
+#include "limit_flags.hpp"
+
+#include <string>
+#include <string_view>
+
 #include "rlm_sandbox/error.hpp"
-#include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/units.hpp"
 
-namespace rlm {
+namespace rlm::cli {
 namespace {
 
 // Throws when `requested` is zero or looser than `allowed`; `flag` and `field` name it for the
@@ -51,4 +53,4 @@ void tighten(Policy& policy, const LimitOverrides& overrides) {
   if (overrides.cpus) limits.cpus = *overrides.cpus;
 }
 
-}  // namespace rlm
+}  // namespace rlm::cli

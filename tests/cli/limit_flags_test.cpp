@@ -1,4 +1,6 @@
 // A run may tighten its policy's limits, never loosen them.
+#include "limit_flags.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +10,8 @@
 namespace rlm {
 namespace {
 
+using cli::LimitOverrides;
+using cli::tighten;
 using std::chrono::milliseconds;
 
 LimitOverrides with_memory(std::uint64_t bytes) {
