@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
@@ -34,6 +35,12 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
     if (moved < 0) throw system_error("fcntl(F_DUPFD_CLOEXEC)");
     end->reset(moved);
   }
+}
+
+void close_span(unsigned first, unsigned last, unsigned ceiling) noexcept {
+  if (first > last) return;
+  if (syscall(SYS_close_range, first, last, 0) == 0) return;
+  for (unsigned fd = first; fd <= last && fd < ceiling; ++fd) close(static_cast<int>(fd));
 }
 
 void set_nonblocking(const UniqueFd& fd) {
@@ -71,6 +78,23 @@ void report_exec_failure(int fd, int error) noexcept {
 }
 
 }  // namespace
+
+void close_fds_except(unsigned first, KeptFds keep, unsigned ceiling) noexcept {
+  std::sort(keep.begin(), keep.end());  // in place on a copy: no allocation
+  unsigned next = first;
+  for (const int fd : keep) {
+    if (fd < 0 || static_cast<unsigned>(fd) < next) continue;
+    close_span(next, static_cast<unsigned>(fd) - 1, ceiling);
+    next = static_cast<unsigned>(fd) + 1;
+  }
+  close_span(next, ~0u, ceiling);
+}
+
+bool clear_cloexec(const KeptFds& keep) noexcept {
+  for (const int fd : keep)
+    if (fd >= 0 && fcntl(fd, F_SETFD, 0) != 0) return false;
+  return true;
+}
 
 InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
                        std::vector<std::string> env)

@@ -10,13 +10,33 @@
 
 #include <sys/types.h>
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
-#include "common/fd_inherit.hpp"
 #include "common/unique_fd.hpp"
 
 namespace rlm::common {
+
+// ---- Fd hygiene between fork/clone and exec (async-signal-safe) -------------------------------
+// Every fd from a first number up is closed except a short list that is to cross into the child
+// (and must lose close-on-exec there).
+
+// A request may pass this many fds to its payload (a session's channel and context, ...).
+constexpr std::size_t kMaxInheritedFds = 4;
+// Fds kept across the exec of init: those, plus the namespace backend's own (the error pipe,
+// init's binary, two seccomp memfds). -1 marks an unused slot.
+using KeptFds = std::array<int, kMaxInheritedFds + 4>;
+
+// Closes every fd >= `first` that is not in `keep`; `ceiling` bounds the close() loop used on
+// kernels without close_range. Raw syscalls only.
+void close_fds_except(unsigned first, KeptFds keep, unsigned ceiling) noexcept;
+
+// Clears close-on-exec on every fd of `keep`; false (errno set) when one fcntl fails.
+bool clear_cloexec(const KeptFds& keep) noexcept;
+
+// ---- Launching init ---------------------------------------------------------------------------
 
 // A started init and the host's ends of its pipes (all nonblocking and close-on-exec).
 struct InitProcess {

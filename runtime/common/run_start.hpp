@@ -1,9 +1,11 @@
 // The opening and the ending every backend's run() shares: the request resolved before anything
-// starts, the clock started, a Result labelled with the backend and the policy, and the wall time
-// stamped on whatever Result the run hands back.
+// starts (its argv, wall limit and environment), the clock started, a Result labelled with the
+// backend and the policy, how the run ended classified into it, and the wall time stamped on
+// whatever Result the run hands back.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +18,14 @@ namespace rlm::common {
 
 struct Supervision;
 struct RunContext;
+struct RunEnd;
+
+// The payload's environment as a policy and a request define it: "NAME=value" strings, sorted by
+// name: nothing (env.clear) or the host's environment, then the host's values of the env.pass
+// names that are set, then env.set, then the request's variables. Throws Error for a name that
+// is empty or holds '=' or NUL, or a value holding NUL.
+std::vector<std::string> payload_environment(const Environment& rules,
+                                             const std::map<std::string, std::string>& request_env);
 
 struct RunStart {
   using Clock = std::chrono::steady_clock;
@@ -38,9 +48,11 @@ struct RunStart {
   // Finishes as a sandbox_error: the sandbox could not be set up, for `detail`'s reason.
   Result setup_failed(std::string detail);
 
+  // Classifies how the run ended into the result (common/outcome.hpp). Leaves the wall time to
+  // finish().
+  void fill_from(RunEnd end);
   // For backends that supervise rlm-sandbox-init: rethrows what the caller's output callbacks
-  // threw (cleanup is done by then), else fills the result from what supervision saw. Leaves the
-  // wall time to finish().
+  // threw (cleanup is done by then), else fills the result from what supervision saw.
   void fill_from(Supervision supervision, const RunContext& context);
 };
 

@@ -9,8 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/capped_output.hpp"
-#include "common/stdin_pump.hpp"
+#include "common/payload_io.hpp"
 
 namespace rlm::common {
 namespace {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "common/capped_output.hpp"
+#include "common/payload_io.hpp"
 #include "docker/request_checks.hpp"
 #include "docker/stream_demux.hpp"
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/rlimits.hpp"
 #include "docker/ownership.hpp"
 #include "seccomp/seccomp.hpp"
 
@@ -67,21 +68,17 @@ nlohmann::json mount_entry(const Mount& mount, const Policy& policy) {
           {"BindOptions", {{"Propagation", "rprivate"}}}};
 }
 
+// The policy's rlimits as every init-launching backend sets them (CPU time per process in whole
+// seconds, its hard limit one more so SIGXCPU comes before SIGKILL; file size; open files; no core
+// dumps), but RLIMIT_AS: the container's cgroup holds the memory.
 nlohmann::json ulimits(const Limits& limits) {
-  // RLIMIT_CPU counts whole seconds per process; a budget under one second still gets one (as in
-  // the local backend), and the hard limit one more so SIGXCPU comes before SIGKILL.
-  const auto cpu_ms =
-      static_cast<std::uint64_t>(std::max<std::int64_t>(limits.cpu_time.count(), 0));
-  const std::uint64_t cpu_seconds = std::max<std::uint64_t>(1, (cpu_ms + 999) / 1000);
-  const auto entry = [](const char* name, std::uint64_t soft, std::uint64_t hard) {
-    return nlohmann::json{{"Name", name}, {"Soft", soft}, {"Hard", hard}};
-  };
-  return nlohmann::json::array({
-      entry("cpu", cpu_seconds, cpu_seconds + 1),
-      entry("fsize", limits.file_size_bytes, limits.file_size_bytes),
-      entry("nofile", limits.open_files, limits.open_files),
-      entry("core", 0, 0),
-  });
+  auto entries = nlohmann::json::array();
+  for (const auto& limit : common::policy_rlimits(limits))
+    if (limit.resource != common::Resource::as)
+      entries.push_back({{"Name", common::resource_name(limit.resource)},
+                         {"Soft", limit.soft},
+                         {"Hard", limit.hard}});
+  return entries;
 }
 
 }  // namespace

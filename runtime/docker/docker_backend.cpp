@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
+#include "common/outcome.hpp"
 #include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
 #include "docker/container_cgroup.hpp"
@@ -37,11 +39,11 @@ std::chrono::milliseconds until(Clock::time_point deadline) {
 }
 
 // Starts the container. Without Docker's init the runtime itself execs the payload, and a
-// command it cannot find fails the start: returns Docker's message then ("" when it started).
-std::string start_or_not_found(const EngineApi& api, const std::string& container) {
+// command it cannot find fails the start: returns Docker's message then (nullopt when it started).
+std::optional<std::string> start_or_not_found(const EngineApi& api, const std::string& container) {
   try {
     start_container(api, container);
-    return "";
+    return std::nullopt;
   } catch (const DaemonError& error) {
     const std::string message = error.what();
     if (error.status() == 400 && (message.find("executable file not found") != std::string::npos ||
@@ -53,10 +55,11 @@ std::string start_or_not_found(const EngineApi& api, const std::string& containe
 
 // The Result the other backends give for a command that is not there: exit 127.
 void fill_not_found(Result& result, const std::string& message) {
-  result.status = Status::exit_nonzero;
-  result.exit_code = 127;
-  result.signal = 0;
-  result.detail = "cannot execute the command: " + message;
+  common::RunEnd end;
+  end.ending = common::Ending::cannot_execute;
+  end.exit_code = 127;
+  end.problem = message;
+  common::classify(std::move(end), result);
 }
 
 class DockerBackend final : public Backend {
@@ -108,8 +111,8 @@ class DockerBackend final : public Backend {
           "/containers/" + container +
               "/attach?stream=1&stdout=1&stderr=1&stdin=" + (plan.open_stdin ? "1" : "0"),
           std::nullopt, std::chrono::seconds(30));
-      if (auto not_found = start_or_not_found(api, container); !not_found.empty()) {
-        fill_not_found(run.result, not_found);
+      if (auto not_found = start_or_not_found(api, container)) {
+        fill_not_found(run.result, *not_found);
         return run.finish();  // the remover takes the container
       }
       // A payload that is already gone has no cgroup left to read: its usage is not available.
@@ -167,14 +170,12 @@ class DockerBackend final : public Backend {
     fill_result(run.result, std::move(stream), termination, usage, policy, run.wall_limit);
     if (cpu_unwatched) {
       run.result.unenforced.push_back("limits.cpu_time_ms");
-      run.result.detail +=
-          std::string(run.result.detail.empty() ? "" : "; ") +
-          "note: the container's cgroup is not readable from here, so "
-          "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the container";
+      common::add_note(run.result,
+                       "note: the container's cgroup is not readable from here, so "
+                       "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the container");
     }
     if (auto problem = remover.remove(); !problem.empty())
-      run.result.detail += std::string(run.result.detail.empty() ? "" : "; ") +
-                           "the container could not be removed: " + problem;
+      common::add_note(run.result, "the container could not be removed: " + problem);
     // Rethrown only now: the container is removed first.
     if (caller_error) std::rethrow_exception(caller_error);
     return run.finish();

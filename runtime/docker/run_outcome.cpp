@@ -1,56 +1,55 @@
 #include "docker/run_outcome.hpp"
 
 #include <signal.h>
-#include <string.h>
 
-#include "rlm_sandbox/units.hpp"
+#include "common/outcome.hpp"
 
 namespace rlm::docker {
 namespace {
 
-std::string signal_name(int signal) {
-  const char* abbreviation = sigabbrev_np(signal);
-  return "signal " + std::to_string(signal) +
-         (abbreviation ? " (SIG" + std::string(abbreviation) + ")" : std::string());
+common::Stop stop_of(StreamEnd end) {
+  switch (end) {
+    case StreamEnd::deadline:
+      return common::Stop::timeout;
+    case StreamEnd::output_limit:
+      return common::Stop::output_limit;
+    case StreamEnd::cpu_limit:
+      return common::Stop::cpu_time;
+    case StreamEnd::cancelled:
+      return common::Stop::cancelled;
+    case StreamEnd::caller_error:
+      return common::Stop::caller_error;
+    case StreamEnd::closed:
+      break;
+  }
+  return common::Stop::none;
 }
 
-std::string truncated_streams(const StreamOutcome& stream) {
-  if (stream.stdout_truncated && stream.stderr_truncated) return "stdout and stderr";
-  return stream.stdout_truncated ? "stdout" : "stderr";
-}
-
-// exit_code and signal as Docker reported them, whatever the status ends up being.
-void fill_termination(Result& result, const Termination& termination) {
-  result.exit_code = -1;
-  result.signal = 0;
-  if (!termination.exit_code) return;
-  const int code = *termination.exit_code;
-  if (code > 128 && code <= 128 + 64)
-    result.signal = code - 128;
-  else
-    result.exit_code = code;
-}
-
-void classify_signal(Result& result, const Termination& termination, const Policy& policy) {
-  const int signal = result.signal;
-  const bool cpu_spent = result.cpu >= policy.limits.cpu_time;
-  if (signal == SIGKILL && termination.oom_killed) {
-    result.status = Status::memory_limit;
-    result.detail = "memory limit " + format_size(policy.limits.memory_bytes) +
-                    " exceeded (limits.memory_bytes): the kernel's OOM killer stopped a process "
-                    "of the container";
-  } else if (signal == SIGXCPU || (signal == SIGKILL && cpu_spent)) {
-    result.status = Status::cpu_limit;
-    result.detail = "CPU time limit " + format_duration(policy.limits.cpu_time) + " exceeded";
-  } else if (signal == SIGSYS) {
-    result.status = Status::seccomp_violation;
-    result.detail = "killed by SIGSYS: a system call was denied by the seccomp profile";
+// How the payload ended, from what the stream and the daemon said.
+void fill_ending(common::RunEnd& end, const StreamOutcome& stream, const Termination& termination) {
+  using common::Ending;
+  if (termination.exit_code) {
+    const int code = *termination.exit_code;
+    if (code > 128 && code <= 128 + 64)
+      end.signal = code - 128;
+    else
+      end.exit_code = code;
+  }
+  if (!stream.protocol_error.empty()) {
+    end.ending = Ending::setup_failed;
+    end.problem = stream.protocol_error;
+  } else if (!termination.exit_code) {
+    end.ending = Ending::setup_failed;
+    end.problem = "the Docker daemon did not report how the payload ended";
+  } else if (end.signal != 0) {
+    end.ending = Ending::signaled;
+  } else if ((end.exit_code == 127 || end.exit_code == 126) &&
+             end.stderr_data.find("[FATAL tini") != std::string::npos) {
+    // Docker's init (tini) reports a command it cannot execute on stderr and exits 127 or 126.
+    end.ending = Ending::cannot_execute;
+    end.problem = end.stderr_data.substr(0, end.stderr_data.find('\n'));
   } else {
-    result.status = Status::signaled;
-    result.detail = "killed by " + signal_name(signal) + " (Docker reports it as exit status " +
-                    std::to_string(128 + signal) + ")";
-    if (signal == SIGXFSZ)
-      result.detail += ": a file grew past the file size limit (limits.file_size_bytes)";
+    end.ending = Ending::exited;
   }
 }
 
@@ -59,73 +58,32 @@ void classify_signal(Result& result, const Termination& termination, const Polic
 void fill_result(Result& result, StreamOutcome stream, const Termination& termination,
                  const CgroupReading& usage, const Policy& policy,
                  std::chrono::milliseconds wall_limit) {
-  result.stdout_data = std::move(stream.stdout_data);
-  result.stderr_data = std::move(stream.stderr_data);
-  result.stdout_truncated = stream.stdout_truncated;
-  result.stderr_truncated = stream.stderr_truncated;
-  if (usage.peak_memory_bytes) result.peak_memory_bytes = *usage.peak_memory_bytes;
-  if (usage.cpu_nanoseconds) result.cpu = std::chrono::microseconds(*usage.cpu_nanoseconds / 1000);
-  fill_termination(result, termination);
+  common::RunEnd end;
+  common::set_limits(end, policy.limits, wall_limit);
+  if (termination.cpu_budget.count() > 0) end.cpu_budget = termination.cpu_budget;
+  end.stop = stop_of(stream.end);
+  end.stdout_data = std::move(stream.stdout_data);
+  end.stderr_data = std::move(stream.stderr_data);
+  end.stdout_truncated = stream.stdout_truncated;
+  end.stderr_truncated = stream.stderr_truncated;
+  fill_ending(end, stream, termination);
 
-  switch (stream.end) {
-    case StreamEnd::deadline:
-      result.status = Status::timeout;
-      result.detail = "wall time limit " + format_duration(wall_limit) + " exceeded";
-      return;
-    case StreamEnd::output_limit:
-      result.status = Status::output_limit;
-      result.detail = truncated_streams(stream) + " exceeded the output limit of " +
-                      format_size(policy.limits.output_bytes);
-      return;
-    case StreamEnd::cpu_limit: {
-      // Stopped as a whole once its processes together had used the budget: reported as the
-      // SIGXCPU death RLIMIT_CPU gives a single process.
-      const auto budget =
-          termination.cpu_budget.count() > 0 ? termination.cpu_budget : policy.limits.cpu_time;
-      result.status = Status::cpu_limit;
-      result.exit_code = -1;
-      result.signal = SIGXCPU;
-      result.detail =
-          "CPU time limit " + format_duration(budget) +
-          " exceeded (limits.cpu_time_ms): the container's processes together used " +
-          format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(result.cpu)) +
-          " of CPU time";
-      return;
-    }
-    case StreamEnd::cancelled:
-      result.status = Status::signaled;
-      result.signal = SIGTERM;
-      result.detail = "stopped by the caller";
-      return;
-    case StreamEnd::caller_error:
-      result.status = Status::sandbox_error;
-      result.detail = "stopped: an output callback threw";
-      return;
-    case StreamEnd::closed:
-      break;
-  }
-  if (!stream.protocol_error.empty()) {
-    result.status = Status::sandbox_error;
-    result.detail = stream.protocol_error;
-  } else if (!termination.exit_code) {
-    result.status = Status::sandbox_error;
-    result.detail = "the Docker daemon did not report how the payload ended";
-  } else if (result.signal != 0) {
-    classify_signal(result, termination, policy);
-  } else if (result.exit_code == 0) {
-    result.status = Status::ok;
-  } else {
-    result.status = Status::exit_nonzero;
-    // Docker's init (tini) reports a command it cannot execute on stderr and exits 127 or 126.
-    if ((result.exit_code == 127 || result.exit_code == 126) &&
-        result.stderr_data.find("[FATAL tini") != std::string::npos)
-      result.detail = "cannot execute the command: " +
-                      result.stderr_data.substr(0, result.stderr_data.find('\n'));
-  }
-  if (termination.stopped_by_another)
-    result.detail += std::string(result.detail.empty() ? "" : "; ") +
-                     "the session's container was stopped because another execution on it hit "
-                     "a limit";
+  end.account = common::GroupAccount::kills_only;
+  end.oom_killed = termination.oom_killed;
+  if (usage.cpu_nanoseconds)
+    end.group_cpu = std::chrono::microseconds(*usage.cpu_nanoseconds / 1000);
+  end.group_peak_memory = usage.peak_memory_bytes;
+  // RLIMIT_CPU counts per process, which Docker does not report: the container's total stands in.
+  end.payload_cpu = end.group_cpu.value_or(std::chrono::microseconds(0));
+
+  end.group_noun = "container";
+  end.seccomp_rules = "the seccomp profile";
+  end.exit_status_reporter = "Docker";
+  common::classify(std::move(end), result);
+  if (termination.stopped_by_another && stream.end == StreamEnd::closed)
+    common::add_note(result,
+                     "the session's container was stopped because another execution on it hit a "
+                     "limit");
 }
 
 }  // namespace rlm::docker

@@ -1,11 +1,10 @@
-// From what the stream, the daemon and the stats said to the Result every backend returns, with the
-// same status taxonomy as runtime/common/outcome.hpp.
+// What the stream, the daemon and the container's cgroup said about how a docker run ended, as the
+// RunEnd every backend fills (common/outcome.hpp classifies it).
 //
 // Docker reports a payload killed by signal N as exit status 128+N (its init does the same for its
-// child), so 128+N for N in 1..64 is read as that signal: SIGXCPU, or SIGKILL once the CPU budget
-// is spent, is cpu_limit; SIGSYS is seccomp_violation; SIGKILL with the kernel's OOM kill in the
-// container is memory_limit; another is signaled. A payload that itself exits with 130 is
-// indistinguishable from one killed by SIGINT.
+// child), so 128+N for N in 1..64 is read as that signal. A payload that itself exits with 130 is
+// indistinguishable from one killed by SIGINT. Docker learns of an OOM kill from an asynchronous
+// event, so the container's OOM kill explains only a death by SIGKILL (GroupAccount::kills_only).
 #pragma once
 
 #include <chrono>

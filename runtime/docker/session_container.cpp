@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "common/environment.hpp"
 #include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
 #include "docker/container_cgroup.hpp"

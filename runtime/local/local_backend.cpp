@@ -4,13 +4,11 @@
 
 #include <system_error>
 
-#include "common/init_command.hpp"
-#include "common/init_locator.hpp"
+#include "common/init.hpp"
 #include "common/launch.hpp"
-#include "common/outcome.hpp"
+#include "common/rlimits.hpp"
 #include "common/run_start.hpp"
 #include "common/supervise.hpp"
-#include "local/rlimits.hpp"
 
 namespace rlm::local {
 namespace {
@@ -50,7 +48,7 @@ constexpr const char* kCpuTimeStandIn =
 common::InitSettings init_settings(const Policy& policy, const std::vector<std::string>& argv) {
   common::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
-  settings.rlimits = rlimit_arguments(policy.limits);
+  settings.rlimits = common::policy_rlimits(policy.limits);
   settings.workdir = policy.filesystem.workdir;  // "" = the caller's directory
   settings.payload_argv = argv;
   return settings;

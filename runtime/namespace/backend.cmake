@@ -7,6 +7,5 @@ target_sources(rlm_sandbox PRIVATE
   userns.cpp             # uid/gid maps, the namespace's owner, the user namespace probe
   sandbox_uid.cpp        # a host uid of its own per live sandbox (root runtime)
   payload_filter.cpp     # seccomp programs in sealed memfds for init
-  run_outcome.cpp        # cgroup usage -> Result
-  limit_fallback.cpp     # rlimits in place of cgroup limits
+  limits.cpp             # init's rlimits, the cgroup's account of the run, rlimits in its place
   health.cpp)

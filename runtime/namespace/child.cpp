@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "common/fd_inherit.hpp"
+#include "common/launch.hpp"
 #include "rlm_init/protocol.hpp"
 
 namespace rlm::ns {

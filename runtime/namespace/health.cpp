@@ -6,9 +6,9 @@
 #include <atomic>
 #include <fstream>
 
-#include "common/init_locator.hpp"
+#include "common/init.hpp"
 #include "namespace/cgroup.hpp"
-#include "namespace/limit_fallback.hpp"
+#include "namespace/limits.hpp"
 #include "namespace/sandbox_uid.hpp"
 #include "namespace/userns.hpp"
 #include "seccomp/seccomp.hpp"

@@ -15,23 +15,20 @@
 #include <optional>
 #include <system_error>
 
-#include "common/init_command.hpp"
-#include "common/init_locator.hpp"
-#include "rlm_init/protocol.hpp"
+#include "common/init.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
 #include "common/run_start.hpp"
 #include "common/supervise.hpp"
-#include "local/rlimits.hpp"
 #include "namespace/cgroup.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
 #include "namespace/health.hpp"
-#include "namespace/limit_fallback.hpp"
+#include "namespace/limits.hpp"
 #include "namespace/payload_filter.hpp"
-#include "namespace/run_outcome.hpp"
 #include "namespace/userns.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -342,8 +339,9 @@ class NamespaceBackend final : public Backend {
         bandwidth_problem = p.cgroup->cpu_bandwidth_problem();
       p.cgroup.reset();
     }
-    run.fill_from(std::move(supervision), context);
-    apply_cgroup_usage(run.result, usage, policy.limits, cpu_budget, *stopped_at);
+    auto end = common::init_run_end(std::move(supervision), context);
+    add_cgroup_account(end, usage, cpu_budget, *stopped_at);
+    run.fill_from(std::move(end));
     if (!p.cgroup_problem.empty())
       note_limit_fallbacks(run.result, p.cgroup_problem, policy.limits);
     if (p.cgroup_problem.empty() && !usage.cpu) note_cpu_time_per_process(run.result);

@@ -1,11 +1,9 @@
-#include "namespace/limit_fallback.hpp"
+#include "namespace/limits.hpp"
 
 #include <sys/utsname.h>
 
 #include <algorithm>
 #include <cstdio>
-
-#include "local/rlimits.hpp"
 
 namespace rlm::ns {
 
@@ -18,6 +16,30 @@ bool nproc_rlimit_is_per_user_namespace() {
     return major > 5 || (major == 5 && minor >= 14);
   }();
   return per_namespace;
+}
+
+std::vector<common::ResourceLimit> init_rlimits(const Limits& limits, bool have_cgroup) {
+  using common::Resource;
+  auto rlimits = common::policy_rlimits(limits);
+  if (have_cgroup) {
+    std::erase_if(rlimits,
+                  [](const common::ResourceLimit& r) { return r.resource == Resource::as; });
+  } else if (nproc_rlimit_is_per_user_namespace()) {
+    rlimits.push_back({Resource::nproc, limits.pids, limits.pids});
+  }
+  return rlimits;
+}
+
+void add_cgroup_account(common::RunEnd& end, const CgroupUsage& usage,
+                        std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at) {
+  end.account = common::GroupAccount::whole_run;
+  end.oom_killed = usage.oom_killed;
+  end.pids_limit_hit = usage.pids_limit_hit;
+  end.group_cpu = usage.cpu;
+  end.group_peak_memory = usage.peak_memory_bytes;
+  end.cpu_budget = cpu_budget;
+  if (stopped_at == CgroupLimit::cpu_time) end.stop = common::Stop::cpu_time;
+  if (stopped_at == CgroupLimit::pids) end.stop = common::Stop::pids;
 }
 
 std::vector<LimitFallback> cgroup_limit_fallbacks() {
@@ -43,17 +65,6 @@ std::vector<LimitFallback> cgroup_limit_fallbacks() {
   return out;
 }
 
-std::vector<std::string> init_rlimits(const Limits& limits, bool have_cgroup) {
-  auto rlimits = local::rlimit_arguments(limits);
-  if (have_cgroup) {
-    std::erase_if(rlimits, [](const std::string& r) { return r.starts_with("as="); });
-  } else if (nproc_rlimit_is_per_user_namespace()) {
-    const std::string pids = std::to_string(limits.pids);
-    rlimits.push_back("nproc=" + pids + ":" + pids);
-  }
-  return rlimits;
-}
-
 void note_limit_fallbacks(Result& result, const std::string& why, const Limits& limits) {
   std::string note = "note: no cgroup (" + why + "); in its place";
   for (const auto& fallback : cgroup_limit_fallbacks()) {
@@ -61,20 +72,19 @@ void note_limit_fallbacks(Result& result, const std::string& why, const Limits& 
     if (!fallback.enforced) result.unenforced.push_back(fallback.field);
     note += ", " + fallback.field + ": " + fallback.how;
   }
-  result.detail += (result.detail.empty() ? "" : "; ") + note;
+  common::add_note(result, note);
 }
 
 void note_cpu_time_per_process(Result& result) {
   result.unenforced.push_back("limits.cpu_time_ms");
-  result.detail += std::string(result.detail.empty() ? "" : "; ") +
+  common::add_note(result,
                    "note: the run's cgroup counts no CPU time (no cpuacct hierarchy), so "
-                   "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the sandbox";
+                   "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the sandbox");
 }
 
 void note_cpu_bandwidth_missing(Result& result, const std::string& why) {
   result.unenforced.push_back("limits.cpus");
-  result.detail +=
-      std::string(result.detail.empty() ? "" : "; ") + "note: limits.cpus was not enforced: " + why;
+  common::add_note(result, "note: limits.cpus was not enforced: " + why);
 }
 
 }  // namespace rlm::ns

@@ -1,9 +1,10 @@
-#include "common/stdin_pump.hpp"
+#include "common/payload_io.hpp"
 
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace rlm::common {
@@ -92,6 +93,24 @@ void StdinPump::on_readable() {
 
 void StdinPump::finish_if_done() {
   if (source_done_ && pending().empty()) pipe_.reset();
+}
+
+CappedOutput::CappedOutput(std::uint64_t cap, Sink sink, std::string& kept)
+    : cap_(cap), sink_(std::move(sink)), kept_(kept) {}
+
+bool CappedOutput::accept(std::string_view chunk) {
+  if (truncated_) return false;
+  const auto room = static_cast<std::size_t>(std::min<std::uint64_t>(cap_ - taken_, chunk.size()));
+  const bool crossed = room < chunk.size();
+  truncated_ = crossed;
+  taken_ += room;
+  if (room > 0 && !silenced_) {
+    if (sink_)
+      sink_(chunk.substr(0, room));
+    else
+      kept_.append(chunk.data(), room);
+  }
+  return crossed;
 }
 
 }  // namespace rlm::common

@@ -1,0 +1,281 @@
+#include "common/init.hpp"
+
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/supervise.hpp"
+#include "rlm_init/protocol.hpp"
+#include "rlm_sys/sys.hpp"
+
+namespace rlm::common {
+namespace {
+
+namespace protocol = init_protocol;
+
+// ---- Where it is ----------------------------------------------------------------------------
+
+bool is_executable_file(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::vector<std::string> default_candidates() {
+  std::vector<std::string> candidates;
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const auto dir = self.parent_path();
+    candidates.push_back((dir / protocol::kBinaryName).string());
+    candidates.push_back(
+        (dir.parent_path() / "libexec/rlm-sandbox" / protocol::kBinaryName).string());
+  }
+  candidates.push_back(RLM_SANDBOX_INIT_INSTALL_PATH);
+  candidates.push_back(RLM_SANDBOX_INIT_BUILD_PATH);
+  return candidates;
+}
+
+// ---- Its report -----------------------------------------------------------------------------
+
+int integer(const nlohmann::json& report, const char* key) {
+  const auto it = report.find(key);
+  return it != report.end() && it->is_number_integer() ? it->get<int>() : 0;
+}
+
+std::string text(const nlohmann::json& report, const char* key) {
+  const auto it = report.find(key);
+  return it != report.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+bool flag(const nlohmann::json& report, const char* key) {
+  const auto it = report.find(key);
+  return it != report.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::chrono::microseconds to_micro(const timeval& time) {
+  return std::chrono::seconds(time.tv_sec) + std::chrono::microseconds(time.tv_usec);
+}
+
+std::string wait_status_text(const Supervision& supervision) {
+  if (!supervision.reaped) return "its exit status was taken by another part of this process";
+  const int status = supervision.wait_status;
+  if (WIFSIGNALED(status)) return "killed by " + signal_name(WTERMSIG(status));
+  return "exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+// What a report that says the sandbox itself failed means, in words.
+std::string setup_problem(const InitReport& report, const RunContext& context,
+                          const Supervision& supervision) {
+  using sys::errno_text;
+  switch (report.kind) {
+    case InitReport::Kind::setup_failed:
+      if (report.step == "chdir")
+        return "cannot enter the working directory '" + context.workdir +
+               "': " + errno_text(report.value);
+      if (report.step == "seccomp")
+        return "cannot install the seccomp filter in the payload: " + errno_text(report.value);
+      if (report.step == "guard")
+        return "cannot guard the payload's signals (a seccomp listener: refused when already "
+               "inside a sandbox that uses one, or on kernels before 5.0): " +
+               errno_text(report.value);
+      return "cannot apply the " + report.path + " resource limit (" + report.step +
+             "): " + errno_text(report.value);
+    case InitReport::Kind::init_failed:
+      return "rlm-sandbox-init failed: " + report.message;
+    case InitReport::Kind::init_exec_failed:
+      return "cannot execute rlm-sandbox-init at " + context.init_path + ": " +
+             errno_text(report.value);
+    default:  // missing
+      return "rlm-sandbox-init (" + context.init_path + ") ended without a report (" +
+             wait_status_text(supervision) + ")";
+  }
+}
+
+Stop stop_of(StopReason reason) {
+  switch (reason) {
+    case StopReason::timeout:
+      return Stop::timeout;
+    case StopReason::output_limit:
+      return Stop::output_limit;
+    case StopReason::cancelled:
+      return Stop::cancelled;
+    case StopReason::caller_error:
+      return Stop::caller_error;
+    case StopReason::limit_reached:  // which limit is the asking backend's to say
+    case StopReason::none:
+      break;
+  }
+  return Stop::none;
+}
+
+}  // namespace
+
+// ---- Where it is ----------------------------------------------------------------------------
+
+std::string InitLocation::problem() const {
+  if (!path.empty()) return "";
+  std::string text = std::string(protocol::kBinaryName) + " not found (looked for";
+  for (std::size_t i = 0; i < tried.size(); ++i) text += (i ? ", " : " ") + tried[i];
+  return text + ")";
+}
+
+std::string InitLocation::fix() {
+  return "build the rlm-sandbox-init target (it lands next to the rlm-sandbox binary), install "
+         "rlm-sandbox, or set RLM_SANDBOX_INIT to the path of rlm-sandbox-init";
+}
+
+InitLocation locate_init() {
+  InitLocation location;
+  if (const char* explicit_path = std::getenv("RLM_SANDBOX_INIT");
+      explicit_path && *explicit_path) {
+    location.tried.push_back(std::string("$RLM_SANDBOX_INIT=") + explicit_path);
+    if (is_executable_file(explicit_path)) location.path = explicit_path;
+    return location;
+  }
+  for (auto& candidate : default_candidates()) {
+    if (is_executable_file(candidate)) {
+      location.path = candidate;
+      break;
+    }
+    location.tried.push_back(std::move(candidate));
+  }
+  return location;
+}
+
+// ---- Its command line -----------------------------------------------------------------------
+
+std::vector<std::string> init_arguments(const std::string& init_path,
+                                        const InitSettings& settings) {
+  std::vector<std::string> args{init_path, protocol::kReportFdFlag,
+                                std::to_string(protocol::kReportFd), protocol::kGraceFlag,
+                                std::to_string(settings.grace.count())};
+  for (const auto& limit : settings.rlimits) {
+    args.push_back(protocol::kRlimitFlag);
+    args.push_back(std::string(resource_name(limit.resource)) + "=" + std::to_string(limit.soft) +
+                   ":" + std::to_string(limit.hard));
+  }
+  if (!settings.workdir.empty()) {
+    args.push_back(protocol::kChdirFlag);
+    args.push_back(settings.workdir);
+  }
+  if (settings.seccomp_fd >= 0) {
+    args.push_back(protocol::kSeccompFdFlag);
+    args.push_back(std::to_string(settings.seccomp_fd));
+  }
+  if (settings.seccomp_notify_fd >= 0) {
+    args.push_back(protocol::kSeccompNotifyFdFlag);
+    args.push_back(std::to_string(settings.seccomp_notify_fd));
+  }
+  if (settings.guard_signals) args.push_back(protocol::kGuardSignalsFlag);
+  if (settings.pid1) args.push_back(protocol::kPid1Flag);
+  args.push_back("--");
+  args.insert(args.end(), settings.payload_argv.begin(), settings.payload_argv.end());
+  return args;
+}
+
+// ---- Its report -----------------------------------------------------------------------------
+
+InitReport parse_init_report(std::string_view line) {
+  InitReport report;
+  const auto newline = line.find('\n');
+  const auto document = nlohmann::json::parse(line.substr(0, newline), nullptr, false);
+  if (!document.is_object()) return report;
+
+  // The first of these keys the report holds says how the run ended; its value is an integer,
+  // but for init's own error message.
+  constexpr std::pair<const char*, InitReport::Kind> kEndings[] = {
+      {protocol::kExitCodeKey, InitReport::Kind::exited},
+      {protocol::kSignalKey, InitReport::Kind::signaled},
+      {protocol::kExecErrnoKey, InitReport::Kind::exec_failed},
+      {protocol::kSetupErrnoKey, InitReport::Kind::setup_failed},
+      {protocol::kInitErrorKey, InitReport::Kind::init_failed},
+      {protocol::kInitExecErrnoKey, InitReport::Kind::init_exec_failed},
+  };
+  for (const auto& [key, kind] : kEndings) {
+    if (!document.contains(key)) continue;
+    report.kind = kind;
+    if (kind == InitReport::Kind::init_failed)
+      report.message = text(document, key);
+    else
+      report.value = integer(document, key);
+    break;
+  }
+  if (const auto cpu = document.find(protocol::kCpuKey);
+      cpu != document.end() && cpu->is_number_integer())
+    report.cpu = std::chrono::microseconds(cpu->get<long long>());
+  report.step = text(document, protocol::kStepKey);
+  report.path = text(document, protocol::kPathKey);
+  report.terminated = flag(document, protocol::kTerminatedKey);
+  report.terminated_by_payload = flag(document, protocol::kTerminatedByPayloadKey);
+  if (const auto violation = document.find(protocol::kSeccompViolationKey);
+      violation != document.end() && violation->is_number_integer())
+    report.seccomp_syscall = violation->get<int>();
+  return report;
+}
+
+RunContext run_context(const Policy& policy, std::string argv0, std::string workdir,
+                       std::string init_path, std::chrono::milliseconds wall_limit) {
+  RunContext context;
+  context.argv0 = std::move(argv0);
+  context.workdir = std::move(workdir);
+  context.init_path = std::move(init_path);
+  context.limits = policy.limits;
+  context.wall_limit = wall_limit;
+  return context;
+}
+
+RunEnd init_run_end(Supervision supervision, const RunContext& context) {
+  if (supervision.caller_error) std::rethrow_exception(supervision.caller_error);
+  const InitReport report = parse_init_report(supervision.report);
+  RunEnd end;
+  set_limits(end, context.limits, context.wall_limit);
+  end.stop = stop_of(supervision.stop);
+  end.init_killed = supervision.init_killed;
+  end.stdout_data = std::move(supervision.stdout_data);
+  end.stderr_data = std::move(supervision.stderr_data);
+  end.stdout_truncated = supervision.stdout_truncated;
+  end.stderr_truncated = supervision.stderr_truncated;
+  if (supervision.reaped) {
+    // wait4 on init covers init and every descendant it reaped: the whole tree. ru_maxrss is the
+    // largest single process, not a sum.
+    end.tree_cpu = to_micro(supervision.usage.ru_utime) + to_micro(supervision.usage.ru_stime);
+    end.tree_peak_memory = static_cast<std::uint64_t>(supervision.usage.ru_maxrss) * 1024;
+  }
+
+  end.payload_cpu = report.cpu;
+  end.terminated = report.terminated;
+  end.terminated_by_payload = report.terminated_by_payload;
+  end.seccomp_syscall = report.seccomp_syscall;
+  switch (report.kind) {
+    case InitReport::Kind::exited:
+      end.ending = Ending::exited;
+      end.exit_code = report.value;
+      break;
+    case InitReport::Kind::signaled:
+      end.ending = Ending::signaled;
+      end.signal = report.value;
+      break;
+    case InitReport::Kind::exec_failed:
+      end.ending = Ending::cannot_execute;
+      end.exit_code = report.value == ENOENT ? 127 : 126;
+      end.command = context.argv0;
+      end.problem = sys::errno_text(report.value);
+      break;
+    default:
+      end.ending = Ending::setup_failed;
+      end.problem = setup_problem(report, context, supervision);
+      break;
+  }
+  return end;
+}
+
+}  // namespace rlm::common
