@@ -9,8 +9,7 @@
 #include <vector>
 
 #include "common/payload_io.hpp"
-#include "docker/request_checks.hpp"
-#include "docker/stream_demux.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -18,11 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kChunk = 64 * 1024;
-
-int poll_timeout(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1'000'000'000));
-}
 
 // The payload's stdin, from the request's bytes or the caller's fd, into the connection.
 class StdinFeed {
@@ -91,6 +85,38 @@ class StdinFeed {
 
 }  // namespace
 
+bool FrameDemuxer::take_header() {
+  const unsigned char kind = header_[0];
+  if (kind > 2 || header_[1] != 0 || header_[2] != 0 || header_[3] != 0) {
+    malformed_ = true;
+    return false;
+  }
+  current_ = static_cast<StreamKind>(kind);
+  payload_left_ = (std::uint32_t{header_[4]} << 24) | (std::uint32_t{header_[5]} << 16) |
+                  (std::uint32_t{header_[6]} << 8) | std::uint32_t{header_[7]};
+  header_filled_ = 0;
+  return true;
+}
+
+bool FrameDemuxer::feed(std::string_view bytes) {
+  while (!bytes.empty()) {
+    if (stopped_ || malformed_) return false;
+    if (payload_left_ == 0) {
+      const std::size_t take = std::min(bytes.size(), header_.size() - header_filled_);
+      std::copy_n(bytes.data(), take, header_.data() + header_filled_);
+      header_filled_ += take;
+      bytes.remove_prefix(take);
+      if (header_filled_ == header_.size() && !take_header()) return false;
+      continue;
+    }
+    const std::size_t take = std::min<std::size_t>(bytes.size(), payload_left_);
+    payload_left_ -= static_cast<std::uint32_t>(take);
+    if (!sink_(current_, bytes.substr(0, take))) stopped_ = true;
+    bytes.remove_prefix(take);
+  }
+  return !stopped_ && !malformed_;
+}
+
 StreamSettings stream_settings(const Request& request, const Policy& policy,
                                std::chrono::steady_clock::time_point deadline) {
   StreamSettings settings;
@@ -155,7 +181,7 @@ StreamOutcome pump_stream(HijackedConnection& connection, const StreamSettings& 
         {settings.stop_fd, POLLIN, 0},
         {settings.limit_fd, POLLIN, 0},
     };
-    if (::poll(fds, kSlots, poll_timeout(settings.deadline)) < 0) continue;  // EINTR
+    if (::poll(fds, kSlots, sys::poll_timeout_ms(settings.deadline)) < 0) continue;  // EINTR
     if (fds[kStop].revents & (POLLIN | POLLHUP | POLLERR)) {
       outcome.end = StreamEnd::cancelled;
       break;

@@ -1,6 +1,6 @@
 // The container lifecycle calls both the one-shot runs and the session containers make: create
 // (with the image-missing message), start, wait, stop (SIGTERM, the policy's grace, SIGKILL),
-// inspect, and removal that never throws.
+// inspect, and removal that never throws; and the removal of what a crashed runtime left behind.
 #pragma once
 
 #include <chrono>
@@ -62,5 +62,17 @@ class ContainerRemover {
   const EngineApi& api_;
   std::string id_;
 };
+
+// ---- Leftovers --------------------------------------------------------------------------------
+// Containers a crashed runtime left behind: every labelled container whose owner process is
+// certainly gone (ownership.hpp) is removed, once per socket per process, before the first
+// container this process makes. Containers of live owners, of owners in another PID namespace,
+// and anything without our labels are never touched.
+
+// Removes them now; returns how many were removed. Best effort: never throws.
+int collect_stale_containers(const EngineApi& api) noexcept;
+
+// collect_stale_containers() on the first call per socket path in this process.
+void collect_stale_containers_once(const EngineApi& api) noexcept;
 
 }  // namespace rlm::docker

@@ -18,14 +18,13 @@
 #include "docker/container_cgroup.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
-#include "docker/daemon_info.hpp"
 #include "docker/health.hpp"
 #include "docker/hijack.hpp"
-#include "docker/leftovers.hpp"
 #include "docker/ownership.hpp"
-#include "docker/request_checks.hpp"
 #include "docker/run_outcome.hpp"
 #include "docker/stats_sampler.hpp"
+#include "http/http_client.hpp"
+#include "rlm_sandbox/error.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -183,6 +182,16 @@ class DockerBackend final : public Backend {
 };
 
 }  // namespace
+
+void require_runnable(const Request& request) {
+  if (!http::available())
+    throw NeedsFullBinary(
+        "the docker backend needs the HTTP client, which this build of rlm-sandbox leaves out");
+  if (!request.inherit_fds.empty())
+    throw Error(
+        "Request.inherit_fds: the docker backend cannot pass file descriptors into a container; "
+        "use the namespace or local backend");
+}
 
 std::unique_ptr<Backend> make_docker_backend() {
   return std::make_unique<DockerBackend>();

@@ -8,11 +8,10 @@
 #include "docker/container_cgroup.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
-#include "docker/daemon_info.hpp"
+#include "docker/docker_backend.hpp"
+#include "docker/health.hpp"
 #include "docker/hijack.hpp"
-#include "docker/leftovers.hpp"
 #include "docker/ownership.hpp"
-#include "docker/request_checks.hpp"
 #include "docker/run_outcome.hpp"
 #include "docker/stats_sampler.hpp"
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <fstream>
 
+#include "common/health_fields.hpp"
 #include "common/init.hpp"
 #include "namespace/cgroup.hpp"
 #include "namespace/limits.hpp"
@@ -18,23 +19,16 @@ namespace {
 
 // Policy fields as the policy JSON names them. Memory, pids, the sandbox's CPU time and its CPU
 // bandwidth depend on cgroups.
-const std::vector<std::string> kAlwaysEnforced = {
-    "limits.wall_time_ms",
-    "limits.kill_grace_ms",
-    "limits.output_bytes",
-    "limits.file_size_bytes",
-    "limits.open_files",
-    "limits.tmpfs_bytes",
-    "namespaces",
-    "filesystem.mounts",
-    "filesystem.workdir",
-    "network",
-    "seccomp",
-    "capabilities",
-    "env",
-    "user",
-    "hostname",
-};
+std::vector<std::string> always_enforced() {
+  std::vector<std::string> fields = {
+      "limits.wall_time_ms", "limits.kill_grace_ms",
+      "limits.output_bytes", "limits.file_size_bytes",
+      "limits.open_files",   "limits.tmpfs_bytes",
+      "namespaces",
+  };
+  common::append_sandbox_fields(fields);
+  return fields;
+}
 
 // Successful probes are remembered: they are what every run's backend selection asks, and a host
 // that could create namespaces once keeps that ability (failures are probed again).
@@ -182,7 +176,7 @@ Health namespace_health() {
                   "budgets") +
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
       "Result)";
-  health.enforced = kAlwaysEnforced;
+  health.enforced = always_enforced();
   const CgroupSupport cgroups = probe_cgroups();
   if (cgroups.mode != CgroupSupport::Mode::none) {
     health.detail += "; " + cgroups.detail;

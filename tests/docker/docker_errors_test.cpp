@@ -13,7 +13,6 @@
 #include "common/unique_fd.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
-#include "docker/leftovers.hpp"
 #include "docker/ownership.hpp"
 #include "docker_test_util.hpp"
 #include "support/subprocess.hpp"

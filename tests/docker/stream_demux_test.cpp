@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "docker/stream_demux.hpp"
+#include "docker/attached_stream.hpp"
 
 namespace rlm::docker {
 namespace {
