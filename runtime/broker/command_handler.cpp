@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "command_guard.hpp"
+#include "broker/command_guard.hpp"
+#include "broker/handlers.hpp"
 #include "common/unique_fd.hpp"
-#include "handlers.hpp"
 
 namespace rlm::broker {
 namespace {
@@ -163,24 +163,17 @@ LlmAnswer interpret(std::string output) {
   return LlmAnswer::of_text(std::move(output));
 }
 
-class CommandHandler final : public LlmHandler {
+class CommandHandler final : public CallingThreadHandler {
  public:
   CommandHandler(std::string command, std::chrono::milliseconds max_duration)
       : command_(std::move(command)), max_duration_(max_duration) {}
 
-  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
-    if (call.is_cancelled()) return done(cancelled_answer());
-    LlmAnswer answer;
-    try {
-      answer = run(call);
-    } catch (const std::exception& error) {
-      answer = LlmAnswer::of_error("cannot run the LM command: " + std::string(error.what()));
-    }
-    done(std::move(answer));
+ private:
+  std::string failure(const std::exception& error) const override {
+    return "cannot run the LM command: " + std::string(error.what());
   }
 
- private:
-  LlmAnswer run(const LlmCall& call) const {
+  LlmAnswer run(const LlmCall& call) const override {
     const json input_line = {{"prompt", call.prompt},
                              {"model", call.model ? json(*call.model) : json(nullptr)}};
     const std::string input =

@@ -1,7 +1,7 @@
 // spawn_guarded_shell: the guard process of a command: LM call (command_guard.hpp). Everything
 // after fork() runs in a copy of a multithreaded process: async-signal-safe calls only, no
 // allocation, no locks; what needs memory is prepared in the parent.
-#include "command_guard.hpp"
+#include "broker/command_guard.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
