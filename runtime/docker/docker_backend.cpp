@@ -2,7 +2,8 @@
 // body: everything that may fail with a message, before any container exists), create and attach
 // before start (so no output is missed and stdin is connected), stream until the payload's output
 // closes or a limit or the deadline hits, stop the container as a whole when needed, read its
-// state, remove it -- whatever happened.
+// state and record how the run ended (common/outcome.hpp classifies it), remove it -- whatever
+// happened.
 #include "docker/docker_backend.hpp"
 
 #include <signal.h>
@@ -21,7 +22,6 @@
 #include "docker/health.hpp"
 #include "docker/hijack.hpp"
 #include "docker/ownership.hpp"
-#include "docker/run_outcome.hpp"
 #include "docker/stats_sampler.hpp"
 #include "http/http_client.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -59,6 +59,93 @@ void fill_not_found(Result& result, const std::string& message) {
   end.exit_code = 127;
   end.problem = message;
   common::classify(std::move(end), result);
+}
+
+// How the container ended, as the daemon reported it.
+struct Termination {
+  std::optional<int> exit_code;  // as Docker reports it; nullopt when it could not say
+  bool oom_killed = false;       // the kernel's OOM killer struck in the container
+  // The container's CPU time budget (StreamEnd::cpu_limit says it was spent); 0: the policy's.
+  std::chrono::milliseconds cpu_budget{0};
+};
+
+common::Stop stop_of(StreamEnd end) {
+  switch (end) {
+    case StreamEnd::deadline:
+      return common::Stop::timeout;
+    case StreamEnd::output_limit:
+      return common::Stop::output_limit;
+    case StreamEnd::cpu_limit:
+      return common::Stop::cpu_time;
+    case StreamEnd::cancelled:
+      return common::Stop::cancelled;
+    case StreamEnd::caller_error:
+      return common::Stop::caller_error;
+    case StreamEnd::closed:
+      break;
+  }
+  return common::Stop::none;
+}
+
+// How the payload ended, from what the stream and the daemon said.
+void fill_ending(common::RunEnd& end, const StreamOutcome& stream, const Termination& termination) {
+  using common::Ending;
+  if (termination.exit_code) {
+    const int code = *termination.exit_code;
+    if (code > 128 && code <= 128 + 64)
+      end.signal = code - 128;
+    else
+      end.exit_code = code;
+  }
+  if (!stream.protocol_error.empty()) {
+    end.ending = Ending::setup_failed;
+    end.problem = stream.protocol_error;
+  } else if (!termination.exit_code) {
+    end.ending = Ending::setup_failed;
+    end.problem = "the Docker daemon did not report how the payload ended";
+  } else if (end.signal != 0) {
+    end.ending = Ending::signaled;
+  } else if ((end.exit_code == 127 || end.exit_code == 126) &&
+             end.stderr_data.find("[FATAL tini") != std::string::npos) {
+    // Docker's init (tini) reports a command it cannot execute on stderr and exits 127 or 126.
+    end.ending = Ending::cannot_execute;
+    end.problem = end.stderr_data.substr(0, end.stderr_data.find('\n'));
+  } else {
+    end.ending = Ending::exited;
+  }
+}
+
+// What the stream, the daemon and the container's cgroup said about how the run ended, as the
+// RunEnd every backend fills (common/outcome.hpp classifies it). Docker reports a payload killed by
+// signal N as exit status 128+N (its init does the same for its child), so 128+N for N in 1..64 is
+// read as that signal: a payload that itself exits with 130 is indistinguishable from one killed by
+// SIGINT. Docker learns of an OOM kill from an asynchronous event, so the container's OOM kill
+// explains only a death by SIGKILL (GroupAccount::kills_only).
+common::RunEnd run_end(StreamOutcome stream, const Termination& termination,
+                       const CgroupReading& usage, const Policy& policy,
+                       std::chrono::milliseconds wall_limit) {
+  common::RunEnd end;
+  common::set_limits(end, policy.limits, wall_limit);
+  if (termination.cpu_budget.count() > 0) end.cpu_budget = termination.cpu_budget;
+  end.stop = stop_of(stream.end);
+  end.stdout_data = std::move(stream.stdout_data);
+  end.stderr_data = std::move(stream.stderr_data);
+  end.stdout_truncated = stream.stdout_truncated;
+  end.stderr_truncated = stream.stderr_truncated;
+  fill_ending(end, stream, termination);
+
+  end.account = common::GroupAccount::kills_only;
+  end.oom_killed = termination.oom_killed;
+  if (usage.cpu_nanoseconds)
+    end.group_cpu = std::chrono::microseconds(*usage.cpu_nanoseconds / 1000);
+  end.group_peak_memory = usage.peak_memory_bytes;
+  // RLIMIT_CPU counts per process, which Docker does not report: the container's total stands in.
+  end.payload_cpu = end.group_cpu.value_or(std::chrono::microseconds(0));
+
+  end.group_noun = "container";
+  end.seccomp_rules = "the seccomp profile";
+  end.exit_status_reporter = "Docker";
+  return end;
 }
 
 class DockerBackend final : public Backend {
@@ -166,7 +253,7 @@ class DockerBackend final : public Backend {
       return run.setup_failed(error.what());
     }
     const auto caller_error = stream.caller_error;
-    fill_result(run.result, std::move(stream), termination, usage, policy, run.wall_limit);
+    run.fill_from(run_end(std::move(stream), termination, usage, policy, run.wall_limit));
     if (cpu_unwatched) {
       run.result.unenforced.push_back("limits.cpu_time_ms");
       common::add_note(run.result,
