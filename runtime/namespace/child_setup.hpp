@@ -43,7 +43,7 @@ class RootfsPlan {
   static RootfsPlan prepare(const Policy& policy);
   bool apply(StepFailure& failure) const noexcept;
 
-  struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.cpp
+  struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.hpp
 
  private:
   std::vector<Op> ops_;  // executed in order; each owns the strings it passes to the kernel
