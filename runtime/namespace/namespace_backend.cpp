@@ -29,9 +29,9 @@
 #include "namespace/clone.hpp"
 #include "namespace/health.hpp"
 #include "namespace/limit_fallback.hpp"
-#include "namespace/payload_filter.hpp"
 #include "namespace/run_outcome.hpp"
 #include "namespace/userns.hpp"
+#include "seccomp/seccomp.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -106,7 +106,7 @@ class ChildGuard {
 // Everything the child needs, built before clone; it outlives the child's exec.
 struct Preparation {
   UniqueFd init_fd;
-  PayloadFilter filter;
+  seccomp::PayloadFilter filter;
   IdMapping ids;
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
@@ -161,7 +161,7 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   p.init_fd = above_stdio(UniqueFd(open(init.path.c_str(), O_RDONLY | O_CLOEXEC)));
   if (!p.init_fd)
     throw std::system_error(errno, std::generic_category(), "cannot open " + init.path);
-  p.filter = prepare_payload_filter(policy.seccomp);
+  p.filter = seccomp::prepare_payload_filter(policy.seccomp);
   p.filter.kill = above_stdio(std::move(p.filter.kill));
   p.filter.notify = above_stdio(std::move(p.filter.notify));
   p.ids = prepare_id_mapping(policy.user);
