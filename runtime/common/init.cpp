@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <iterator>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -153,8 +154,7 @@ InitLocation locate_init() {
 
 // ---- Its command line -----------------------------------------------------------------------
 
-std::vector<std::string> init_arguments(const std::string& init_path,
-                                        const InitSettings& settings) {
+std::vector<std::string> init_arguments(const std::string& init_path, InitSettings settings) {
   std::vector<std::string> args{init_path, protocol::kReportFdFlag,
                                 std::to_string(protocol::kReportFd), protocol::kGraceFlag,
                                 std::to_string(settings.grace.count())};
@@ -178,7 +178,8 @@ std::vector<std::string> init_arguments(const std::string& init_path,
   if (settings.guard_signals) args.push_back(protocol::kGuardSignalsFlag);
   if (settings.pid1) args.push_back(protocol::kPid1Flag);
   args.push_back("--");
-  args.insert(args.end(), settings.payload_argv.begin(), settings.payload_argv.end());
+  args.insert(args.end(), std::make_move_iterator(settings.payload_argv.begin()),
+              std::make_move_iterator(settings.payload_argv.end()));
   return args;
 }
 
