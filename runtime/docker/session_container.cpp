@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <thread>
 
+#include "cgroup/usage.hpp"
 #include "common/environment.hpp"
 #include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
-#include "docker/container_cgroup.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
 #include "docker/daemon_info.hpp"
@@ -62,7 +62,7 @@ std::optional<ExecState> wait_for_exec(const EngineApi& api, const std::string& 
 
 struct DockerSessionContainer::Container {
   std::string id;
-  std::optional<ContainerCgroup> cgroup;  // for usage and OOM kills, when readable here
+  std::optional<cgroup::UsageReader> cgroup;  // for usage and OOM kills, when readable here
   std::atomic<bool> retired{false};
   std::atomic<bool> stopped_over_limit{false};
 };
@@ -110,7 +110,8 @@ std::shared_ptr<DockerSessionContainer::Container> DockerSessionContainer::acqui
   container->id = create_container(api_, create_body(policy_, plan), "rlm-sandbox-" + owner);
   remover.hold(container->id);
   start_container(api_, container->id);
-  container->cgroup = ContainerCgroup::find(inspect_state(api_, container->id).pid, container->id);
+  container->cgroup =
+      cgroup::UsageReader::of_process(inspect_state(api_, container->id).pid, container->id);
   remover.hold("");
   current_ = container;
   return container;
@@ -188,7 +189,8 @@ Result DockerSessionContainer::run(const Request& request) {
   CgroupReading usage;
   bool stopped_it = false;
   try {
-    const auto before = container->cgroup ? container->cgroup->read() : CgroupReading{};
+    const auto before =
+        container->cgroup ? StatsSampler::read(*container->cgroup) : CgroupReading{};
     const double exec_started = unix_time_now();
     auto connection = open_hijacked(api_.socket_path(), "POST", "/exec/" + exec_id + "/start",
                                     nlohmann::json{{"Detach", false}, {"Tty", false}}.dump(),
@@ -222,7 +224,7 @@ Result DockerSessionContainer::run(const Request& request) {
         usage.cpu_nanoseconds =
             *sampled.cpu_nanoseconds - std::min(*sampled.cpu_nanoseconds, *before.cpu_nanoseconds);
     } else {
-      usage = container->cgroup ? container->cgroup->read() : CgroupReading{};
+      usage = container->cgroup ? StatsSampler::read(*container->cgroup) : CgroupReading{};
       // The container's CPU time during this execution (concurrent ones on the session count
       // too); its peak memory is the session's so far.
       if (usage.cpu_nanoseconds && before.cpu_nanoseconds)

@@ -18,7 +18,16 @@ void keep_largest(std::optional<std::uint64_t>& kept, const std::optional<std::u
 
 }  // namespace
 
-StatsSampler::StatsSampler(std::optional<ContainerCgroup> cgroup,
+CgroupReading StatsSampler::read(const cgroup::UsageReader& cgroup) {
+  CgroupReading reading;
+  reading.peak_memory_bytes = cgroup.peak_memory_bytes();
+  reading.oom_kills = cgroup.oom_kills();
+  if (const auto cpu = cgroup.cpu_time())
+    reading.cpu_nanoseconds = static_cast<std::uint64_t>(cpu->count()) * 1000;
+  return reading;
+}
+
+StatsSampler::StatsSampler(std::optional<cgroup::UsageReader> cgroup,
                            std::chrono::milliseconds cpu_budget, std::uint64_t cpu_baseline_ns)
     : cgroup_(std::move(cgroup)),
       cpu_budget_ns_(cpu_baseline_ns +
@@ -30,7 +39,7 @@ StatsSampler::StatsSampler(std::optional<ContainerCgroup> cgroup,
 }
 
 void StatsSampler::take() {
-  const auto reading = cgroup_->read();
+  const auto reading = read(*cgroup_);
   keep_largest(seen_.peak_memory_bytes, reading.peak_memory_bytes);
   keep_largest(seen_.cpu_nanoseconds, reading.cpu_nanoseconds);
   keep_largest(seen_.oom_kills, reading.oom_kills);

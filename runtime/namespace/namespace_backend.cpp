@@ -15,15 +15,14 @@
 #include <optional>
 #include <system_error>
 
+#include "cgroup/cgroup.hpp"
 #include "common/init_command.hpp"
 #include "common/init_locator.hpp"
-#include "rlm_init/protocol.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
 #include "common/run_start.hpp"
 #include "common/supervise.hpp"
 #include "local/rlimits.hpp"
-#include "namespace/cgroup.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
@@ -32,6 +31,7 @@
 #include "namespace/payload_filter.hpp"
 #include "namespace/run_outcome.hpp"
 #include "namespace/userns.hpp"
+#include "rlm_init/protocol.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -111,7 +111,7 @@ struct Preparation {
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
   std::optional<PrivilegePlan> privileges;
-  std::unique_ptr<RunCgroup> cgroup;
+  std::unique_ptr<cgroup::RunCgroup> cgroup;
   std::string cgroup_problem;  // why there is no cgroup
   std::optional<common::InitLaunch> launch;
   Pipe release, errors;
@@ -121,7 +121,7 @@ struct Preparation {
 // The live counters a caller may read from another thread while run() supervises.
 class CgroupProbe {
  public:
-  explicit CgroupProbe(const RunCgroup* cgroup) : cgroup_(cgroup) {}
+  explicit CgroupProbe(const cgroup::RunCgroup* cgroup) : cgroup_(cgroup) {}
   LiveCounters read() {
     std::lock_guard lock(mutex_);
     LiveCounters counters;
@@ -140,14 +140,14 @@ class CgroupProbe {
 
  private:
   std::mutex mutex_;
-  const RunCgroup* cgroup_;
+  const cgroup::RunCgroup* cgroup_;
 };
 
 void collect_stale_groups_once() {
   static std::once_flag once;
   std::call_once(once, [] {
     try {
-      collect_stale_groups();
+      cgroup::collect_stale_groups();
     } catch (const std::exception&) {
       // Leftovers of a crashed runtime are not this run's problem.
     }
@@ -170,7 +170,9 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   p.privileges = PrivilegePlan::prepare(policy);
 
   collect_stale_groups_once();
-  p.cgroup = RunCgroup::create(policy.limits, &p.cgroup_problem);
+  auto created = cgroup::RunCgroup::create(policy.limits);
+  p.cgroup = std::move(created.group);
+  p.cgroup_problem = std::move(created.problem);
 
   common::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
@@ -333,7 +335,7 @@ class NamespaceBackend final : public Backend {
     probe_target->detach();
     if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
 
-    CgroupUsage usage;
+    cgroup::CgroupUsage usage;
     std::string bandwidth_problem;
     if (p.cgroup) {
       p.cgroup->kill_all();
