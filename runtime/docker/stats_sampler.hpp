@@ -28,16 +28,12 @@ struct CgroupReading {
 
 class StatsSampler {
  public:
-  // Samples nothing when `cgroup` is empty (limit_fd() then never becomes readable). The budget
-  // counts from `cpu_baseline_ns` of the container's CPU time (what it had used before this run).
-  StatsSampler(std::optional<cgroup::UsageReader> cgroup, std::chrono::milliseconds cpu_budget,
-               std::uint64_t cpu_baseline_ns = 0);
+  // Samples nothing when `cgroup` is empty (limit_fd() then never becomes readable).
+  StatsSampler(std::optional<cgroup::UsageReader> cgroup, std::chrono::milliseconds cpu_budget);
   ~StatsSampler() { finish(); }
   StatsSampler(const StatsSampler&) = delete;
   StatsSampler& operator=(const StatsSampler&) = delete;
 
-  // One reading of the container's counters.
-  static CgroupReading read(const cgroup::UsageReader& cgroup);
   // Stops sampling; returns the largest value of each counter seen.
   CgroupReading finish();
   // An eventfd, readable once the container's CPU time reached the budget; owned by the sampler.
