@@ -1,7 +1,8 @@
-"""Tests for rlm_sandbox_client against the real ``rlm-sandbox`` binary.
+"""Tests for the rlm_sandbox client package (python/rlm_sandbox/) against the real ``rlm-sandbox``
+binary.
 
 Run: ``RLM_SANDBOX_BIN=build/bin/rlm-sandbox python3 -m unittest -v test_rlm_sandbox_client``
-from tools/python (ctest's ``python_client`` test does this). Most tests use the namespace
+from tests/python_client (ctest's ``python_client`` test does this). Most tests use the namespace
 backend with the default python-repl policy, which needs root or unprivileged user namespaces.
 """
 
@@ -11,6 +12,7 @@ import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 import threading
@@ -18,8 +20,10 @@ import time
 import unittest
 from typing import Any, Dict, List, Optional, Set
 
-import rlm_sandbox_client
-from rlm_sandbox_client import MAX_LINE_BYTES, CellResult, RlmSandbox, RlmSandboxError
+# The package under test is the repository's, not one installed elsewhere.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import rlm_sandbox  # noqa: E402
+from rlm_sandbox import MAX_LINE_BYTES, CellResult, RlmSandbox, RlmSandboxError  # noqa: E402
 
 BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 BACKEND = "namespace"
@@ -339,7 +343,7 @@ class ContextTest(SandboxTestCase):
 class DocstringExampleTest(unittest.TestCase):
     def test_rlm_loop_example_runs(self) -> None:
         # The module docstring's rlm_loop, driven by a scripted "model": it must keep working.
-        doc = rlm_sandbox_client.__doc__
+        doc = rlm_sandbox.__doc__
         start = doc.index("    import re\n")
         source = textwrap.dedent(doc[start:doc.index("\n\nStart-up:", start)])
         namespace: Dict[str, Any] = {}

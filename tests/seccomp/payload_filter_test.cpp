@@ -1,11 +1,10 @@
-// The payload's seccomp programs as the namespace backend prepares them: kill actions compiled as
-// user notifications only when there is something to name and the listener can be handed over.
+// The payload's seccomp programs as rlm-sandbox-init receives them: kill actions compiled as user
+// notifications only when there is something to name and the listener can be handed over.
 #include <gtest/gtest.h>
 #include <linux/seccomp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "namespace/payload_filter.hpp"
 #include "seccomp/seccomp.hpp"
 
 namespace rlm {
@@ -69,7 +68,7 @@ std::size_t memfd_size(const common::UniqueFd& fd) {
 
 TEST(PayloadFilter, TheNotifyProgramIsPreparedOnlyWhenItCanWork) {
   const auto kill_uname = rule({"uname"}, "SCMP_ACT_KILL_PROCESS");
-  auto both = ns::prepare_payload_filter(rules("SCMP_ACT_ALLOW", {kill_uname}));
+  auto both = seccomp::prepare_payload_filter(rules("SCMP_ACT_ALLOW", {kill_uname}));
   ASSERT_TRUE(both.kill);
   ASSERT_TRUE(both.notify);
   EXPECT_GT(memfd_size(both.kill), 0u);
@@ -77,9 +76,9 @@ TEST(PayloadFilter, TheNotifyProgramIsPreparedOnlyWhenItCanWork) {
   // Sealed: nobody can change the program after it was written.
   EXPECT_LT(write(both.kill.get(), "x", 1), 0);
 
-  EXPECT_FALSE(ns::prepare_payload_filter(rules("SCMP_ACT_ALLOW")).notify);
+  EXPECT_FALSE(seccomp::prepare_payload_filter(rules("SCMP_ACT_ALLOW")).notify);
   // The payload must be able to send the listener to init after installing the filter.
-  EXPECT_FALSE(ns::prepare_payload_filter(
+  EXPECT_FALSE(seccomp::prepare_payload_filter(
                    rules("SCMP_ACT_ALLOW", {kill_uname, rule({"sendmsg"}, "SCMP_ACT_ERRNO", 1)}))
                    .notify);
 }
