@@ -7,9 +7,9 @@
 #include <fstream>
 #include <optional>
 
+#include "cgroup/cgroup.hpp"
 #include "common/health_fields.hpp"
 #include "common/init.hpp"
-#include "namespace/cgroup.hpp"
 #include "namespace/limits.hpp"
 #include "namespace/sandbox_uid.hpp"
 #include "namespace/userns.hpp"
@@ -109,25 +109,25 @@ std::optional<Missing> missing_prerequisite(const common::InitLocation& init, bo
 
 // The four setups users run on (docs/cgroups.md, tests/lanes): who runs the runtime, and where
 // its limits come from.
-std::string host_setup(bool root, CgroupSupport::Mode mode) {
+std::string host_setup(bool root, cgroup::CgroupSupport::Mode mode) {
   switch (mode) {
-    case CgroupSupport::Mode::v1:
+    case cgroup::CgroupSupport::Mode::v1:
       return root ? "root-cgroup-v1" : "user-cgroup-v1";
-    case CgroupSupport::Mode::v2:
+    case cgroup::CgroupSupport::Mode::v2:
       return root ? "root-cgroup-v2" : "user-delegated-cgroup-v2";
-    case CgroupSupport::Mode::none:
+    case cgroup::CgroupSupport::Mode::none:
       break;
   }
   return root ? "root-no-cgroup" : "user-no-cgroup";
 }
 
-const char* mode_name(CgroupSupport::Mode mode) {
+const char* mode_name(cgroup::CgroupSupport::Mode mode) {
   switch (mode) {
-    case CgroupSupport::Mode::v1:
+    case cgroup::CgroupSupport::Mode::v1:
       return "v1";
-    case CgroupSupport::Mode::v2:
+    case cgroup::CgroupSupport::Mode::v2:
       return "v2";
-    case CgroupSupport::Mode::none:
+    case cgroup::CgroupSupport::Mode::none:
       break;
   }
   return "none";
@@ -170,8 +170,8 @@ Health namespace_health(const common::InitLocation& init) {
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
       "Result)";
   health.enforced = always_enforced();
-  const CgroupSupport cgroups = probe_cgroups();
-  if (cgroups.mode != CgroupSupport::Mode::none) {
+  const cgroup::CgroupSupport cgroups = cgroup::probe_cgroups();
+  if (cgroups.mode != cgroup::CgroupSupport::Mode::none) {
     health.detail += "; " + cgroups.detail;
     health.enforced.insert(health.enforced.end(), cgroups.enforced.begin(), cgroups.enforced.end());
     for (const auto& [field, how] : cgroups.missing) health.fallbacks[field] = how;

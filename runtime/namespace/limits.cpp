@@ -30,7 +30,7 @@ std::vector<common::ResourceLimit> init_rlimits(const Limits& limits, bool have_
   return rlimits;
 }
 
-void add_cgroup_account(common::RunEnd& end, const CgroupUsage& usage,
+void add_cgroup_account(common::RunEnd& end, const cgroup::CgroupUsage& usage,
                         std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at) {
   end.account = common::GroupAccount::whole_run;
   end.oom_killed = usage.oom_killed;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "cgroup/usage.hpp"
 #include "common/outcome.hpp"
 #include "common/rlimits.hpp"
-#include "namespace/cgroup.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/result.hpp"
 
@@ -37,7 +37,7 @@ enum class CgroupLimit { none, pids, cpu_time };
 // Puts what the run's cgroup saw into `end` (a whole-run account: common/outcome.hpp): the OOM
 // killer, a refused fork, the whole tree's CPU time against `cpu_budget` and its peak memory.
 // `stopped_at`: the runtime stopped the run because the cgroup showed that limit reached.
-void add_cgroup_account(common::RunEnd& end, const CgroupUsage& usage,
+void add_cgroup_account(common::RunEnd& end, const cgroup::CgroupUsage& usage,
                         std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at);
 
 // ---- Without a cgroup -------------------------------------------------------------------------

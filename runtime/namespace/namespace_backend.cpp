@@ -13,12 +13,12 @@
 #include <mutex>
 #include <optional>
 
+#include "cgroup/cgroup.hpp"
 #include "common/init.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
 #include "common/run_start.hpp"
 #include "common/supervise.hpp"
-#include "namespace/cgroup.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
@@ -76,7 +76,7 @@ struct Preparation {
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
   std::optional<PrivilegePlan> privileges;
-  std::unique_ptr<RunCgroup> cgroup;
+  std::unique_ptr<cgroup::RunCgroup> cgroup;
   std::string cgroup_problem;  // why there is no cgroup
   std::optional<common::InitLaunch> launch;
   common::Pipe release, errors;
@@ -86,7 +86,7 @@ struct Preparation {
 // The live counters a caller may read from another thread while run() supervises.
 class CgroupProbe {
  public:
-  explicit CgroupProbe(const RunCgroup* cgroup) : cgroup_(cgroup) {}
+  explicit CgroupProbe(const cgroup::RunCgroup* cgroup) : cgroup_(cgroup) {}
   LiveCounters read() {
     std::lock_guard lock(mutex_);
     LiveCounters counters;
@@ -105,14 +105,14 @@ class CgroupProbe {
 
  private:
   std::mutex mutex_;
-  const RunCgroup* cgroup_;
+  const cgroup::RunCgroup* cgroup_;
 };
 
 void collect_stale_groups_once() {
   static std::once_flag once;
   std::call_once(once, [] {
     try {
-      collect_stale_groups();
+      cgroup::collect_stale_groups();
     } catch (const std::exception&) {
       // Leftovers of a crashed runtime are not this run's problem.
     }
@@ -135,7 +135,9 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   p.privileges = PrivilegePlan::prepare(policy);
 
   collect_stale_groups_once();
-  p.cgroup = RunCgroup::create(policy.limits, &p.cgroup_problem);
+  auto created = cgroup::RunCgroup::create(policy.limits);
+  p.cgroup = std::move(created.group);
+  p.cgroup_problem = std::move(created.problem);
 
   common::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
@@ -291,7 +293,7 @@ class NamespaceBackend final : public Backend {
     probe_target->detach();
     if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
 
-    CgroupUsage usage;
+    cgroup::CgroupUsage usage;
     std::string bandwidth_problem;
     if (p.cgroup) {
       p.cgroup->kill_all();

@@ -24,7 +24,7 @@ std::vector<pid_t> processes_with_cmdline(const std::string& needle);
 std::vector<pid_t> processes_with_environment(const std::string& needle);
 
 // cgroup directories this process created for its runs (their names start with "<pid>-", see
-// runtime/namespace/cgroup_run_id.hpp), anywhere under /sys/fs/cgroup.
+// runtime/cgroup/run_id.hpp), anywhere under /sys/fs/cgroup.
 std::vector<std::string> own_cgroup_dirs();
 
 // This process's /proc/self/mountinfo.

@@ -19,8 +19,8 @@
 
 #include <gtest/gtest.h>
 
-#include "namespace/cgroup.hpp"
-#include "namespace/cgroup_impl.hpp"
+#include "cgroup/cgroup.hpp"
+#include "cgroup/group.hpp"
 #include "support/lane.hpp"
 
 namespace rlm::test {
@@ -95,8 +95,8 @@ inline int sleep_forever() {
   for (;;) ::pause();
 }
 
-inline const std::vector<std::string>& dirs_of(const ns::RunCgroup& group) {
-  return dynamic_cast<const ns::GroupDirs&>(group).dirs();
+inline const std::vector<std::string>& dirs_of(const cgroup::RunCgroup& group) {
+  return dynamic_cast<const cgroup::GroupDirs&>(group).dirs();
 }
 
 inline bool dir_exists(const std::string& path) {
@@ -109,10 +109,10 @@ inline bool is_cgroup2_host() {
 }
 
 // Creates a group or fails the test: as root, this host must give us one.
-#define RLM_MAKE_GROUP(var, limits)                              \
-  std::string var##_why;                                         \
-  auto var = ::rlm::ns::RunCgroup::create((limits), &var##_why); \
-  ASSERT_NE(var, nullptr) << "no cgroup on this host: " << var##_why
+#define RLM_MAKE_GROUP(var, limits)                             \
+  auto var##_made = ::rlm::cgroup::RunCgroup::create((limits)); \
+  auto var = std::move(var##_made.group);                       \
+  ASSERT_NE(var, nullptr) << "no cgroup on this host: " << var##_made.problem
 
 // Skips a test that needs root (creating groups under the host's hierarchies).
 #define RLM_REQUIRE_ROOT()                                           \

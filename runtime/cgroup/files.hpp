@@ -1,5 +1,6 @@
-// Small, exception-free helpers over cgroupfs files shared by the v1 and v2 code and stale-group
-// collection: read/write control files, list and kill a group's members, remove a group tree.
+// Small, exception-free helpers over cgroupfs files shared by the v1 and v2 code, the usage reader
+// and stale-group collection: read/write control files, list and kill a group's members, remove a
+// group tree.
 #pragma once
 
 #include <sys/types.h>
@@ -11,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rlm::ns::cgfs {
+namespace rlm::cgroup::cgfs {
 
 // The whole file, or nullopt (errno set) when it cannot be read.
 std::optional<std::string> read_file(const std::string& path);
@@ -22,6 +23,8 @@ bool exists(const std::string& path);
 // "key value" lines (memory.events, pids.events, cpu.stat, memory.oom_control): the value of
 // `key`, or nullopt when the file or key is missing.
 std::optional<std::uint64_t> read_key(const std::string& path, std::string_view key);
+// The same, in such a file's text already read (several keys of one file in one read).
+std::optional<std::uint64_t> key_value(std::string_view text, std::string_view key);
 // A file holding one number (memory.peak, cpuacct.usage), or nullopt.
 std::optional<std::uint64_t> read_number(const std::string& path);
 // The whitespace-separated words of a file (cgroup.controllers, cgroup.subtree_control).
@@ -52,7 +55,4 @@ bool remove_group(const std::string& group, std::string_view group_suffix,
 // mkdir that treats "already there" as success. Returns 0 or the errno.
 int make_dir(const std::string& path);
 
-// strerror as a std::string, thread-safe.
-std::string errno_text(int error);
-
-}  // namespace rlm::ns::cgfs
+}  // namespace rlm::cgroup::cgfs

@@ -7,11 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "namespace/cgroup.hpp"
-#include "namespace/cgroup_detect.hpp"
-#include "namespace/cgroup_run_id.hpp"
+#include "cgroup/cgroup.hpp"
+#include "cgroup/host.hpp"
+#include "cgroup/run_id.hpp"
+#include "cgroup/usage.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 
 inline constexpr const char* kParentName = "rlm-sandbox";
 // v2: where the processes of a busy cgroup of ours go, so that it can pass controllers down.
@@ -29,7 +30,8 @@ struct CgroupFailure {
   bool raced = false;
 };
 
-// The run's directories (one on v2, one per hierarchy on v1), killed and removed on destruction.
+// The run's directories (one on v2, one per hierarchy on v1), killed and removed on destruction,
+// and read by `reader`.
 class GroupDirs : public RunCgroup {
  public:
   ~GroupDirs() override;
@@ -37,12 +39,16 @@ class GroupDirs : public RunCgroup {
   const std::vector<std::string>& dirs() const { return dirs_; }
   bool cpu_bandwidth_limited() const override { return cpu_limited_; }
   std::string cpu_bandwidth_problem() const override { return cpu_problem_; }
+  CgroupUsage usage() const override { return reader_.read(); }
+  std::uint64_t oom_kills() const override { return reader_.oom_kills().value_or(0); }
+  std::optional<std::chrono::microseconds> cpu_time() const override { return reader_.cpu_time(); }
 
  protected:
-  GroupDirs(const RunId& id, std::vector<std::string> dirs);
+  GroupDirs(const RunId& id, std::vector<std::string> dirs, UsageReader reader);
   void attach_all(pid_t pid);  // writes pid to every directory's cgroup.procs; throws Error
   std::string suffix_;         // "/rlm-sandbox/<id>": how /proc/<pid>/cgroup names membership
   std::vector<std::string> dirs_;
+  UsageReader reader_;
   bool cpu_limited_ = false;  // limits.cpus was written to the group
   std::string cpu_problem_;   // why limits.cpus could not be, when it was asked for
 };
@@ -69,4 +75,4 @@ std::string v2_fix(const HostCgroups& host, bool busy);
 // delegated parent, the hierarchy root), existing or not.
 std::vector<std::string> v2_parent_dirs(const HostCgroups& host);
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

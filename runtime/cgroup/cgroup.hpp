@@ -1,12 +1,13 @@
 // cgroups for one sandboxed run: v2 (unified) or v1 (memory, pids, cpuacct and, for a CPU
-// bandwidth limit, cpu hierarchies).
+// bandwidth limit, cpu hierarchies). The namespace backend runs every sandbox in one; the docker
+// backend reads its containers' counters with the same reader (usage.hpp) and names them with the
+// same run ids (run_id.hpp).
 // Created in the parent before clone, joined by the child before it execs, read after the run,
 // and removed with everything in them. Every group lives under a parent named "rlm-sandbox";
 // nothing else on the host is ever touched, except in cgroups that are ours on v2: memory and
 // pids (and cpu, for limits.cpus) are enabled in the cgroup.subtree_control of our own cgroup when
-// it is the root, or of a
-// cgroup delegated to us, and a busy delegated cgroup of ours is split into a leaf
-// (cgroup_v2_parent.cpp, docs/cgroups.md).
+// it is the root, or of a cgroup delegated to us, and a busy delegated cgroup of ours is split
+// into a leaf (v2_parent.cpp, docs/cgroups.md).
 #pragma once
 
 #include <sys/types.h>
@@ -19,9 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "cgroup/usage.hpp"
 #include "rlm_sandbox/policy.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 
 // What this host offers, for `health` and for the Result when limits fall back to rlimits.
 // Found by really creating (and removing) a group with default limits. docs/cgroups.md.
@@ -38,25 +40,23 @@ struct CgroupSupport {
 };
 CgroupSupport probe_cgroups();
 
-// What the run consumed and which cgroup limit stopped it, read after the payload is gone.
-struct CgroupUsage {
-  std::optional<std::uint64_t> peak_memory_bytes;  // memory.peak / memory.max_usage_in_bytes
-  std::optional<std::chrono::microseconds> cpu;    // cpu.stat usage_usec / cpuacct.usage
-  bool oom_killed = false;        // memory.events oom_kill / memory.oom_control oom_kill
-  std::uint64_t oom_kills = 0;    // how many
-  bool memory_limit_hit = false;  // the limit was reached at all (failcnt / events max)
-  bool pids_limit_hit = false;    // pids.events max
+class RunCgroup;
+
+// What RunCgroup::create() gives: the run's group, or none and why this host gives none (with
+// "; to fix: ..." when there is a fix).
+struct CreatedCgroup {
+  std::unique_ptr<RunCgroup> group;
+  std::string problem;  // "" when `group` is set
 };
 
 class RunCgroup {
  public:
   // Creates the run's group(s) with the memory limit (no swap), pids.max and, when limits.cpus is
-  // set, the CPU bandwidth (v2 cpu.max; v1 cpu.cfs_quota_us per cpu.cfs_period_us). Returns
-  // nullptr and sets `why` (with "; to fix: ..." when there is a fix) when this host gives no
-  // usable cgroup; the caller then falls back to rlimits and says so. A bandwidth the host cannot
-  // give does not fail the creation: cpu_bandwidth_problem() says why. Never throws; leaves
-  // nothing behind on failure. Thread-safe.
-  static std::unique_ptr<RunCgroup> create(const Limits& limits, std::string* why);
+  // set, the CPU bandwidth (v2 cpu.max; v1 cpu.cfs_quota_us per cpu.cfs_period_us). Gives no
+  // group, and the problem, when this host gives no usable cgroup; the caller then falls back to
+  // rlimits and says so. A bandwidth the host cannot give does not fail the creation:
+  // cpu_bandwidth_problem() says why. Never throws; leaves nothing behind on failure. Thread-safe.
+  static CreatedCgroup create(const Limits& limits);
 
   // Kills every member, waits (bounded: ~2 s, then up to 5 s per directory) for the kernel to let
   // go of them, and rmdirs the group(s). Never throws; a group that cannot be removed in time is
@@ -79,7 +79,8 @@ class RunCgroup {
   // a move by the parent (attach) stall for up to ~30 ms on busy hosts. Empty on v2 (clone3's
   // CLONE_INTO_CGROUP does better). Opened on first call; throws Error when one cannot be.
   virtual std::vector<int> self_join_fds() { return {}; }
-  // Cheap reads of the control files; valid while the object lives (after kill_all too).
+  // Cheap reads of the control files (usage.hpp); valid while the object lives (after kill_all
+  // too).
   virtual CgroupUsage usage() const = 0;
   // Just the OOM-kill count, in one read: a session asks before every cell.
   virtual std::uint64_t oom_kills() const = 0;
@@ -104,4 +105,4 @@ class RunCgroup {
 // per process by the backend before its first run.
 void collect_stale_groups();
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

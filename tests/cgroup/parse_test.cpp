@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "namespace/cgroup_detect.hpp"
-#include "namespace/cgroup_run_id.hpp"
+#include "cgroup/host.hpp"
+#include "cgroup/run_id.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 namespace {
 
 TEST(CgroupParse, MountinfoSeparateAndCoMountedControllers) {
@@ -20,7 +20,7 @@ TEST(CgroupParse, MountinfoSeparateAndCoMountedControllers) {
       "35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw master:3 - cgroup cgroup rw,memory\n"
       "40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n"
       "41 31 0:38 / /sys/fs/cgroup/my\\040unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n";
-  const auto mounts = parse_mountinfo(text);
+  const auto mounts = cgroup_mounts(text);
   ASSERT_EQ(mounts.size(), 6u);
   EXPECT_EQ(mounts[0].mount_point, "/sys/fs/cgroup/cpu");
   EXPECT_EQ(mounts[0].controllers, (std::vector<std::string>{"cpu"}));
@@ -105,4 +105,4 @@ TEST(CgroupParse, AForkedChildNamesItselfNotItsParent) {
 }
 
 }  // namespace
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "cgroup/files.hpp"
 #include "cgroup_test_util.hpp"
-#include "namespace/cgroup_fs.hpp"
 
 namespace rlm::test {
 namespace {
@@ -55,8 +55,7 @@ bool become_nobody() {
 }
 
 std::string try_create() {
-  std::string why;
-  auto group = ns::RunCgroup::create(limits(32 * MiB, 8), &why);
+  auto [group, why] = cgroup::RunCgroup::create(limits(32 * MiB, 8));
   return group ? "OK " + dirs_of(*group)[0] : "FAIL " + why;
 }
 
@@ -86,7 +85,7 @@ TEST(CgroupPlacement, CloneIntoCgroupStartsTheChildInside) {
   }
   ASSERT_GT(pid, 0) << "clone3: " << std::strerror(errno);
   ::close(go[0]);
-  const auto members = ns::cgfs::members(dirs_of(*group)[0]);
+  const auto members = cgroup::cgfs::members(dirs_of(*group)[0]);
   EXPECT_EQ(members, std::vector<pid_t>{static_cast<pid_t>(pid)});
   ::close(go[1]);
   ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
@@ -127,13 +126,14 @@ TEST(CgroupPlacement, DelegatedSubtreeServesANonRootUser) {
       parent_of(dirs_of(*anchor)[0]) + "/test-delegated-" + std::to_string(::getpid());
   const std::string leaf = unit + "/leaf";
   ASSERT_EQ(::mkdir(unit.c_str(), 0755), 0) << unit;
-  ASSERT_EQ(ns::cgfs::write_file(unit + "/cgroup.subtree_control", "+memory +pids"), 0);
+  ASSERT_EQ(cgroup::cgfs::write_file(unit + "/cgroup.subtree_control", "+memory +pids"), 0);
   ASSERT_EQ(::mkdir(leaf.c_str(), 0755), 0);
   give_to_nobody(unit);
   give_to_nobody(leaf);
 
   const std::string result = in_child([&] {
-    if (ns::cgfs::write_file(leaf + "/cgroup.procs", "0") != 0) return std::string("move failed");
+    if (cgroup::cgfs::write_file(leaf + "/cgroup.procs", "0") != 0)
+      return std::string("move failed");
     if (!become_nobody()) return std::string("setuid failed");
     return try_create();
   });
@@ -148,7 +148,7 @@ TEST(CgroupPlacement, DelegatedSubtreeServesANonRootUser) {
 }
 
 std::string own_cgroup_line() {
-  auto text = ns::cgfs::read_file("/proc/self/cgroup").value_or("?");
+  auto text = cgroup::cgfs::read_file("/proc/self/cgroup").value_or("?");
   while (!text.empty() && text.back() == '\n') text.pop_back();
   return text;
 }
@@ -166,10 +166,11 @@ TEST(CgroupPlacement, ABusyDelegatedCgroupIsSplitIntoALeaf) {
   give_to_nobody(scope);
   // A second process of the user in the scope: it must move too, or the rule still applies.
   WaitingChild sibling(sleep_forever);
-  ASSERT_EQ(ns::cgfs::write_file(scope + "/cgroup.procs", std::to_string(sibling.pid())), 0);
+  ASSERT_EQ(cgroup::cgfs::write_file(scope + "/cgroup.procs", std::to_string(sibling.pid())), 0);
 
   const std::string result = in_child([&] {
-    if (ns::cgfs::write_file(scope + "/cgroup.procs", "0") != 0) return std::string("move failed");
+    if (cgroup::cgfs::write_file(scope + "/cgroup.procs", "0") != 0)
+      return std::string("move failed");
     if (!become_nobody()) return std::string("setuid failed");
     std::string created = try_create();  // before reading where we are now
     return created + "\n" + own_cgroup_line();
@@ -178,9 +179,9 @@ TEST(CgroupPlacement, ABusyDelegatedCgroupIsSplitIntoALeaf) {
   EXPECT_EQ(result.rfind("OK " + scope + "/rlm-sandbox/", 0), 0u) << result;
   EXPECT_NE(result.find("\n0::" + base + "/leaf"), std::string::npos)
       << "the runtime moved itself into the leaf: " << result;
-  EXPECT_EQ(ns::cgfs::members(scope), std::vector<pid_t>{}) << "the scope holds no process now";
-  EXPECT_EQ(ns::cgfs::members(scope + "/leaf"), std::vector<pid_t>{sibling.pid()});
-  EXPECT_EQ(ns::cgfs::read_words(scope + "/cgroup.subtree_control"),
+  EXPECT_EQ(cgroup::cgfs::members(scope), std::vector<pid_t>{}) << "the scope holds no process now";
+  EXPECT_EQ(cgroup::cgfs::members(scope + "/leaf"), std::vector<pid_t>{sibling.pid()});
+  EXPECT_EQ(cgroup::cgfs::read_words(scope + "/cgroup.subtree_control"),
             (std::vector<std::string>{"memory", "pids"}));
   ::kill(sibling.pid(), SIGKILL);
   sibling.wait();
@@ -199,10 +200,11 @@ TEST(CgroupPlacement, ABusyCgroupThatIsNotOursIsNotRearranged) {
   const std::string service =
       parent_of(dirs_of(*anchor)[0]) + "/test-service-" + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(service.c_str(), 0755), 0) << service;
-  const std::string before = ns::cgfs::read_file(service + "/cgroup.subtree_control").value_or("?");
+  const std::string before =
+      cgroup::cgfs::read_file(service + "/cgroup.subtree_control").value_or("?");
 
   const std::string result = in_child([&] {
-    if (ns::cgfs::write_file(service + "/cgroup.procs", "0") != 0)
+    if (cgroup::cgfs::write_file(service + "/cgroup.procs", "0") != 0)
       return std::string("move failed");
     std::string created = try_create();  // before reading where we are now
     return created + "\n" + own_cgroup_line();
@@ -211,7 +213,7 @@ TEST(CgroupPlacement, ABusyCgroupThatIsNotOursIsNotRearranged) {
   EXPECT_EQ(result.rfind("OK /sys/fs/cgroup/rlm-sandbox/", 0), 0u) << result;
   EXPECT_NE(result.find("\n0::" + base), std::string::npos) << result;
   EXPECT_EQ(result.find("/leaf"), std::string::npos) << result;
-  EXPECT_EQ(ns::cgfs::read_file(service + "/cgroup.subtree_control").value_or("?"), before);
+  EXPECT_EQ(cgroup::cgfs::read_file(service + "/cgroup.subtree_control").value_or("?"), before);
   EXPECT_FALSE(dir_exists(service + "/leaf"));
   EXPECT_EQ(::rmdir(service.c_str()), 0) << service << ": " << std::strerror(errno);
 }
@@ -228,7 +230,7 @@ TEST(CgroupPlacement, InsideAContainersCgroupNamespaceItsRootIsSplitIntoALeaf) {
   ASSERT_EQ(::mkdir(container.c_str(), 0755), 0) << container;
 
   const std::string result = in_child([&] {
-    if (ns::cgfs::write_file(container + "/cgroup.procs", "0") != 0)
+    if (cgroup::cgfs::write_file(container + "/cgroup.procs", "0") != 0)
       return std::string("move failed");
     if (::unshare(CLONE_NEWCGROUP | CLONE_NEWNS) != 0) return std::string("unshare failed");
     if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
@@ -245,9 +247,9 @@ TEST(CgroupPlacement, InsideAContainersCgroupNamespaceItsRootIsSplitIntoALeaf) {
   EXPECT_EQ(result.rfind("OK /sys/fs/cgroup/rlm-sandbox/", 0), 0u) << result;
   EXPECT_NE(result.find("\n0::/leaf"), std::string::npos) << result;
   // In the host's: the container's cgroup passes the controllers down and holds no process.
-  EXPECT_EQ(ns::cgfs::read_words(container + "/cgroup.subtree_control"),
+  EXPECT_EQ(cgroup::cgfs::read_words(container + "/cgroup.subtree_control"),
             (std::vector<std::string>{"memory", "pids"}));
-  EXPECT_EQ(ns::cgfs::members(container), std::vector<pid_t>{});
+  EXPECT_EQ(cgroup::cgfs::members(container), std::vector<pid_t>{});
   EXPECT_FALSE(dir_exists(container + "/rlm-sandbox")) << "the run removed what it made";
   for (const auto& dir : {container + "/leaf", container}) {
     EXPECT_EQ(::rmdir(dir.c_str()), 0) << dir << ": " << std::strerror(errno);
@@ -259,10 +261,9 @@ TEST(CgroupPlacement, NonRootWithoutDelegationIsToldHowToFixIt) {
   RLM_MAKE_GROUP(anchor, limits(64 * MiB, 16));  // the parents exist: only the group is denied
   const std::string result = in_child([] {
     if (!become_nobody()) return std::string("setuid failed");
-    std::string why;
-    auto group = ns::RunCgroup::create(limits(32 * MiB, 8), &why);
+    auto [group, why] = cgroup::RunCgroup::create(limits(32 * MiB, 8));
     if (group) return "OK " + group->describe();
-    const auto support = ns::probe_cgroups();
+    const auto support = cgroup::probe_cgroups();
     return "FAIL " + why + "\nprobe: " + std::to_string(static_cast<int>(support.mode)) + " " +
            support.fix;
   });

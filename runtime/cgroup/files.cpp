@@ -1,4 +1,4 @@
-#include "namespace/cgroup_fs.hpp"
+#include "cgroup/files.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,12 +11,11 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <thread>
 
 #include "common/unique_fd.hpp"
 
-namespace rlm::ns::cgfs {
+namespace rlm::cgroup::cgfs {
 namespace {
 
 using common::UniqueFd;
@@ -123,7 +122,11 @@ bool exists(const std::string& path) {
 std::optional<std::uint64_t> read_key(const std::string& path, std::string_view key) {
   auto text = read_file(path);
   if (!text) return std::nullopt;
-  std::string_view rest = *text;
+  return key_value(*text, key);
+}
+
+std::optional<std::uint64_t> key_value(std::string_view text, std::string_view key) {
+  std::string_view rest = text;
   while (!rest.empty()) {
     auto nl = rest.find('\n');
     std::string_view line = rest.substr(0, nl);
@@ -216,10 +219,4 @@ int make_dir(const std::string& path) {
   return errno;
 }
 
-std::string errno_text(int error) {
-  char buf[256];
-  // GNU strerror_r returns the message (possibly a static string, not buf).
-  return ::strerror_r(error, buf, sizeof buf);
-}
-
-}  // namespace rlm::ns::cgfs
+}  // namespace rlm::cgroup::cgfs

@@ -9,22 +9,21 @@
 
 #include <cerrno>
 
+#include "cgroup/files.hpp"
+#include "cgroup/group.hpp"
 #include "common/unique_fd.hpp"
-#include "namespace/cgroup_fs.hpp"
-#include "namespace/cgroup_impl.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 namespace {
 
 class V1Cgroup final : public GroupDirs {
  public:
   V1Cgroup(const RunId& id, std::vector<std::string> dirs, std::string memory, std::string pids,
            std::string cpuacct)
-      : GroupDirs(id, std::move(dirs)),
-        memory_(std::move(memory)),
-        pids_(std::move(pids)),
-        cpuacct_(std::move(cpuacct)) {}
+      : GroupDirs(id, std::move(dirs),
+                  UsageReader::v1(std::move(memory), std::move(pids), std::move(cpuacct))) {}
 
   int clone_into_fd() const override { return -1; }
   void attach(pid_t pid) override { attach_all(pid); }
@@ -33,36 +32,13 @@ class V1Cgroup final : public GroupDirs {
     if (join_fds_.empty()) {
       for (const auto& dir : dirs()) {
         common::UniqueFd fd(::open((dir + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
-        if (!fd) throw Error("cannot open " + dir + "/tasks: " + cgfs::errno_text(errno));
+        if (!fd) throw Error("cannot open " + dir + "/tasks: " + sys::errno_text(errno));
         join_fds_.push_back(std::move(fd));
       }
     }
     std::vector<int> fds;
     for (const auto& fd : join_fds_) fds.push_back(fd.get());
     return fds;
-  }
-
-  std::uint64_t oom_kills() const override {
-    return cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0);
-  }
-
-  CgroupUsage usage() const override {
-    CgroupUsage u;
-    u.peak_memory_bytes = cgfs::read_number(memory_ + "/memory.max_usage_in_bytes");
-    u.oom_kills = cgfs::read_key(memory_ + "/memory.oom_control", "oom_kill").value_or(0);
-    u.oom_killed = u.oom_kills > 0;
-    u.memory_limit_hit =
-        u.oom_killed || cgfs::read_number(memory_ + "/memory.failcnt").value_or(0) > 0;
-    u.pids_limit_hit = cgfs::read_key(pids_ + "/pids.events", "max").value_or(0) > 0;
-    u.cpu = cpu_time();
-    return u;
-  }
-
-  std::optional<std::chrono::microseconds> cpu_time() const override {
-    if (cpuacct_.empty()) return std::nullopt;
-    const auto ns = cgfs::read_number(cpuacct_ + "/cpuacct.usage");
-    if (!ns) return std::nullopt;
-    return std::chrono::microseconds(*ns / 1000);
   }
 
   std::string describe() const override {
@@ -82,7 +58,7 @@ class V1Cgroup final : public GroupDirs {
     for (const auto& [file, value] :
          {std::pair{period, kCpuPeriodUs}, std::pair{quota, cpu_quota_us(cpus)}}) {
       if (int err = cgfs::write_file(file, std::to_string(value))) {
-        cpu_problem_ = "cannot set " + file + ": " + cgfs::errno_text(err);
+        cpu_problem_ = "cannot set " + file + ": " + sys::errno_text(err);
         return;
       }
     }
@@ -91,7 +67,6 @@ class V1Cgroup final : public GroupDirs {
   void cpu_unavailable(std::string why) { cpu_problem_ = "cgroup v1: " + std::move(why); }
 
  private:
-  std::string memory_, pids_, cpuacct_;
   std::vector<common::UniqueFd> join_fds_;
 };
 
@@ -135,7 +110,7 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
   std::vector<std::string> made_in;  // the hierarchy of each directory in `made`
   auto fail = [&](const std::string& what, int err) -> std::unique_ptr<GroupDirs> {
     undo(made);
-    failure.why = "cgroup v1: " + what + ": " + cgfs::errno_text(err);
+    failure.why = "cgroup v1: " + what + ": " + sys::errno_text(err);
     failure.fix = non_root_hint();
     return nullptr;
   };
@@ -154,7 +129,7 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
       if (i < 2) return fail("cannot create " + dir, err);
       // cpuacct and cpu are optional: the run goes on without them, and says what is missing.
       if (hierarchies[i] == host.v1_cpu)
-        cpu_problem = "cannot create " + dir + ": " + cgfs::errno_text(err);
+        cpu_problem = "cannot create " + dir + ": " + sys::errno_text(err);
       continue;
     }
     made.push_back(dir);
@@ -198,4 +173,4 @@ std::unique_ptr<GroupDirs> create_v1(const HostCgroups& host, const Limits& limi
   return group;
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

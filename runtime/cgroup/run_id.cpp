@@ -1,4 +1,4 @@
-#include "namespace/cgroup_run_id.hpp"
+#include "cgroup/run_id.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,9 +8,9 @@
 #include <charconv>
 #include <mutex>
 
-#include "namespace/cgroup_fs.hpp"
+#include "cgroup/files.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 namespace {
 
 std::atomic<std::uint64_t> counter{0};
@@ -108,4 +108,4 @@ Owner owner_state(const RunId& id) {
   return *start == id.start_time ? Owner::alive : Owner::dead;
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "cgroup/files.hpp"
 #include "cgroup_test_util.hpp"
-#include "namespace/cgroup_fs.hpp"
 
 namespace rlm::test {
 namespace {
@@ -46,11 +46,12 @@ TEST(CgroupLimits, MemoryLimitOomKillsAndReportsPeak) {
   // memory.max_usage_in_bytes and memory.oom_control's oom_kill.
   const std::string dir = dirs_of(*group)[0];
   if (is_cgroup2_host()) {
-    EXPECT_EQ(usage.peak_memory_bytes, ns::cgfs::read_number(dir + "/memory.peak"));
-    EXPECT_EQ(usage.oom_kills, ns::cgfs::read_key(dir + "/memory.events", "oom_kill"));
+    EXPECT_EQ(usage.peak_memory_bytes, cgroup::cgfs::read_number(dir + "/memory.peak"));
+    EXPECT_EQ(usage.oom_kills, cgroup::cgfs::read_key(dir + "/memory.events", "oom_kill"));
   } else {
-    EXPECT_EQ(usage.peak_memory_bytes, ns::cgfs::read_number(dir + "/memory.max_usage_in_bytes"));
-    EXPECT_EQ(usage.oom_kills, ns::cgfs::read_key(dir + "/memory.oom_control", "oom_kill"));
+    EXPECT_EQ(usage.peak_memory_bytes,
+              cgroup::cgfs::read_number(dir + "/memory.max_usage_in_bytes"));
+    EXPECT_EQ(usage.oom_kills, cgroup::cgfs::read_key(dir + "/memory.oom_control", "oom_kill"));
   }
   EXPECT_GE(usage.oom_kills, 1u);
 }
@@ -168,9 +169,9 @@ TEST(CgroupLimits, CpusSetsTheBandwidthAndHoldsIt) {
   std::string quota;
   for (const auto& dir : dirs_of(*group)) {
     if (is_cgroup2_host()) {
-      quota = ns::cgfs::read_file(dir + "/cpu.max").value_or("");
-    } else if (auto q = ns::cgfs::read_file(dir + "/cpu.cfs_quota_us")) {
-      quota = *q + "/" + ns::cgfs::read_file(dir + "/cpu.cfs_period_us").value_or("?");
+      quota = cgroup::cgfs::read_file(dir + "/cpu.max").value_or("");
+    } else if (auto q = cgroup::cgfs::read_file(dir + "/cpu.cfs_quota_us")) {
+      quota = *q + "/" + cgroup::cgfs::read_file(dir + "/cpu.cfs_period_us").value_or("?");
     }
   }
   EXPECT_EQ(quota, is_cgroup2_host() ? "50000 100000\n" : "50000\n/100000\n");
@@ -198,10 +199,10 @@ TEST(CgroupLimits, WithoutCpusThereIsNoQuota) {
   EXPECT_EQ(group->cpu_bandwidth_problem(), "");
   for (const auto& dir : dirs_of(*group)) {
     if (is_cgroup2_host()) {
-      if (auto max = ns::cgfs::read_file(dir + "/cpu.max")) {
+      if (auto max = cgroup::cgfs::read_file(dir + "/cpu.max")) {
         EXPECT_TRUE(max->starts_with("max ")) << *max;
       }
-    } else if (auto quota = ns::cgfs::read_file(dir + "/cpu.cfs_quota_us")) {
+    } else if (auto quota = cgroup::cgfs::read_file(dir + "/cpu.cfs_quota_us")) {
       // Only where cpu shares a hierarchy with cpuacct ("cpu,cpuacct"); unlimited there.
       EXPECT_EQ(*quota, "-1\n") << dir;
     }

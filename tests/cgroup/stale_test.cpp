@@ -3,9 +3,10 @@
 // not write, not anything below a directory that is not an "rlm-sandbox" parent.
 #include <sys/stat.h>
 
+#include "cgroup/files.hpp"
+#include "cgroup/run_id.hpp"
 #include "cgroup_test_util.hpp"
-#include "namespace/cgroup_fs.hpp"
-#include "namespace/cgroup_run_id.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::test {
 namespace {
@@ -22,7 +23,7 @@ std::vector<std::string> make_in_all(const std::vector<std::string>& parents,
   std::vector<std::string> out;
   for (const auto& p : parents) {
     const std::string dir = p + "/" + name;
-    EXPECT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir << ": " << ns::cgfs::errno_text(errno);
+    EXPECT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir << ": " << sys::errno_text(errno);
     out.push_back(dir);
   }
   return out;
@@ -36,18 +37,18 @@ TEST(CgroupStale, CollectsDeadOwnersOnly) {
   std::vector<std::string> parents;
   for (const auto& d : dirs_of(*live)) parents.push_back(parent_of(d));
 
-  const ns::RunId self = ns::next_run_id();
+  const cgroup::RunId self = cgroup::next_run_id();
   // Dead owner, variant 1: our pid with another start time (the pid was recycled).
-  ns::RunId recycled = self;
+  cgroup::RunId recycled = self;
   recycled.start_time += 1;
   // Dead owner, variant 2: a pid that is gone.
   WaitingChild gone([] { return 0; });
   gone.release();
   gone.wait();
-  ns::RunId dead = self;
+  cgroup::RunId dead = self;
   dead.pid = gone.pid();
   // Unknown: an owner in another PID namespace (we cannot tell whether it lives).
-  ns::RunId foreign = dead;
+  cgroup::RunId foreign = dead;
   foreign.pid_ns += 1;
 
   auto stale1 = make_in_all(parents, recycled.to_string());
@@ -67,9 +68,10 @@ TEST(CgroupStale, CollectsDeadOwnersOnly) {
     return 0;
   });
   for (const auto& dir : stale1)
-    ASSERT_EQ(ns::cgfs::write_file(dir + "/cgroup.procs", std::to_string(orphan.pid())), 0) << dir;
+    ASSERT_EQ(cgroup::cgfs::write_file(dir + "/cgroup.procs", std::to_string(orphan.pid())), 0)
+        << dir;
 
-  ns::collect_stale_groups();
+  cgroup::collect_stale_groups();
 
   for (const auto& dir : stale1) EXPECT_FALSE(dir_exists(dir)) << dir;
   for (const auto& dir : stale2) EXPECT_FALSE(dir_exists(dir)) << dir;
@@ -91,7 +93,7 @@ TEST(CgroupStale, ConcurrentCollectorsDoNotTrip) {
   RLM_MAKE_GROUP(live, limits(64 * MiB, 16));
   std::vector<std::string> parents;
   for (const auto& d : dirs_of(*live)) parents.push_back(parent_of(d));
-  ns::RunId recycled = ns::next_run_id();
+  cgroup::RunId recycled = cgroup::next_run_id();
   recycled.start_time += 1;
   std::vector<std::vector<std::string>> stale;
   for (int i = 0; i < 20; ++i) {
@@ -99,7 +101,7 @@ TEST(CgroupStale, ConcurrentCollectorsDoNotTrip) {
     stale.push_back(make_in_all(parents, recycled.to_string()));
   }
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) threads.emplace_back([] { ns::collect_stale_groups(); });
+  for (int t = 0; t < 4; ++t) threads.emplace_back([] { cgroup::collect_stale_groups(); });
   for (auto& th : threads) th.join();
   for (const auto& set : stale)
     for (const auto& dir : set) EXPECT_FALSE(dir_exists(dir)) << dir;

@@ -6,9 +6,9 @@
 #include <set>
 #include <thread>
 
+#include "cgroup/files.hpp"
+#include "cgroup/run_id.hpp"
 #include "cgroup_test_util.hpp"
-#include "namespace/cgroup_fs.hpp"
-#include "namespace/cgroup_run_id.hpp"
 #include "rlm_sandbox/error.hpp"
 
 namespace rlm::test {
@@ -19,7 +19,8 @@ constexpr std::uint64_t MiB = 1ull << 20;
 // Entries under the groups' parents that this process created (names start "<pid>-<start>-").
 std::vector<std::string> own_leftovers(const std::vector<std::string>& parents) {
   const std::string prefix = std::to_string(::getpid()) + "-" +
-                             std::to_string(ns::process_start_time(::getpid()).value_or(0)) + "-";
+                             std::to_string(cgroup::process_start_time(::getpid()).value_or(0)) +
+                             "-";
   std::vector<std::string> out;
   for (const auto& parent : parents) {
     DIR* d = ::opendir(parent.c_str());
@@ -40,9 +41,9 @@ std::vector<std::string> parents_of(const std::vector<std::string>& dirs) {
 
 TEST(CgroupLifecycle, ProbeMatchesTheHost) {
   RLM_REQUIRE_CGROUP_ACCESS();
-  const auto support = ns::probe_cgroups();
+  const auto support = cgroup::probe_cgroups();
   const auto expected =
-      is_cgroup2_host() ? ns::CgroupSupport::Mode::v2 : ns::CgroupSupport::Mode::v1;
+      is_cgroup2_host() ? cgroup::CgroupSupport::Mode::v2 : cgroup::CgroupSupport::Mode::v1;
   EXPECT_EQ(support.mode, expected) << support.detail << " / fix: " << support.fix;
   EXPECT_FALSE(support.detail.empty());
   // Every lane's cgroups count CPU time and give CPU bandwidth (v1: cpuacct and cpu hierarchies;
@@ -64,17 +65,17 @@ TEST(CgroupLifecycle, GroupsAreNamedAndLimited) {
     EXPECT_TRUE(dir_exists(dir)) << dir;
     const auto parent = dir.substr(0, dir.rfind('/'));
     EXPECT_EQ(parent.substr(parent.rfind('/') + 1), "rlm-sandbox") << dir;
-    const auto id = ns::parse_run_id(dir.substr(dir.rfind('/') + 1));
+    const auto id = cgroup::parse_run_id(dir.substr(dir.rfind('/') + 1));
     ASSERT_TRUE(id.has_value()) << dir;
     EXPECT_EQ(id->pid, ::getpid());
-    EXPECT_EQ(ns::owner_state(*id), ns::Owner::alive);
+    EXPECT_EQ(cgroup::owner_state(*id), cgroup::Owner::alive);
   }
   if (is_cgroup2_host()) {
     ASSERT_EQ(dirs.size(), 1u);
-    EXPECT_EQ(ns::cgfs::read_number(dirs[0] + "/memory.max"), 64 * MiB);
-    EXPECT_EQ(ns::cgfs::read_number(dirs[0] + "/pids.max"), 16u);
+    EXPECT_EQ(cgroup::cgfs::read_number(dirs[0] + "/memory.max"), 64 * MiB);
+    EXPECT_EQ(cgroup::cgfs::read_number(dirs[0] + "/pids.max"), 16u);
     if (dir_exists(dirs[0] + "/memory.swap.max")) {
-      EXPECT_EQ(ns::cgfs::read_number(dirs[0] + "/memory.swap.max"), 0u);
+      EXPECT_EQ(cgroup::cgfs::read_number(dirs[0] + "/memory.swap.max"), 0u);
     }
     EXPECT_GE(group->clone_into_fd(), 0);
   } else {
@@ -82,14 +83,14 @@ TEST(CgroupLifecycle, GroupsAreNamedAndLimited) {
     EXPECT_EQ(group->clone_into_fd(), -1);
     bool memory = false, pids = false;
     for (const auto& dir : dirs) {
-      if (auto v = ns::cgfs::read_number(dir + "/memory.limit_in_bytes")) {
+      if (auto v = cgroup::cgfs::read_number(dir + "/memory.limit_in_bytes")) {
         memory = true;
         EXPECT_EQ(*v, 64 * MiB);
         if (dir_exists(dir + "/memory.memsw.limit_in_bytes")) {
-          EXPECT_EQ(ns::cgfs::read_number(dir + "/memory.memsw.limit_in_bytes"), 64 * MiB);
+          EXPECT_EQ(cgroup::cgfs::read_number(dir + "/memory.memsw.limit_in_bytes"), 64 * MiB);
         }
       }
-      if (auto v = ns::cgfs::read_number(dir + "/pids.max")) {
+      if (auto v = cgroup::cgfs::read_number(dir + "/pids.max")) {
         pids = true;
         EXPECT_EQ(*v, 16u);
       }
@@ -112,8 +113,8 @@ TEST(CgroupLifecycle, DestructorKillsMembersAndRemovesTheGroups) {
   group->attach(child.pid());
   child.release();
   // Wait until the grandchildren are in.
-  for (int i = 0; i < 1000 && ns::cgfs::members(dirs[0]).size() < 4; ++i) ::usleep(1000);
-  ASSERT_EQ(ns::cgfs::members(dirs[0]).size(), 4u);
+  for (int i = 0; i < 1000 && cgroup::cgfs::members(dirs[0]).size() < 4; ++i) ::usleep(1000);
+  ASSERT_EQ(cgroup::cgfs::members(dirs[0]).size(), 4u);
   group.reset();
   for (const auto& dir : dirs) EXPECT_FALSE(dir_exists(dir)) << dir;
   const int status = child.wait();
@@ -142,7 +143,7 @@ TEST(CgroupLifecycle, AChildJoinsItsV1GroupsItself) {
   for (const auto& dir : dirs_of(*group)) {
     std::vector<pid_t> members;
     for (int i = 0; i < 1000 && members.empty(); ++i, ::usleep(1000))
-      members = ns::cgfs::members(dir);
+      members = cgroup::cgfs::members(dir);
     EXPECT_EQ(members, std::vector<pid_t>{child.pid()}) << dir;
   }
 }
@@ -165,7 +166,7 @@ TEST(CgroupLifecycle, KillAllEmptiesTheGroupAndKeepsIt) {
   group->kill_all();
   for (const auto& dir : dirs) {
     EXPECT_TRUE(dir_exists(dir)) << "kill_all keeps the group for usage()";
-    EXPECT_TRUE(ns::cgfs::members(dir).empty()) << dir;
+    EXPECT_TRUE(cgroup::cgfs::members(dir).empty()) << dir;
   }
   const int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
@@ -207,8 +208,7 @@ TEST(CgroupLifecycle, ConcurrentCreateAndDestroyFromEightThreads) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 15; ++i) {
-        std::string why;
-        auto group = ns::RunCgroup::create(limits(32 * MiB, 8), &why);
+        auto [group, why] = cgroup::RunCgroup::create(limits(32 * MiB, 8));
         if (!group) {
           ++failures;
           std::lock_guard lock(mu);

@@ -1,8 +1,9 @@
-#include "namespace/cgroup_detect.hpp"
+#include "cgroup/host.hpp"
 
-#include "namespace/cgroup_fs.hpp"
+#include "cgroup/files.hpp"
+#include "rlm_sys/sys.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 namespace {
 
 std::vector<std::string_view> split(std::string_view text, char sep) {
@@ -16,51 +17,22 @@ std::vector<std::string_view> split(std::string_view text, char sep) {
   return out;
 }
 
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape(std::string_view field) {
-  std::string out;
-  for (std::size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size()) {
-      auto o = [&](std::size_t k) { return field[i + k] >= '0' && field[i + k] <= '7'; };
-      if (o(1) && o(2) && o(3)) {
-        out.push_back(static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
-                                        (field[i + 3] - '0')));
-        i += 3;
-        continue;
-      }
-    }
-    out.push_back(field[i]);
-  }
-  return out;
-}
-
 bool has(const std::vector<std::string>& words, std::string_view w) {
   return cgfs::contains(words, w);
 }
 
 }  // namespace
 
-std::vector<CgroupMount> parse_mountinfo(std::string_view text) {
+std::vector<CgroupMount> cgroup_mounts(std::string_view mountinfo) {
   std::vector<CgroupMount> out;
-  for (std::string_view line : split(text, '\n')) {
-    // id parent maj:min root mount_point options [optional...] - fstype source super_options
-    auto fields = split(line, ' ');
-    std::size_t dash = 0;
-    for (std::size_t i = 6; i < fields.size(); ++i) {
-      if (fields[i] == "-") {
-        dash = i;
-        break;
-      }
-    }
-    if (dash == 0 || dash + 3 >= fields.size()) continue;
-    std::string_view fstype = fields[dash + 1];
-    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+  for (auto& mount : sys::parse_mountinfo(mountinfo)) {
+    if (mount.fs_type != "cgroup" && mount.fs_type != "cgroup2") continue;
     CgroupMount m;
-    m.root = unescape(fields[3]);
-    m.mount_point = unescape(fields[4]);
-    m.v2 = fstype == "cgroup2";
+    m.root = std::move(mount.root);
+    m.mount_point = std::move(mount.mount_point);
+    m.v2 = mount.fs_type == "cgroup2";
     if (!m.v2) {
-      for (std::string_view opt : split(fields[dash + 3], ',')) {
+      for (std::string_view opt : split(mount.super_options, ',')) {
         if (opt == "rw" || opt == "ro" || opt.empty()) continue;
         m.controllers.emplace_back(opt);
       }
@@ -117,7 +89,7 @@ HostCgroups detect_host_cgroups() {
     host.note = "cannot read /proc/self/mountinfo or /proc/self/cgroup (is /proc mounted?)";
     return host;
   }
-  const auto mounts = parse_mountinfo(*mountinfo);
+  const auto mounts = cgroup_mounts(*mountinfo);
   const auto own = parse_proc_cgroup(*self);
 
   // cgroup v2: prefer /sys/fs/cgroup itself; the first other unified mount otherwise.
@@ -151,4 +123,4 @@ HostCgroups detect_host_cgroups() {
   return host;
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

@@ -1,8 +1,8 @@
-// Run ids name each run's group so that stale-group collection can tell whether the runtime
-// process that made it is still alive: "<pid>-<starttime>-<pidns>-<counter>", where starttime is
-// field 22 of /proc/<pid>/stat (guards against a recycled pid) and pidns the inode of the owner's
-// PID namespace (a pid is only meaningful there; groups of owners in another PID namespace are
-// never judged).
+// Run ids name each run's group (and the docker backend's containers, docker/ownership.hpp) so
+// that stale-group collection can tell whether the runtime process that made it is still alive:
+// "<pid>-<starttime>-<pidns>-<counter>", where starttime is field 22 of /proc/<pid>/stat (guards
+// against a recycled pid) and pidns the inode of the owner's PID namespace (a pid is only
+// meaningful there; groups of owners in another PID namespace are never judged).
 #pragma once
 
 #include <sys/types.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 
 struct RunId {
   pid_t pid = 0;
@@ -37,4 +37,4 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 // The inode of this process's PID namespace, 0 if unknown.
 std::uint64_t own_pid_ns();
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

@@ -20,10 +20,11 @@
 
 #include <cerrno>
 
-#include "namespace/cgroup_fs.hpp"
-#include "namespace/cgroup_impl.hpp"
+#include "cgroup/files.hpp"
+#include "cgroup/group.hpp"
+#include "rlm_sys/sys.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 namespace {
 
 enum class Kind { own, delegated_parent, root };
@@ -95,7 +96,7 @@ Outcome pass_down(const std::string& dir, bool may_write) {
       return {
           err == EACCES || err == EPERM || err == EROFS ? Problem::denied : Problem::unavailable,
           "cannot enable " + std::string(c) + " in " + dir +
-              "/cgroup.subtree_control: " + cgfs::errno_text(err)};
+              "/cgroup.subtree_control: " + sys::errno_text(err)};
     }
   }
   return {};
@@ -128,7 +129,7 @@ Outcome try_base(const Candidate& c, bool want_cpu, std::string& parent) {
   parent = c.base + "/" + kParentName;
   if (int err = cgfs::make_dir(parent)) {
     return {err == EACCES || err == EPERM || err == EROFS ? Problem::denied : Problem::unavailable,
-            "cannot create " + parent + ": " + cgfs::errno_text(err)};
+            "cannot create " + parent + ": " + sys::errno_text(err)};
   }
   Outcome out = pass_down(parent, true);
   // The base passes memory and pids down (checked above), so a parent of ours that lacks them is
@@ -149,7 +150,7 @@ bool may_rearrange(const HostCgroups& host, const std::string& own) {
 Outcome move_into_leaf(const std::string& own) {
   const std::string leaf = own + "/" + kLeafName;
   if (int err = cgfs::make_dir(leaf)) {
-    return {Problem::denied, "cannot create " + leaf + ": " + cgfs::errno_text(err)};
+    return {Problem::denied, "cannot create " + leaf + ": " + sys::errno_text(err)};
   }
   for (int round = 0; round < 100; ++round) {
     const auto pids = cgfs::members(own);
@@ -158,7 +159,7 @@ Outcome move_into_leaf(const std::string& own) {
       int err = cgfs::write_file(leaf + "/cgroup.procs", std::to_string(pid));
       if (err != 0 && err != ESRCH) {
         return {Problem::denied, "cannot move process " + std::to_string(pid) + " from " + own +
-                                     " into " + leaf + ": " + cgfs::errno_text(err)};
+                                     " into " + leaf + ": " + sys::errno_text(err)};
       }
     }
   }
@@ -227,4 +228,4 @@ std::vector<std::string> v2_parent_dirs(const HostCgroups& host) {
   return out;
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

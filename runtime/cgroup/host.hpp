@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 
 struct CgroupMount {
   std::string mount_point;               // "/sys/fs/cgroup/memory"
@@ -16,7 +16,8 @@ struct CgroupMount {
   bool v2 = false;                       // fstype cgroup2
   std::vector<std::string> controllers;  // v1: from the super options ("cpu", "name=systemd")
 };
-std::vector<CgroupMount> parse_mountinfo(std::string_view text);
+// The cgroup and cgroup2 mounts in a /proc/<pid>/mountinfo text.
+std::vector<CgroupMount> cgroup_mounts(std::string_view mountinfo);
 
 struct OwnCgroups {
   std::optional<std::string> unified;     // "0::<path>"
@@ -41,4 +42,4 @@ HostCgroups detect_host_cgroups();
 // the mount's own root ("/") maps to the mount point itself. "" when `path` lies outside `root`.
 std::string cgroup_dir(const CgroupMount& mount, const std::string& path);
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup

@@ -1,4 +1,4 @@
-// cgroup v2: one group, <parent>/rlm-sandbox/<run-id> (see cgroup_v2_parent.cpp for where the
+// cgroup v2: one group, <parent>/rlm-sandbox/<run-id> (see v2_parent.cpp for where the
 // parent is), with memory.max, memory.swap.max = 0, pids.max and, for limits.cpus, cpu.max
 // (when the cpu controller reaches it), and a directory fd for
 // clone3(CLONE_INTO_CGROUP) so the child never runs a single instruction outside its limits.
@@ -8,17 +8,18 @@
 
 #include <cerrno>
 
+#include "cgroup/files.hpp"
+#include "cgroup/group.hpp"
 #include "common/unique_fd.hpp"
-#include "namespace/cgroup_fs.hpp"
-#include "namespace/cgroup_impl.hpp"
+#include "rlm_sys/sys.hpp"
 
-namespace rlm::ns {
+namespace rlm::cgroup {
 namespace {
 
 class V2Cgroup final : public GroupDirs {
  public:
   V2Cgroup(const RunId& id, std::string dir, common::UniqueFd fd)
-      : GroupDirs(id, {dir}), dir_(std::move(dir)), fd_(std::move(fd)) {}
+      : GroupDirs(id, {dir}, UsageReader::v2(dir)), dir_(std::move(dir)), fd_(std::move(fd)) {}
 
   ~V2Cgroup() override {
     // cgroup.kill (5.14+) kills every member and anything forked meanwhile in one step; the base
@@ -31,30 +32,6 @@ class V2Cgroup final : public GroupDirs {
 
   int clone_into_fd() const override { return fd_.get(); }
   void attach(pid_t pid) override { attach_all(pid); }
-
-  std::uint64_t oom_kills() const override {
-    return cgfs::read_key(dir_ + "/memory.events", "oom_kill").value_or(0);
-  }
-
-  CgroupUsage usage() const override {
-    CgroupUsage u;
-    u.peak_memory_bytes = cgfs::read_number(dir_ + "/memory.peak");  // kernel 5.19+
-    const std::string events = dir_ + "/memory.events";
-    u.oom_kills = cgfs::read_key(events, "oom_kill").value_or(0);
-    u.oom_killed = u.oom_kills > 0;
-    u.memory_limit_hit = u.oom_killed || cgfs::read_key(events, "max").value_or(0) > 0 ||
-                         cgfs::read_key(events, "oom").value_or(0) > 0;
-    u.pids_limit_hit = cgfs::read_key(dir_ + "/pids.events", "max").value_or(0) > 0;
-    u.cpu = cpu_time();
-    return u;
-  }
-
-  // cpu.stat's usage_usec is always there, with or without the cpu controller.
-  std::optional<std::chrono::microseconds> cpu_time() const override {
-    const auto usec = cgfs::read_key(dir_ + "/cpu.stat", "usage_usec");
-    if (!usec) return std::nullopt;
-    return std::chrono::microseconds(*usec);
-  }
 
   void kill_all() override {
     cgfs::write_file(dir_ + "/cgroup.kill", "1");  // ENOENT before 5.14: the loop does it all
@@ -74,7 +51,7 @@ class V2Cgroup final : public GroupDirs {
     const std::string value =
         std::to_string(cpu_quota_us(cpus)) + " " + std::to_string(kCpuPeriodUs);
     if (int err = cgfs::write_file(file, value)) {
-      cpu_problem_ = "cannot set " + file + ": " + cgfs::errno_text(err);
+      cpu_problem_ = "cannot set " + file + ": " + sys::errno_text(err);
       return;
     }
     cpu_limited_ = true;
@@ -85,10 +62,6 @@ class V2Cgroup final : public GroupDirs {
   common::UniqueFd fd_;
 };
 
-}  // namespace
-
-namespace {
-
 // One attempt at <parent>/<id> with its limits. ENOENT anywhere means the parent was removed by
 // another run's teardown (and perhaps made again, without controllers yet): `failure.raced`.
 std::unique_ptr<GroupDirs> make_group(const std::string& parent, const RunId& id,
@@ -97,13 +70,13 @@ std::unique_ptr<GroupDirs> make_group(const std::string& parent, const RunId& id
   if (::mkdir(dir.c_str(), 0755) != 0) {
     const int err = errno;
     failure.raced = err == ENOENT;
-    failure.why = "cgroup v2: cannot create " + dir + ": " + cgfs::errno_text(err);
+    failure.why = "cgroup v2: cannot create " + dir + ": " + sys::errno_text(err);
     return nullptr;
   }
   auto fail = [&](const std::string& what, int err) -> std::unique_ptr<GroupDirs> {
     ::rmdir(dir.c_str());  // still empty: nothing was attached
     failure.raced = err == ENOENT;
-    failure.why = "cgroup v2: " + what + ": " + cgfs::errno_text(err);
+    failure.why = "cgroup v2: " + what + ": " + sys::errno_text(err);
     return nullptr;
   };
   if (int err = cgfs::write_file(dir + "/memory.max", std::to_string(limits.memory_bytes))) {
@@ -151,4 +124,4 @@ std::unique_ptr<GroupDirs> create_v2(const HostCgroups& host, const Limits& limi
   return nullptr;
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::cgroup
