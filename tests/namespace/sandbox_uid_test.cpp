@@ -20,6 +20,7 @@
 
 #include "namespace_backend_test_util.hpp"
 #include "rlm_sandbox/session.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rlm::test {
 namespace {
@@ -32,24 +33,6 @@ constexpr uid_t kNobody = 65534;
   if (::geteuid() != 0)                                                               \
   GTEST_SKIP() << "needs root: only a root runtime gives each sandbox a host uid of " \
                   "its own (rootless, the caller's uid is the only one there is)"
-
-// Sets RLM_SANDBOX_UID_RANGE for the test's life (each test is its own process under ctest).
-class UidRangeVariable {
- public:
-  explicit UidRangeVariable(const std::string& value) {
-    if (const char* old = std::getenv("RLM_SANDBOX_UID_RANGE")) previous_ = old;
-    setenv("RLM_SANDBOX_UID_RANGE", value.c_str(), 1);
-  }
-  ~UidRangeVariable() {
-    if (previous_.empty())
-      unsetenv("RLM_SANDBOX_UID_RANGE");
-    else
-      setenv("RLM_SANDBOX_UID_RANGE", previous_.c_str(), 1);
-  }
-
- private:
-  std::string previous_;
-};
 
 // A small range of this test process's own, outside the default one, so that no other runtime
 // on the machine takes its uids.
@@ -171,7 +154,7 @@ TEST(SandboxUid, TwoConcurrentSandboxesRunAsDifferentHostUidsThatOwnTheirUserNam
 TEST(SandboxUid, AUidIsHandedOutAgainOnlyAfterItsSandboxEnded) {
   RLM_REQUIRE_ROOT_RUNTIME();
   const uid_t first = private_range_first(0);
-  UidRangeVariable range(std::to_string(first) + "-" + std::to_string(first + 1));
+  ScopedEnv range("RLM_SANDBOX_UID_RANGE", std::to_string(first) + "-" + std::to_string(first + 1));
 
   auto a = std::make_unique<HeldSandbox>(
       "open('/out/a', 'w').write('a')\n"
