@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "child_setup_harness.hpp"
@@ -20,10 +21,14 @@ namespace {
 
 class Rootfs : public ::testing::Test {
  protected:
-  void SetUp() override { before_ = rlm::test::mountinfo(); }
-  // Every test also shows that nothing was mounted (or left mounted) on the host.
+  // Every test also shows that nothing was mounted (or left mounted) on the host: in a copy of
+  // its mount table that only this process and its sandboxes change (see host_probes.hpp).
+  void SetUp() override {
+    rlm::test::isolate_mount_table();
+    before_ = rlm::test::mount_table();
+  }
   void TearDown() override {
-    EXPECT_EQ(rlm::test::mountinfo(), before_) << "the host's mount table changed";
+    EXPECT_EQ(rlm::test::mount_table(), before_) << "the host's mount table changed";
   }
 
   // Runs `script` under policy_ and expects it to succeed.
@@ -35,7 +40,7 @@ class Rootfs : public ::testing::Test {
   }
 
   Policy policy_ = test_policy();
-  std::string before_;
+  std::set<std::string> before_;
 };
 
 std::vector<std::string> words(const std::string& text) {

@@ -1,6 +1,9 @@
 // Nothing is left behind: many runs, consecutive and concurrent, ending well or badly, leave no
 // cgroup, no mount, no child process and no file descriptor behind in the process that ran them.
-// These run serially (see security_tests.cmake) so that no other test's runs are counted.
+// What is compared is the set of things present before and after, limited to what these runs could
+// have made: mounts in this process's own mount table, cgroups not of another live runtime, this
+// process's children and fds. These run serially (see security_tests.cmake), as they load the
+// machine.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <thread>
 
 #include "security_test_util.hpp"
+#include "support/host_probes.hpp"
 
 namespace rlm::sectest {
 namespace {
@@ -18,26 +22,12 @@ namespace {
 // unified mount, or a v2-only root), the parents themselves excluded.
 std::set<std::string> cgroup_dirs() {
   std::set<std::string> dirs;
-  std::vector<std::filesystem::path> parents{"/sys/fs/cgroup/rlm-sandbox"};
-  std::error_code ec;
-  for (const auto& hierarchy : std::filesystem::directory_iterator("/sys/fs/cgroup", ec))
-    parents.push_back(hierarchy.path() / "rlm-sandbox");
-  for (const auto& parent : parents) {
-    if (!std::filesystem::is_directory(parent, ec)) continue;
-    for (auto it = std::filesystem::recursive_directory_iterator(parent, ec);
-         it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) break;
-      if (it->is_directory(ec)) dirs.insert(it->path().string());
-    }
-  }
+  std::vector<std::string> parents{"/sys/fs/cgroup/rlm-sandbox"};
+  for (const auto& hierarchy : test::directories_below("/sys/fs/cgroup", 1))
+    parents.push_back(hierarchy + "/rlm-sandbox");
+  for (const auto& parent : parents)
+    for (auto& dir : test::directories_below(parent, 64)) dirs.insert(std::move(dir));
   return dirs;
-}
-
-std::set<std::string> mountinfo_lines() {
-  std::set<std::string> lines;
-  std::istringstream in(read_file("/proc/self/mountinfo"));
-  for (std::string line; std::getline(in, line);) lines.insert(line);
-  return lines;
 }
 
 std::set<pid_t> child_processes() {
@@ -75,7 +65,7 @@ struct Footprint {
   std::map<int, std::string> fds;
 
   static Footprint take() {
-    return {cgroup_dirs(), mountinfo_lines(), child_processes(), open_fds()};
+    return {cgroup_dirs(), test::mount_table(), child_processes(), open_fds()};
   }
 };
 
@@ -114,7 +104,8 @@ void expect_nothing_left(const Footprint& before, const std::string& what) {
     ADD_FAILURE() << what << " left a cgroup behind: " << dir;
   for (const auto& line : after.mounts)
     if (!before.mounts.count(line)) ADD_FAILURE() << what << " left a mount behind: " << line;
-  EXPECT_EQ(after.mounts.size(), before.mounts.size()) << what << ": mountinfo line count";
+  for (const auto& line : before.mounts)
+    if (!after.mounts.count(line)) ADD_FAILURE() << what << " removed a mount: " << line;
   for (pid_t pid : after.children)
     if (!before.children.count(pid))
       ADD_FAILURE() << what << " left a child process behind: pid " << pid << " "
@@ -128,6 +119,9 @@ void expect_nothing_left(const Footprint& before, const std::string& what) {
 class CleanupTest : public NamespaceTest {
  protected:
   void SetUp() override {
+    // Mounts are compared in a mount table only this process and its runs change (where this
+    // process may make one), so that a mount or unmount elsewhere on the machine is not counted.
+    test::isolate_mount_table();
     NamespaceTest::SetUp();
     if (HasFatalFailure()) return;
     // One run first, so whatever a backend sets up once per process (stale-group collection,
