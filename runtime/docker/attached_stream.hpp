@@ -1,4 +1,4 @@
-// Drives one hijacked attach or exec connection on the caller's thread: feeds the payload's stdin
+// Drives one hijacked attach connection on the caller's thread: feeds the payload's stdin
 // (Request::stdin_data or stdin_fd, then a half-close so it sees EOF), splits the multiplexed
 // output into stdout and stderr under the policy's per-stream cap, and stops at the wall deadline
 // or when the caller's stop_fd (or the CPU watch's limit_fd) becomes readable. It never signals

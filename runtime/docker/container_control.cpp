@@ -1,7 +1,6 @@
 #include "docker/container_control.hpp"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace rlm::docker {
 namespace {
@@ -89,23 +88,6 @@ ContainerState inspect_state(const EngineApi& api, const std::string& id) {
   if (s.contains("ExitCode") && s["ExitCode"].is_number_integer())
     state.exit_code = s["ExitCode"].get<int>();
   return state;
-}
-
-double unix_time_now() {
-  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
-  return std::chrono::duration<double>(since_epoch).count();
-}
-
-bool oom_event_since(const EngineApi& api, const std::string& id, double since) {
-  const nlohmann::json filters = {{"container", {id}}, {"event", {"oom"}}};
-  char window[96];
-  // until = now: the daemon answers with the events it has and closes, instead of streaming.
-  std::snprintf(window, sizeof window, "since=%.9f&until=%.9f", since, unix_time_now());
-  const std::string path =
-      "/events?" + std::string(window) + "&filters=" + url_encode(filters.dump());
-  const auto reply = api.call("GET", path, nullptr, std::chrono::seconds(10));
-  if (!reply.ok()) throw api.failure("GET", "/events", reply);
-  return reply.body.find("\"oom\"") != std::string::npos;
 }
 
 std::string ContainerRemover::remove() noexcept {

@@ -1,6 +1,6 @@
-// The container lifecycle calls both the one-shot runs and the session containers make: create
-// (with the image-missing message), start, wait, stop (SIGTERM, the policy's grace, SIGKILL),
-// inspect, and removal that never throws.
+// The container lifecycle calls of a run (a session's worker is one too): create (with the
+// image-missing message), start, wait, stop (SIGTERM, the policy's grace, SIGKILL), inspect, and
+// removal that never throws.
 #pragma once
 
 #include <chrono>
@@ -38,13 +38,6 @@ struct ContainerState {
   bool oom_killed = false;
 };
 ContainerState inspect_state(const EngineApi& api, const std::string& id);
-
-// True when the daemon logged an "oom" event for the container at or after `since` (seconds since
-// the epoch, with a fraction).
-bool oom_event_since(const EngineApi& api, const std::string& id, double since);
-
-// Seconds since the epoch, with a fraction, for oom_event_since().
-double unix_time_now();
 
 // Removes the container it holds when it goes out of scope, whatever happened.
 class ContainerRemover {

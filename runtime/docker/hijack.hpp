@@ -1,8 +1,8 @@
-// Attach and exec-start hand the HTTP connection over to a raw two-way byte stream ("hijack",
-// HTTP 101 with Upgrade: tcp): the payload's stdin goes one way, its multiplexed stdout and
-// stderr the other. libcurl has no interface for a connection that turns two-way after the
-// response headers, so this one request is written and its headers parsed here, on a plain unix
-// socket; every other call goes through EngineApi.
+// An attach hands the HTTP connection over to a raw two-way byte stream ("hijack", HTTP 101 with
+// Upgrade: tcp): the payload's stdin goes one way, its multiplexed stdout and stderr the other.
+// libcurl has no interface for a connection that turns two-way after the response headers, so
+// this one request is written and its headers parsed here, on a plain unix socket; every other
+// call goes through EngineApi.
 #pragma once
 
 #include <chrono>

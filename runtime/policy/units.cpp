@@ -86,23 +86,14 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   if (!number) return std::nullopt;
   Wide multiplier = 1;
   if (!text.empty()) {
-    switch (std::tolower(static_cast<unsigned char>(text.front()))) {
-      case 'k':
-        multiplier = Wide{1} << 10;
-        break;
-      case 'm':
-        multiplier = Wide{1} << 20;
-        break;
-      case 'g':
-        multiplier = Wide{1} << 30;
-        break;
-      case 't':
-        multiplier = Wide{1} << 40;
-        break;
-      case 'b':
-        break;  // "512B": plain bytes, the "b" is checked below
-      default:
-        return std::nullopt;
+    // "512B" is plain bytes (the "b" is checked below); K, M, G, T are binary multiples.
+    const char unit = static_cast<char>(std::tolower(static_cast<unsigned char>(text.front())));
+    const std::string_view units = "kmgt";
+    const std::size_t power = units.find(unit);
+    if (power != std::string_view::npos) {
+      multiplier = Wide{1} << (10 * (power + 1));
+    } else if (unit != 'b') {
+      return std::nullopt;
     }
     if (multiplier != 1) text.remove_prefix(1);
     // What may follow: nothing, "B" or "iB" ("iB" only after a multiple: "KiB", never "iB").

@@ -17,6 +17,7 @@
 
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/seccomp_profile.hpp"
 
 namespace rlm::seccomp {
 
@@ -53,11 +54,8 @@ bool allows_every_call(const Seccomp& policy_rules, std::string_view syscall);
 // removed. Returns 0, or -errno (-EINVAL for an empty or oversized program).
 int apply(const Program& program) noexcept;
 
-// The same layered rules as a Docker seccomp profile (for HostConfig.SecurityOpt
-// "seccomp=<json>"): defaultAction, architectures (the native one only) and syscalls[] of
-// {names, action, errnoRet (SCMP_ACT_ERRNO only), args[{index, value, valueTwo, op}]}.
-// Throws like compile().
-nlohmann::json docker_profile(const Seccomp& policy_rules);
+// docker_profile(): the same rules as a Docker profile, in the public
+// rlm_sandbox/seccomp_profile.hpp.
 
 // Every reason compile() would reject `policy_rules`, with JSON paths
 // ("seccomp.syscalls[2].names[0]: ..."); empty when it compiles. For `policy check`.

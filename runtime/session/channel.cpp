@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-#include <vector>
+#include <span>
+
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::session {
 namespace {
@@ -94,43 +95,26 @@ bool Channel::receive(std::size_t limit) {
     const bool at_start = decoder_.at_frame_start();
     const std::uint64_t frame = decoder_.frames_started() - (at_start ? 0 : 1);
     char data[kChunk];
-    iovec io{data, want};
-    // Room for exactly one fd: a message with more comes back MSG_CTRUNC, the kernel closing
-    // the rest.
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msghdr message{};
-    message.msg_iov = &io;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
-    const ssize_t count = recvmsg(fd_.get(), &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (count < 0 && errno == EINTR) continue;
-    if (count < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    // Room for exactly one fd: a message with more comes back truncated, the kernel (or
+    // receive_with_fds) closing the rest.
+    int fd = -1;
+    const auto got = sys::receive_with_fds(fd_.get(), std::span<char>(data, want),
+                                           std::span<int>(&fd, 1), MSG_DONTWAIT);
+    if (got.bytes < 0) return got.error == EAGAIN || got.error == EWOULDBLOCK;
     ++reads;
-    std::vector<common::UniqueFd> fds;  // closed on scope exit unless kept below
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header;
-         header = CMSG_NXTHDR(&message, header)) {
-      if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t number = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < number; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof fd);
-        fds.emplace_back(fd);
-      }
-    }
-    if (count == 0) return false;
-    if (!fds.empty()) {
+    common::UniqueFd received_fd(got.fds == 1 ? fd : -1);  // closed unless kept below
+    if (got.bytes == 0) return false;
+    if (received_fd) {
       // Kept only as the one fd of a frame that it arrived on the first byte of; any fd on a
       // later byte of that frame makes the frame carry none.
-      const bool exact = fds.size() == 1 && !(message.msg_flags & MSG_CTRUNC);
-      if (at_start && exact && frame_fds_.size() < kMaxHeldFds) {
-        frame_fds_.emplace_back(frame, std::move(fds.front()));
+      if (at_start && !got.truncated && frame_fds_.size() < kMaxHeldFds) {
+        frame_fds_.emplace_back(frame, std::move(received_fd));
       } else if (!frame_fds_.empty() && frame_fds_.back().first == frame) {
         frame_fds_.pop_back();
       }
     }
-    decoder_.append(data, static_cast<std::size_t>(count));
-    received += static_cast<std::size_t>(count);
+    decoder_.append(data, static_cast<std::size_t>(got.bytes));
+    received += static_cast<std::size_t>(got.bytes);
   }
   return true;
 }

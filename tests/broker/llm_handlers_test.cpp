@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "handlers.hpp"
+#include "broker/handlers.hpp"
 #include "http/echo_server.hpp"
 #include "llm_test_util.hpp"
 #include "rlm_sandbox/error.hpp"

@@ -6,11 +6,14 @@
 //     inspect, remove), and the same through `rlm-sandbox run --backend docker` as a whole command
 //     when that binary can reach the daemon;
 //   - `docker run --rm --network none IMAGE /bin/true`, the whole command;
-//   - one execution of /bin/true in a docker backend session container (in process: an exec);
-//   - `docker exec CONTAINER /bin/true` into a long-lived container, the whole command.
+//   - one cell (`pass`) in an RLM session on the docker backend (rlm::Session, in process: the
+//     Python worker in one container per session, reached through its bind-mounted socket);
+//   - `docker exec CONTAINER python3 -c pass` into a long-lived container with the host's /usr
+//     bound, as the session's is, the whole command.
 // The docker CLI columns include the CLI's own start (a Go binary, a few tens of milliseconds);
 // the rlm-sandbox CLI column includes ours, so the two whole-command columns compare like with
-// like, and the in-process columns show what a library caller pays.
+// like, and the in-process columns show what a library caller pays. Only the public API
+// (rlm_sandbox/) is used.
 //
 // Without a daemon or the test image it says so and exits 0 (tools/docker-env sets both up).
 //   rlm-docker-bench [--samples=N] [--warmup=N] [--image=IMAGE] [--docker=PATH]
@@ -25,17 +28,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "docker/docker_backend.hpp"
-#include "docker/engine_api.hpp"
-#include "docker/session_container.hpp"
+#include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/session.hpp"
 
 extern char** environ;
 
@@ -145,10 +149,17 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-// The image on its own: a tmpfs /tmp, nothing bound from the host.
-rlm::Policy bench_policy(const std::string& image) {
+// The shipped default policy on `image`: read-only binds of the host's /usr and friends (so the
+// host's python3 runs inside), a tmpfs /tmp, no network.
+rlm::Policy session_policy(const std::string& image) {
   rlm::Policy policy = rlm::load_policy("default");
   policy.docker.image = image;
+  return policy;
+}
+
+// The image on its own: a tmpfs /tmp, nothing bound from the host.
+rlm::Policy bench_policy(const std::string& image) {
+  rlm::Policy policy = session_policy(image);
   rlm::Mount tmp;
   tmp.type = rlm::Mount::Type::tmpfs;
   tmp.target = "/tmp";
@@ -160,7 +171,8 @@ rlm::Policy bench_policy(const std::string& image) {
 
 void print_table(const std::vector<Column>& columns, const Options& options) {
   std::printf(
-      "\nrlm-docker-bench: wall time of one /bin/true, interleaved (%ld samples, image %s)\n",
+      "\nrlm-docker-bench: wall time of one /bin/true (a session: one cell, `pass`), interleaved "
+      "(%ld samples, image %s)\n",
       options.samples, options.image.c_str());
   std::printf("\n  %-44s %8s %8s %8s %8s %8s %6s\n", "milliseconds", "median", "p90", "p99", "min",
               "max", "fail");
@@ -188,11 +200,11 @@ void print_table(const std::vector<Column>& columns, const Options& options) {
   std::printf("\n");
   const auto ratio = [&](const char* what, const std::string& ours, const std::string& theirs) {
     if (median(ours) > 0 && median(theirs) > 0)
-      std::printf("  %-52s %.2f\n", what, median(ours) / median(theirs));
+      std::printf("  %-52s %.3g\n", what, median(ours) / median(theirs));
   };
   ratio("one-shot in process / docker run (median):", "oneshot", "docker_run");
   ratio("rlm-sandbox run --backend docker / docker run:", "cli", "docker_run");
-  ratio("session exec in process / docker exec (median):", "session", "docker_exec");
+  ratio("session cell in process / docker exec (median):", "session", "docker_exec");
 }
 
 void write_csv(const std::vector<Column>& columns, const std::string& path) {
@@ -219,30 +231,41 @@ void write_csv(const std::vector<Column>& columns, const std::string& path) {
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
 
-  auto backend = rlm::docker::make_docker_backend();
+  auto backend = rlm::make_backend("docker");
+  if (!backend) {
+    std::printf("rlm-docker-bench: skipped, this build has no docker backend\n");
+    return 0;
+  }
   if (auto why = backend->unavailable_reason(); !why.empty()) {
     std::printf("rlm-docker-bench: skipped, no Docker daemon here: %s\n", why.c_str());
     return 0;
   }
-  const rlm::docker::EngineApi api(rlm::docker::endpoint_from_environment().socket_path);
-  if (api.call("GET", "/images/" + options.image + "/json").status != 200) {
-    std::printf(
-        "rlm-docker-bench: skipped, the daemon has no image %s (tools/docker-env imports "
-        "it)\n",
-        options.image.c_str());
-    return 0;
-  }
-
   const rlm::Policy policy = bench_policy(options.image);
   rlm::Request true_request;
   true_request.argv = {"/bin/true"};
-  rlm::docker::DockerSessionContainer session(policy);
+  // A missing image is a run that fails with Docker's answer in its detail.
+  if (const auto tried = backend->run(true_request, policy); tried.status != rlm::Status::ok) {
+    std::printf(
+        "rlm-docker-bench: skipped, the docker backend cannot run /bin/true in %s: %s "
+        "(tools/docker-env imports rlm-sandbox-test:busybox)\n",
+        options.image.c_str(), tried.detail.c_str());
+    return 0;
+  }
 
-  // docker exec's target: a container of Docker's own, removed at the end.
+  std::unique_ptr<rlm::Session> session;
+  std::string no_session;
+  try {
+    session = backend->open_session(session_policy(options.image), {});
+  } catch (const std::exception& error) {
+    no_session = std::string("the session did not start: ") + error.what();
+  }
+
+  // docker exec's target: a container of Docker's own with the host's python3, removed at the end.
   const std::string exec_target = "rlm-docker-bench-" + std::to_string(getpid());
-  const bool have_target =
-      spawn_quietly({options.docker, "run", "-d", "--rm", "--network", "none", "--name",
-                     exec_target, options.image, "/bin/sh", "-c", "while :; do sleep 3600; done"});
+  const bool have_target = spawn_quietly({options.docker, "run", "-d", "--rm", "--network", "none",
+                                          "--name", exec_target, "-v", "/usr:/usr:ro", "-v",
+                                          "/lib:/lib:ro", "-v", "/lib64:/lib64:ro", options.image,
+                                          "/bin/sh", "-c", "while :; do sleep 3600; done"});
 
   std::vector<Column> columns;
   columns.push_back({"docker backend one-shot (in process)",
@@ -272,20 +295,21 @@ int main(int argc, char** argv) {
                      "",
                      {},
                      0});
-  columns.push_back({"docker backend session exec (in process)",
+  columns.push_back({"docker backend session cell (in process)",
                      "session",
-                     [&] { return session.run(true_request).status == rlm::Status::ok; },
-                     "",
+                     [&] { return session->execute("pass").status == rlm::CellStatus::ok; },
+                     no_session,
                      {},
                      0});
-  columns.push_back({"docker exec (command)",
-                     "docker_exec",
-                     [&] {
-                       return spawn_quietly({options.docker, "exec", exec_target, "/bin/true"});
-                     },
-                     have_target ? "" : "could not start a container to exec into",
-                     {},
-                     0});
+  columns.push_back(
+      {"docker exec python3 -c pass (command)",
+       "docker_exec",
+       [&] {
+         return spawn_quietly({options.docker, "exec", exec_target, "python3", "-c", "pass"});
+       },
+       have_target ? "" : "could not start a container to exec into",
+       {},
+       0});
 
   // A column whose first try fails is reported, not measured.
   for (auto& column : columns)
@@ -311,7 +335,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  session.close();
+  if (session) session->close();
   if (have_target) spawn_quietly({options.docker, "rm", "-f", exec_target});
   print_table(columns, options);
   if (!options.csv.empty()) write_csv(columns, options.csv);

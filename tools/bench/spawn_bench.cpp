@@ -8,8 +8,11 @@
 // collected inside one Google Benchmark benchmark (its time column is one round: all commands);
 // the percentiles are reported as its counters and in a table printed after it.
 //
-//   rlm-bench [--samples=N] [--warmup=N] [--rlm-sandbox=PATH] [--bwrap=PATH] [--no-bwrap]
-//             [--no-local] [--csv=FILE] [Google Benchmark flags...]
+//   rlm-bench [--samples=N] [--warmup=N] [--rlm-sandbox=PATH] [--compare=PATH] [--bwrap=PATH]
+//             [--no-bwrap] [--no-local] [--csv=FILE] [Google Benchmark flags...]
+//
+// --compare=PATH adds another build's rlm-sandbox as a column of its own (a change's "no slowdown"
+// is shown by its ratio to the build before it, measured in the same rounds).
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -40,6 +43,7 @@ struct Options {
   long samples = 1000;
   long warmup = 20;
   std::string rlm_sandbox;  // default: next to this executable
+  std::string compare;      // another build's rlm-sandbox, measured beside it ("" for none)
   std::string bwrap = "/usr/bin/bwrap";
   bool with_bwrap = true;
   bool with_local = true;
@@ -205,7 +209,7 @@ void print_summary() {
     std::printf("  %-28s %s\n", (column.label + ":").c_str(), join(column.argv).c_str());
   std::printf("\n  %-28s %8s %8s %8s %8s %8s %8s %8s %6s\n", "milliseconds", "median", "p99",
               "p99.9", "mean", "min", "max", "samples", "fail");
-  Stats rlm, bwrap;
+  Stats rlm, bwrap, compare;
   for (const auto& column : g_columns) {
     if (!column.unavailable.empty()) {
       std::printf("  %-28s unavailable: %s\n", column.label.c_str(), column.unavailable.c_str());
@@ -214,6 +218,7 @@ void print_summary() {
     Stats s = stats_of(column.samples_ms);
     if (column.key == "rlm") rlm = s;
     if (column.key == "bwrap") bwrap = s;
+    if (column.key == "compare") compare = s;
     std::printf("  %-28s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8zu %6ld\n", column.label.c_str(),
                 s.median, s.p99, s.p999, s.mean, s.min, s.max, column.samples_ms.size(),
                 column.failures);
@@ -224,6 +229,9 @@ void print_summary() {
     std::printf("  rlm-sandbox median / bwrap median:   %.2f  (target <= 0.70: %s)\n", ratio,
                 ratio <= 0.70 ? "met" : "NOT met");
   }
+  if (rlm.median > 0 && compare.median > 0)
+    std::printf("  rlm-sandbox median / --compare median: %.2f  (p99.9: %.2f / %.2f ms)\n",
+                rlm.median / compare.median, rlm.p999, compare.p999);
   if (rlm.median > 0) {
     double tail = rlm.p999 / rlm.median;
     std::printf("  rlm-sandbox p99.9 / its median:      %.2f  (target < 5: %s)\n", tail,
@@ -277,6 +285,8 @@ bool parse_own_flag(const std::string& arg) {
     g_options.warmup = count(*v, "--warmup");
   } else if (auto v = value_of("--rlm-sandbox")) {
     g_options.rlm_sandbox = *v;
+  } else if (auto v = value_of("--compare")) {
+    g_options.compare = *v;
   } else if (auto v = value_of("--bwrap")) {
     g_options.bwrap = *v;
   } else if (auto v = value_of("--csv")) {
@@ -299,10 +309,12 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::printf(
-          "rlm-bench [--samples=N] [--warmup=N] [--rlm-sandbox=PATH] [--bwrap=PATH] [--no-bwrap]\n"
-          "          [--no-local] [--csv=FILE] [Google Benchmark flags]\n"
+          "rlm-bench [--samples=N] [--warmup=N] [--rlm-sandbox=PATH] [--compare=PATH]\n"
+          "          [--bwrap=PATH] [--no-bwrap] [--no-local] [--csv=FILE] [Google Benchmark "
+          "flags]\n"
           "  --samples=N   interleaved samples per command (default 1000)\n"
           "  --warmup=N    unrecorded rounds first (default 20)\n"
+          "  --compare=PATH  also time another build's rlm-sandbox in the same rounds\n"
           "  --csv=FILE    also write every sample, one column per command\n");
       return 0;
     }
@@ -319,6 +331,9 @@ int main(int argc, char** argv) {
   };
   add_column("rlm-sandbox (default policy)", "rlm",
              {g_options.rlm_sandbox, "run", "--policy", "default", "--", "/bin/true"});
+  if (!g_options.compare.empty())
+    add_column("--compare (default policy)", "compare",
+               {g_options.compare, "run", "--policy", "default", "--", "/bin/true"});
   if (g_options.with_bwrap)
     add_column("bwrap", "bwrap", {g_options.bwrap, "--unshare-all", "--die-with-parent",
                                   "--ro-bind",     "/usr",          "/usr",

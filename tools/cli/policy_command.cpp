@@ -4,7 +4,7 @@
 #include "cli.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
-#include "seccomp/seccomp.hpp"
+#include "rlm_sandbox/seccomp_profile.hpp"
 
 namespace po = boost::program_options;
 

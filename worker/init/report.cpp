@@ -45,13 +45,12 @@ std::string format_report(const Outcome& outcome) {
   std::string body;
   switch (outcome.kind) {
     case Outcome::Kind::exited:
-      body = field(protocol::kExitCodeKey, outcome.value) + "," +
+    case Outcome::Kind::signaled: {
+      const bool exited = outcome.kind == Outcome::Kind::exited;
+      body = field(exited ? protocol::kExitCodeKey : protocol::kSignalKey, outcome.value) + "," +
              field(protocol::kCpuKey, outcome.cpu_us);
       break;
-    case Outcome::Kind::signaled:
-      body = field(protocol::kSignalKey, outcome.value) + "," +
-             field(protocol::kCpuKey, outcome.cpu_us);
-      break;
+    }
     case Outcome::Kind::exec_failed:
       body = field(protocol::kExecErrnoKey, outcome.value) + "," +
              field(protocol::kPathKey, outcome.path);

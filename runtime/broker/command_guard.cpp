@@ -1,7 +1,7 @@
 // spawn_guarded_shell: the guard process of a command: LM call (command_guard.hpp). Everything
 // after fork() runs in a copy of a multithreaded process: async-signal-safe calls only, no
 // allocation, no locks; what needs memory is prepared in the parent.
-#include "command_guard.hpp"
+#include "broker/command_guard.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <system_error>
+
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 
 extern char** environ;
 
@@ -173,7 +175,7 @@ pid_t spawn_guarded_shell(const std::string& command, int input, int output, int
   if (pid == 0) run_guard(plan);
   const int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (pid < 0) throw std::system_error(fork_error, std::system_category(), "fork (LM command)");
+  if (pid < 0) throw Error("fork (LM command): " + sys::errno_text(fork_error));
   return pid;
 }
 

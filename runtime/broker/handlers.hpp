@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,6 +21,18 @@ inline constexpr std::chrono::milliseconds kMaxCallDuration = std::chrono::minut
 // The largest answer taken from a command's stdout or an HTTP response, well under the control
 // channel's 16 MiB frame once JSON-escaped.
 inline constexpr std::size_t kMaxAnswerBytes = 8 << 20;
+
+// What the handlers that do their work on the calling thread (command:, http:) share: a call
+// cancelled before it starts is answered with cancelled_answer() without being run, and an
+// exception from run() is the answer's error, worded by failure().
+class CallingThreadHandler : public LlmHandler {
+ public:
+  void answer(LlmCall call, std::function<void(LlmAnswer)> done) final;
+
+ protected:
+  virtual LlmAnswer run(const LlmCall& call) const = 0;
+  virtual std::string failure(const std::exception& error) const = 0;
+};
 
 std::shared_ptr<LlmHandler> make_echo_handler();
 

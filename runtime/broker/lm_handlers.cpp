@@ -1,7 +1,7 @@
-// make_llm_handler: the `--lm` spellings, and the echo handler.
+// make_llm_handler: the `--lm` spellings, the echo handler, and what the handlers share.
 #include <nlohmann/json.hpp>
 
-#include "handlers.hpp"
+#include "broker/handlers.hpp"
 #include "rlm_sandbox/error.hpp"
 
 namespace rlm {
@@ -16,6 +16,17 @@ class EchoHandler final : public LlmHandler {
 };
 
 }  // namespace
+
+void CallingThreadHandler::answer(LlmCall call, std::function<void(LlmAnswer)> done) {
+  if (call.is_cancelled()) return done(cancelled_answer());
+  LlmAnswer answer;
+  try {
+    answer = run(call);
+  } catch (const std::exception& error) {
+    answer = LlmAnswer::of_error(failure(error));
+  }
+  done(std::move(answer));
+}
 
 std::shared_ptr<LlmHandler> make_echo_handler() {
   return std::make_shared<EchoHandler>();

@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "handlers.hpp"
+#include "broker/handlers.hpp"
 #include "http/http_client.hpp"
 #include "rlm_sandbox/error.hpp"
 
@@ -29,7 +29,7 @@ std::string excerpt(const std::string& body) {
   return valid_utf8(body.size() > kExcerptBytes ? body.substr(0, kExcerptBytes) + "..." : body);
 }
 
-class HttpHandler final : public LlmHandler {
+class HttpHandler final : public CallingThreadHandler {
  public:
   explicit HttpHandler(std::string url)
       : url_(std::move(url)),
@@ -39,19 +39,12 @@ class HttpHandler final : public LlmHandler {
     if (default_model_.empty()) default_model_ = kDefaultModel;
   }
 
-  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
-    if (call.is_cancelled()) return done(cancelled_answer());
-    LlmAnswer answer;
-    try {
-      answer = ask(call);
-    } catch (const std::exception& error) {
-      answer = LlmAnswer::of_error("LM endpoint " + url_ + ": " + error.what());
-    }
-    done(std::move(answer));
+ private:
+  std::string failure(const std::exception& error) const override {
+    return "LM endpoint " + url_ + ": " + error.what();
   }
 
- private:
-  LlmAnswer ask(const LlmCall& call) const {
+  LlmAnswer run(const LlmCall& call) const override {
     const json message = {{"role", "user"}, {"content", call.prompt}};
     const json body = {{"model", call.model.value_or(default_model_)},
                        {"messages", json::array({message})}};

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "handlers.hpp"
+#include "broker/handlers.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/llm.hpp"
 

@@ -12,11 +12,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <nlohmann/json.hpp>
-#include <system_error>
 
-#include "command_guard.hpp"
+#include "broker/command_guard.hpp"
+#include "broker/handlers.hpp"
 #include "common/unique_fd.hpp"
-#include "handlers.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::broker {
 namespace {
@@ -28,8 +29,8 @@ using Clock = std::chrono::steady_clock;
 // The end of stderr kept for the error message: where a traceback says what went wrong.
 constexpr std::size_t kStderrTailBytes = 4096;
 
-std::system_error system_error(const char* what) {
-  return std::system_error(errno, std::system_category(), what);
+Error system_error(const char* what) {
+  return Error(std::string(what) + ": " + sys::errno_text(errno));
 }
 
 // Both ends numbered 3 or more, so moving the child's ends onto 0-2 never overwrites one not yet
@@ -163,24 +164,17 @@ LlmAnswer interpret(std::string output) {
   return LlmAnswer::of_text(std::move(output));
 }
 
-class CommandHandler final : public LlmHandler {
+class CommandHandler final : public CallingThreadHandler {
  public:
   CommandHandler(std::string command, std::chrono::milliseconds max_duration)
       : command_(std::move(command)), max_duration_(max_duration) {}
 
-  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
-    if (call.is_cancelled()) return done(cancelled_answer());
-    LlmAnswer answer;
-    try {
-      answer = run(call);
-    } catch (const std::exception& error) {
-      answer = LlmAnswer::of_error("cannot run the LM command: " + std::string(error.what()));
-    }
-    done(std::move(answer));
+ private:
+  std::string failure(const std::exception& error) const override {
+    return "cannot run the LM command: " + std::string(error.what());
   }
 
- private:
-  LlmAnswer run(const LlmCall& call) const {
+  LlmAnswer run(const LlmCall& call) const override {
     const json input_line = {{"prompt", call.prompt},
                              {"model", call.model ? json(*call.model) : json(nullptr)}};
     const std::string input =
@@ -200,11 +194,9 @@ class CommandHandler final : public LlmHandler {
                       {stdio.output.get(), POLLIN, 0},
                       {stdio.errors.get(), POLLIN, 0},
                       {child.pidfd().get(), POLLIN, 0}};  // negative fds are skipped
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      const auto wait = child.pidfd() ? left : std::min(left, kPollTick);
-      if (poll(fds, std::size(fds), static_cast<int>(std::max<long>(wait.count(), 0))) < 0 &&
-          errno != EINTR)
-        throw system_error("poll");
+      const int left = sys::poll_timeout_ms(deadline);
+      const int wait = child.pidfd() ? left : std::min(left, static_cast<int>(kPollTick.count()));
+      if (poll(fds, std::size(fds), wait) < 0 && errno != EINTR) throw system_error("poll");
 
       if (fds[0].revents) {
         const ssize_t sent = send(stdio.input.get(), input.data() + written, input.size() - written,
