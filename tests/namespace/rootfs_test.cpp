@@ -29,7 +29,7 @@ class Rootfs : public ::testing::Test {
     before_ = rlm::test::mount_table();
   }
   void TearDown() override {
-    EXPECT_EQ(rlm::test::mount_table(), before_) << "the host's mount table changed";
+    EXPECT_EQ(rlm::test::mount_table_since(before_), before_) << "the host's mount table changed";
   }
 
   // Runs `script` under policy_ and expects it to succeed.

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "rlm_sys/sys.hpp"
+
 namespace rlm::test {
 namespace {
 
@@ -147,6 +149,18 @@ std::set<std::string> mount_table() {
   std::set<std::string> lines;
   std::istringstream in(mountinfo());
   for (std::string line; std::getline(in, line);) lines.insert(line);
+  return lines;
+}
+
+std::set<std::string> mount_table_since(const std::set<std::string>& before) {
+  std::set<std::string> lines = mount_table();
+  for (const auto& line : before) {
+    if (lines.count(line)) continue;
+    const auto parsed = sys::parse_mountinfo(line);
+    struct stat info {};
+    if (parsed.size() == 1 && lstat(parsed.front().mount_point.c_str(), &info) != 0)
+      lines.insert(line);  // detached with its mount point, by whoever removed that
+  }
   return lines;
 }
 

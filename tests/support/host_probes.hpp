@@ -50,4 +50,10 @@ bool isolate_mount_table();
 // exactly one of them, whatever else changed in the order of the lines.
 std::set<std::string> mount_table();
 
+// The mount table now, to compare with `before`: the mounts of `before` whose mount point is gone
+// are counted as still there. When a process removes a directory something is mounted on, the
+// kernel detaches that mount in every mount namespace, an isolated one too (another test's docker
+// container going away does that); a mount a run of this process unmounted keeps its mount point.
+std::set<std::string> mount_table_since(const std::set<std::string>& before);
+
 }  // namespace rlm::test

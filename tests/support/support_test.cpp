@@ -62,8 +62,9 @@ int in_child(Body body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// A process that stays in the mount namespace it was started in, mounts a tmpfs on `target` when
-// asked and stays until told to go, so that its mount lives as long as the test needs it.
+// A process that stays in the mount namespace it was started in and, when asked, mounts a tmpfs on
+// `target` or unmounts it and removes the directory; it stays until told to go, so that what it
+// mounted lives as long as the test needs it.
 class MountElsewhere {
  public:
   explicit MountElsewhere(std::string target) : target_(std::move(target)) {
@@ -72,11 +73,12 @@ class MountElsewhere {
     if (pid_ == 0) {
       close(ask_[1]);
       close(done_[0]);
-      char byte;
-      if (read(ask_[0], &byte, 1) != 1) _exit(0);
-      const bool mounted = mount("tmpfs", target_.c_str(), "tmpfs", 0, "size=64k") == 0;
-      if (write(done_[1], mounted ? "y" : "n", 1) != 1) _exit(91);
-      read(ask_[0], &byte, 1);  // until told to go, or the test process is gone
+      char what;
+      while (read(ask_[0], &what, 1) == 1) {  // until told to go, or the test process is gone
+        const bool done = what == 'm' ? mount("tmpfs", target_.c_str(), "tmpfs", 0, "size=64k") == 0
+                                      : umount(target_.c_str()) == 0 && rmdir(target_.c_str()) == 0;
+        if (write(done_[1], done ? "y" : "n", 1) != 1) _exit(91);
+      }
       _exit(0);
     }
     close(ask_[0]);
@@ -88,12 +90,16 @@ class MountElsewhere {
     waitpid(pid_, nullptr, 0);
   }
   // Whether the tmpfs was mounted.
-  bool mount_now() {
-    char byte = 0;
-    return write(ask_[1], "m", 1) == 1 && read(done_[0], &byte, 1) == 1 && byte == 'y';
-  }
+  bool mount_now() { return ask('m'); }
+  // Whether the tmpfs was unmounted and its mount point removed.
+  bool remove_now() { return ask('r'); }
 
  private:
+  bool ask(char what) {
+    char byte = 0;
+    return write(ask_[1], &what, 1) == 1 && read(done_[0], &byte, 1) == 1 && byte == 'y';
+  }
+
   std::string target_;
   int ask_[2] = {-1, -1};
   int done_[2] = {-1, -1};
@@ -143,6 +149,34 @@ TEST(HostProbes, AnIsolatedMountTableSeesItsOwnRunsMountsAndNobodyElses) {
     return ours_shows ? 0 : 6;
   });
   // 1-2: the control failed; 3: not isolated; 4-5: a mount elsewhere showed; 6: ours did not.
+  EXPECT_EQ(code, 0);
+}
+
+TEST(HostProbes, AMountWhosePointAnotherProcessRemovedIsNotCountedAsRemoved) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make mount namespaces";
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("removed elsewhere"));
+  std::filesystem::create_directories(dir.file("unmounted here"));
+  const int code = in_child([&] {
+    if (const int failed = enter_a_machine()) return failed;
+    MountElsewhere other(dir.file("removed elsewhere"));
+    if (!other.mount_now()) return 1;
+    if (mount("tmpfs", dir.file("unmounted here").c_str(), "tmpfs", 0, "size=64k") != 0) return 2;
+    if (!isolate_mount_table()) return 3;
+    const auto before = mount_table();
+    // The kernel detaches the isolated copy of a mount whose point another process removes...
+    if (!other.remove_now()) return 4;
+    if (mount_table().size() != before.size() - 1) return 5;
+    // ...which is not counted; a mount unmounted here, its point still there, is.
+    if (umount(dir.file("unmounted here").c_str()) != 0) return 6;
+    const auto since = mount_table_since(before);
+    if (since.size() != before.size() - 1) return 7;
+    for (const auto& line : before)
+      if (!since.count(line) && line.find("unmounted\\040here") == std::string::npos) return 8;
+    return 0;
+  });
+  // 1-4: setting up failed; 5: the kernel did not detach it; 6: unmounting failed; 7-8: the wrong
+  // mount was counted as removed.
   EXPECT_EQ(code, 0);
 }
 
