@@ -106,30 +106,45 @@ class MountElsewhere {
   pid_t pid_ = -1;
 };
 
-// A stand-in for the machine: a mount namespace of its own whose mounts are shared, as a systemd
-// host's are. Returns 0 once the child is in it.
-int enter_a_machine() {
-  if (unshare(CLONE_NEWNS) != 0) return 80;
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 81;
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_SHARED, nullptr) != 0) return 82;
-  return 0;
+// Runs `body` in a forked child that is in a stand-in for the machine: a mount namespace of its own
+// whose mounts are shared, as a systemd host's are. Its exit code (80-82: no stand-in).
+template <typename Body>
+int on_a_machine(Body body) {
+  return in_child([&] {
+    if (unshare(CLONE_NEWNS) != 0) return 80;
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 81;
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_SHARED, nullptr) != 0) return 82;
+    return body();
+  });
 }
 
-TEST(HostProbes, AnIsolatedMountTableSeesItsOwnRunsMountsAndNobodyElses) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make mount namespaces";
-  TempDir dir;
-  std::filesystem::create_directories(dir.file("elsewhere"));
-  std::filesystem::create_directories(dir.file("ours"));
-  const int code = in_child([&] {
-    if (const int failed = enter_a_machine()) return failed;
+// The mount-table tests make mount namespaces, which takes root, and scratch directories to mount
+// on.
+class IsolatedMountTable : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to make mount namespaces";
+  }
+  // A new directory `name` in the test's scratch directory.
+  std::string directory(const std::string& name) const {
+    std::filesystem::create_directories(dir_.file(name));
+    return dir_.file(name);
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(IsolatedMountTable, SeesItsOwnRunsMountsAndNobodyElses) {
+  const std::string elsewhere = directory("elsewhere"), ours = directory("ours");
+  const int code = on_a_machine([&] {
     // Control: before isolating, a mount elsewhere on "the machine" shows in this table.
     {
-      MountElsewhere other(dir.file("elsewhere"));
+      MountElsewhere other(elsewhere);
       const auto before = mount_table();
       if (!other.mount_now()) return 1;
       if (mount_table() == before) return 2;
     }
-    MountElsewhere other(dir.file("elsewhere"));  // started on "the machine", before isolating
+    MountElsewhere other(elsewhere);  // started on "the machine", before isolating
     if (!isolate_mount_table()) return 3;
     const auto isolated = mount_table();
     // Now it does not...
@@ -139,12 +154,12 @@ TEST(HostProbes, AnIsolatedMountTableSeesItsOwnRunsMountsAndNobodyElses) {
     // back, does.
     const int run = in_child([&] {
       if (unshare(CLONE_NEWNS) != 0) return 1;
-      return mount("tmpfs", dir.file("ours").c_str(), "tmpfs", 0, "size=64k") == 0 ? 0 : 2;
+      return mount("tmpfs", ours.c_str(), "tmpfs", 0, "size=64k") == 0 ? 0 : 2;
     });
     if (run != 0) return 10 + run;
     const auto after = mount_table();
     const bool ours_shows = std::any_of(after.begin(), after.end(), [&](const std::string& line) {
-      return !isolated.count(line) && line.find(" " + dir.file("ours") + " ") != std::string::npos;
+      return !isolated.count(line) && line.find(" " + ours + " ") != std::string::npos;
     });
     return ours_shows ? 0 : 6;
   });
@@ -152,23 +167,19 @@ TEST(HostProbes, AnIsolatedMountTableSeesItsOwnRunsMountsAndNobodyElses) {
   EXPECT_EQ(code, 0);
 }
 
-TEST(HostProbes, AMountWhosePointAnotherProcessRemovedIsNotCountedAsRemoved) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make mount namespaces";
-  TempDir dir;
-  std::filesystem::create_directories(dir.file("removed elsewhere"));
-  std::filesystem::create_directories(dir.file("unmounted here"));
-  const int code = in_child([&] {
-    if (const int failed = enter_a_machine()) return failed;
-    MountElsewhere other(dir.file("removed elsewhere"));
+TEST_F(IsolatedMountTable, DoesNotCountAMountWhosePointAnotherProcessRemoved) {
+  const std::string removed = directory("removed elsewhere"), here = directory("unmounted here");
+  const int code = on_a_machine([&] {
+    MountElsewhere other(removed);
     if (!other.mount_now()) return 1;
-    if (mount("tmpfs", dir.file("unmounted here").c_str(), "tmpfs", 0, "size=64k") != 0) return 2;
+    if (mount("tmpfs", here.c_str(), "tmpfs", 0, "size=64k") != 0) return 2;
     if (!isolate_mount_table()) return 3;
     const auto before = mount_table();
     // The kernel detaches the isolated copy of a mount whose point another process removes...
     if (!other.remove_now()) return 4;
     if (mount_table().size() != before.size() - 1) return 5;
     // ...which is not counted; a mount unmounted here, its point still there, is.
-    if (umount(dir.file("unmounted here").c_str()) != 0) return 6;
+    if (umount(here.c_str()) != 0) return 6;
     const auto since = mount_table_since(before);
     if (since.size() != before.size() - 1) return 7;
     for (const auto& line : before)
@@ -180,10 +191,8 @@ TEST(HostProbes, AMountWhosePointAnotherProcessRemovedIsNotCountedAsRemoved) {
   EXPECT_EQ(code, 0);
 }
 
-TEST(HostProbes, AMountTableIsNotIsolatedBesideAnotherThread) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make mount namespaces";
-  const int code = in_child([] {
-    if (const int failed = enter_a_machine()) return failed;
+TEST_F(IsolatedMountTable, IsRefusedBesideAnotherThread) {
+  const int code = on_a_machine([] {
     int wake[2];
     if (pipe(wake) != 0) return 1;
     std::thread other([&] {
