@@ -7,6 +7,7 @@
 #include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 #include "session/worker_session.hpp"
 
 namespace rlm {
@@ -15,12 +16,6 @@ namespace {
 bool is_known(std::string_view name) {
   const auto names = known_backend_names();
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-std::string join(const std::vector<std::string>& items, std::string_view separator) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : std::string(separator)) + item;
-  return text;
 }
 
 std::string policy_label(const Policy& policy) {
@@ -72,7 +67,7 @@ std::unique_ptr<Backend> select_backend(const Policy& policy, std::string_view r
   if (requested != "auto") {
     if (!is_known(requested))
       throw Error("unknown backend '" + std::string(requested) + "'; choose auto or one of " +
-                  join(known_backend_names(), ", "));
+                  sys::join(known_backend_names(), ", "));
     auto backend = make_backend(requested);
     if (!backend)
       throw BackendUnavailable("the " + std::string(requested) +
@@ -93,8 +88,8 @@ std::unique_ptr<Backend> select_backend(const Policy& policy, std::string_view r
     reasons.push_back(name + ": " + why);
   }
   throw BackendUnavailable("no backend can run " + policy_label(policy) +
-                           " here (backend.prefer: " + join(policy.backend.prefer, ", ") + ")\n  " +
-                           join(reasons, "\n  "));
+                           " here (backend.prefer: " + sys::join(policy.backend.prefer, ", ") +
+                           ")\n  " + sys::join(reasons, "\n  "));
 }
 
 }  // namespace rlm

@@ -2,7 +2,7 @@
 """The RLM half of the demo: a sandboxed Recursive-Language-Model session, end to end.
 
 A long document is loaded as `context` into a persistent Python REPL inside the sandbox
-(`rlm-sandbox repl`, driven through tools/python/rlm_sandbox_client.py). A scripted "root model"
+(`rlm-sandbox repl`, driven through the rlm_sandbox client in python/). A scripted "root model"
 plays the orchestrator: it writes cells that inspect the context, ask a "sub-model" with
 llm_query / llm_query_batched (answered here, on the host, by a deterministic stand-in for a
 real LM), survive a runaway cell by rollback, and finish with FINAL_VAR.
@@ -16,8 +16,8 @@ import sys
 import textwrap
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
-from rlm_sandbox_client import RlmSandbox  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from rlm_sandbox import RlmSandbox  # noqa: E402
 
 
 def make_document() -> str:

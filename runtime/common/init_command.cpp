@@ -1,11 +1,12 @@
 #include "common/init_command.hpp"
 
+#include <iterator>
+
 #include "rlm_init/protocol.hpp"
 
 namespace rlm::common {
 
-std::vector<std::string> init_arguments(const std::string& init_path,
-                                        const InitSettings& settings) {
+std::vector<std::string> init_arguments(const std::string& init_path, InitSettings settings) {
   namespace protocol = init_protocol;
   std::vector<std::string> args{init_path, protocol::kReportFdFlag,
                                 std::to_string(protocol::kReportFd), protocol::kGraceFlag,
@@ -29,7 +30,8 @@ std::vector<std::string> init_arguments(const std::string& init_path,
   if (settings.guard_signals) args.push_back(protocol::kGuardSignalsFlag);
   if (settings.pid1) args.push_back(protocol::kPid1Flag);
   args.push_back("--");
-  args.insert(args.end(), settings.payload_argv.begin(), settings.payload_argv.end());
+  args.insert(args.end(), std::make_move_iterator(settings.payload_argv.begin()),
+              std::make_move_iterator(settings.payload_argv.end()));
   return args;
 }
 

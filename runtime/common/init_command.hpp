@@ -18,8 +18,8 @@ struct InitSettings {
   std::vector<std::string> payload_argv;
 };
 
-// argv for execve: init_path, the flags, "--", the payload's argv. The report fd is always
-// init_protocol::kReportFd.
-std::vector<std::string> init_arguments(const std::string& init_path, const InitSettings& settings);
+// argv for execve: init_path, the flags, "--", the payload's argv (moved over). The report fd is
+// always init_protocol::kReportFd.
+std::vector<std::string> init_arguments(const std::string& init_path, InitSettings settings);
 
 }  // namespace rlm::common

@@ -22,20 +22,6 @@ std::system_error system_error(const char* what) {
   return std::system_error(errno, std::generic_category(), what);
 }
 
-// A pipe whose ends are close-on-exec and numbered at least kFirstFreeFd.
-void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw system_error("pipe2");
-  read_end.reset(fds[0]);
-  write_end.reset(fds[1]);
-  for (UniqueFd* end : {&read_end, &write_end}) {
-    if (end->get() >= kFirstFreeFd) continue;
-    const int moved = fcntl(end->get(), F_DUPFD_CLOEXEC, kFirstFreeFd);
-    if (moved < 0) throw system_error("fcntl(F_DUPFD_CLOEXEC)");
-    end->reset(moved);
-  }
-}
-
 void set_nonblocking(const UniqueFd& fd) {
   const int flags = fcntl(fd.get(), F_GETFL);
   if (flags >= 0) fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
@@ -72,6 +58,20 @@ void report_exec_failure(int fd, int error) noexcept {
 
 }  // namespace
 
+UniqueFd above_stdio(UniqueFd fd) {
+  if (!fd || fd.get() >= kFirstFreeFd) return fd;
+  const int moved = fcntl(fd.get(), F_DUPFD_CLOEXEC, kFirstFreeFd);
+  if (moved < 0) throw system_error("fcntl(F_DUPFD_CLOEXEC)");
+  return UniqueFd(moved);
+}
+
+Pipe make_pipe() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw system_error("pipe2");
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  return {above_stdio(std::move(read_end)), above_stdio(std::move(write_end))};
+}
+
 InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
                        std::vector<std::string> env)
     : path_(std::move(init_path)),
@@ -84,10 +84,15 @@ InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
   max_fd_ = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
                 ? static_cast<unsigned>(files.rlim_cur)
                 : (1u << 20);
-  make_pipe(child_stdin_, stdin_);
-  make_pipe(stdout_, child_stdout_);
-  make_pipe(stderr_, child_stderr_);
-  make_pipe(report_, child_report_);
+  const auto open_pipe = [](UniqueFd& read_end, UniqueFd& write_end) {
+    auto pipe = make_pipe();
+    read_end = std::move(pipe.read);
+    write_end = std::move(pipe.write);
+  };
+  open_pipe(child_stdin_, stdin_);
+  open_pipe(stdout_, child_stdout_);
+  open_pipe(stderr_, child_stderr_);
+  open_pipe(report_, child_report_);
 }
 
 void InitLaunch::exec_in_child() const noexcept {

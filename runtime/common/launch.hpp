@@ -29,6 +29,17 @@ struct InitProcess {
   UniqueFd report_pipe;  // read end of init's report (rlm_init/protocol.hpp)
 };
 
+// Init's stdio and report pipe take fds 0-3 in the child, so an fd that must survive there has to
+// sit above them (a host with closed stdio hands out low numbers): `fd` itself when it does, else
+// a close-on-exec duplicate of it. Throws std::system_error when it cannot be duplicated.
+UniqueFd above_stdio(UniqueFd fd);
+
+// A close-on-exec pipe whose ends both sit above init's stdio. Throws std::system_error.
+struct Pipe {
+  UniqueFd read, write;
+};
+Pipe make_pipe();
+
 class InitLaunch {
  public:
   // Creates the pipes and the argv/envp arrays. Throws std::system_error when a pipe cannot be
@@ -51,6 +62,8 @@ class InitLaunch {
   bool install_stdio() const noexcept;
   char* const* argv() const { return argv_.data(); }
   char* const* envp() const { return envp_.data(); }
+  // The close() ceiling for kernels without close_range: RLIMIT_NOFILE, at most 2^20.
+  unsigned max_fd() const { return max_fd_; }
 
   // In the parent after fork: closes the child's ends and hands over ours. `pidfd` is one the
   // fork already made (clone's CLONE_PIDFD); without it one is opened for `pid`.
@@ -67,7 +80,7 @@ class InitLaunch {
     KeptFds none;
     none.fill(-1);
     return none;
-  }  // close() fallback ceiling for kernels without close_range
+  }
   // Child ends (fd >= 4, so moving them onto 0-3 never overwrites one not yet moved) and ours.
   UniqueFd child_stdin_, child_stdout_, child_stderr_, child_report_;
   UniqueFd stdin_, stdout_, stderr_, report_;

@@ -23,7 +23,7 @@ struct RunStart {
   // Throws Error for an invalid request; the clock starts only once the request is resolved.
   RunStart(std::string_view backend, const Request& request, const Policy& policy);
 
-  std::vector<std::string> argv;
+  std::vector<std::string> argv;  // the payload's: the caller moves it into init's command line
   std::chrono::milliseconds wall_limit;
   std::vector<std::string> environment;  // the payload's: the caller moves it into the launch
   Clock::time_point start;

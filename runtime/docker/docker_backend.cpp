@@ -11,9 +11,9 @@
 #include <chrono>
 #include <thread>
 
+#include "cgroup/usage.hpp"
 #include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
-#include "docker/container_cgroup.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
 #include "docker/daemon_info.hpp"
@@ -114,7 +114,7 @@ class DockerBackend final : public Backend {
       }
       // A payload that is already gone has no cgroup left to read: its usage is not available.
       const auto running = inspect_state(api, container);
-      auto cgroup = ContainerCgroup::find(running.pid, container);
+      auto cgroup = cgroup::UsageReader::of_process(running.pid, container);
       // A daemon whose containers this process cannot see (another PID namespace, a remote
       // host): only Ulimits' RLIMIT_CPU, per process, holds the CPU time.
       cpu_unwatched = !cgroup && running.pid > 0;
@@ -122,15 +122,7 @@ class DockerBackend final : public Backend {
       // tell a cell the OOM killer took (memory_limit) from one that crashed. The files are read
       // by path: once the container is gone they simply answer nothing.
       if (request.on_started)
-        request.on_started([cgroup] {
-          LiveCounters counters;
-          if (!cgroup) return counters;
-          const auto reading = cgroup->read();
-          counters.oom_kills = reading.oom_kills;
-          if (reading.cpu_nanoseconds)
-            counters.cpu = std::chrono::microseconds(*reading.cpu_nanoseconds / 1000);
-          return counters;
-        });
+        request.on_started([cgroup] { return cgroup ? cgroup->live() : LiveCounters{}; });
       // The container's CPU time, every process together, against limits.cpu_time_ms (RLIMIT_CPU,
       // set through Ulimits, counts each process alone).
       termination.cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);

@@ -2,12 +2,12 @@
 
 #include <fstream>
 
-#include "namespace/cgroup_run_id.hpp"
+#include "cgroup/run_id.hpp"
 
 namespace rlm::docker {
 
 std::string new_owned_id() {
-  return ns::next_run_id().to_string();
+  return cgroup::next_run_id().to_string();
 }
 
 std::string boot_id() {
@@ -21,14 +21,14 @@ std::string boot_id() {
 }
 
 OwnerState owner_state(std::string_view owner_label, std::string_view boot_label) {
-  const auto id = ns::parse_run_id(owner_label);
+  const auto id = cgroup::parse_run_id(owner_label);
   if (!id || boot_label.empty() || boot_id().empty()) return OwnerState::unknown;
   // Containers survive a reboot (restart policies, a stopped container); their owner did not.
   if (boot_label != boot_id()) return OwnerState::dead;
-  switch (ns::owner_state(*id)) {
-    case ns::Owner::alive:
+  switch (cgroup::owner_state(*id)) {
+    case cgroup::Owner::alive:
       return OwnerState::alive;
-    case ns::Owner::dead:
+    case cgroup::Owner::dead:
       return OwnerState::dead;
     default:
       return OwnerState::unknown;

@@ -1,6 +1,6 @@
 // Who a container belongs to. Every container the docker backend makes carries the labels below,
 // so a later process can find the ones a crashed runtime left and remove only those: the owner is
-// a run id (namespace/cgroup_run_id.hpp: pid, its start time, its PID namespace) plus the boot id,
+// a run id (cgroup/run_id.hpp: pid, its start time, its PID namespace) plus the boot id,
 // and a container is collected only when its owner is certainly gone.
 #pragma once
 

@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "docker/attached_stream.hpp"
-#include "docker/container_cgroup.hpp"
+#include "docker/stats_sampler.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/result.hpp"
 

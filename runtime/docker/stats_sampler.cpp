@@ -16,21 +16,29 @@ void keep_largest(std::optional<std::uint64_t>& kept, const std::optional<std::u
   if (seen) kept = std::max(kept.value_or(0), *seen);
 }
 
+CgroupReading read_counters(const cgroup::UsageReader& cgroup) {
+  CgroupReading reading;
+  reading.peak_memory_bytes = cgroup.peak_memory_bytes();
+  reading.oom_kills = cgroup.oom_kills();
+  if (const auto cpu = cgroup.cpu_time())
+    reading.cpu_nanoseconds = static_cast<std::uint64_t>(cpu->count()) * 1000;
+  return reading;
+}
+
 }  // namespace
 
-StatsSampler::StatsSampler(std::optional<ContainerCgroup> cgroup,
-                           std::chrono::milliseconds cpu_budget, std::uint64_t cpu_baseline_ns)
+StatsSampler::StatsSampler(std::optional<cgroup::UsageReader> cgroup,
+                           std::chrono::milliseconds cpu_budget)
     : cgroup_(std::move(cgroup)),
-      cpu_budget_ns_(cpu_baseline_ns +
-                     static_cast<std::uint64_t>(
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(cpu_budget).count())),
+      cpu_budget_ns_(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(cpu_budget).count())),
       limit_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!limit_) throw std::system_error(errno, std::generic_category(), "eventfd");
   if (cgroup_) thread_ = std::thread([this] { loop(); });
 }
 
 void StatsSampler::take() {
-  const auto reading = cgroup_->read();
+  const auto reading = read_counters(*cgroup_);
   keep_largest(seen_.peak_memory_bytes, reading.peak_memory_bytes);
   keep_largest(seen_.cpu_nanoseconds, reading.cpu_nanoseconds);
   keep_largest(seen_.oom_kills, reading.oom_kills);

@@ -47,17 +47,21 @@ constexpr const char* kCpuTimeStandIn =
     "RLIMIT_CPU per process: each process may use the whole budget, so a chain of short-lived "
     "processes is not bounded as a whole (no cgroup counts them together)";
 
-common::InitSettings init_settings(const Policy& policy, const std::vector<std::string>& argv) {
+common::InitSettings init_settings(const Policy& policy, std::vector<std::string> argv) {
   common::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
   settings.rlimits = rlimit_arguments(policy.limits);
   settings.workdir = policy.filesystem.workdir;  // "" = the caller's directory
-  settings.payload_argv = argv;
+  settings.payload_argv = std::move(argv);
   return settings;
 }
 
 class LocalBackend final : public Backend {
  public:
+  // Init is looked for once, when the backend is made: selection's availability check (health),
+  // health itself and every run use what was found then.
+  LocalBackend() : init_(common::locate_init()) {}
+
   std::string_view name() const override { return "local"; }
   bool isolated() const override { return false; }
 
@@ -68,16 +72,15 @@ class LocalBackend final : public Backend {
     health.enforced = kEnforced;
     health.unenforced = kUnenforced;
     health.fallbacks["limits.cpu_time_ms"] = kCpuTimeStandIn;
-    const auto init = common::locate_init();
-    health.available = !init.path.empty();
+    health.available = !init_.path.empty();
     if (health.available) {
       health.detail =
           "no isolation: runs the payload as a plain subprocess with the caller's user, files and "
           "network; enforces rlimits (CPU per process, address space as memory_bytes, file size, "
           "open files), the wall time and output caps, and kills every descendant (" +
-          init.path + ")";
+          init_.path + ")";
     } else {
-      health.detail = init.problem();
+      health.detail = init_.problem();
       health.fix = common::InitLocation::fix();
     }
     return health;
@@ -90,20 +93,20 @@ class LocalBackend final : public Backend {
     run.result.unenforced = kUnenforcedLimits;
     if (policy.limits.cpus) run.result.unenforced.push_back("limits.cpus");
 
-    const auto init = common::locate_init();
-    if (init.path.empty())
-      return run.setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
-    const auto settings = init_settings(policy, run.argv);
+    if (init_.path.empty())
+      return run.setup_failed(init_.problem() + "; to fix: " + common::InitLocation::fix());
     // Built before the launch, so nothing that can throw sits between launch and supervision.
     auto options = common::supervision_options(request, policy, run.deadline());
-    const auto context = common::run_context(policy, settings.payload_argv.front(),
-                                             settings.workdir, init.path, run.wall_limit);
+    const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
+                                             init_.path, run.wall_limit);
+    auto settings = init_settings(policy, std::move(run.argv));
 
     // Launch.
     common::InitProcess process;
     try {
-      process = common::launch_init(init.path, common::init_arguments(init.path, settings),
-                                    std::move(run.environment), request.inherit_fds);
+      process =
+          common::launch_init(init_.path, common::init_arguments(init_.path, std::move(settings)),
+                              std::move(run.environment), request.inherit_fds);
     } catch (const std::system_error& error) {
       return run.setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
     }
@@ -113,6 +116,9 @@ class LocalBackend final : public Backend {
     run.fill_from(common::supervise_init(process, std::move(options)), context);
     return run.finish();
   }
+
+ private:
+  const common::InitLocation init_;
 };
 
 }  // namespace

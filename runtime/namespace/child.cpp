@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <cerrno>
 
+#include <string>
+
 #include "common/fd_inherit.hpp"
 #include "rlm_init/protocol.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -78,26 +82,22 @@ void run_child(const ChildPlan& plan) noexcept {
   fail(plan, "execveat (rlm-sandbox-init)");
 }
 
-bool wait_for_exec(int error_read, int timeout_ms, StepFailure& failure) {
+void wait_for_exec(int error_read, int timeout_ms) {
   pollfd child{error_read, POLLIN, 0};
   int ready;
   while ((ready = poll(&child, 1, timeout_ms)) < 0 && errno == EINTR) {
   }
-  if (ready == 0) {
-    failure = {"setup timed out", ETIMEDOUT};
-    return false;
+  StepFailure failure{"setup timed out", ETIMEDOUT};
+  if (ready != 0) {
+    ssize_t got;
+    while ((got = read(error_read, &failure, sizeof failure)) < 0 && errno == EINTR) {
+    }
+    if (got == 0) return;  // closed by the exec
+    if (got != static_cast<ssize_t>(sizeof failure))
+      failure = {"reading the setup result", got < 0 ? errno : EIO};
   }
-  StepFailure record;
-  ssize_t got;
-  while ((got = read(error_read, &record, sizeof record)) < 0 && errno == EINTR) {
-  }
-  if (got == 0) return true;  // closed by the exec
-  if (got == static_cast<ssize_t>(sizeof record)) {
-    failure = record;
-  } else {
-    failure = {"reading the setup result", got < 0 ? errno : EIO};
-  }
-  return false;
+  throw Error(std::string("sandbox setup failed: ") + failure.step + ": " +
+              sys::errno_text(failure.error));
 }
 
 }  // namespace rlm::ns

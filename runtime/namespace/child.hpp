@@ -39,9 +39,9 @@ struct ChildPlan {
 
 [[noreturn]] void run_child(const ChildPlan& plan) noexcept;
 
-// Parent: what the child reported. Returns true when it exec'd (EOF), false with `failure` set.
-// Waits at most `timeout_ms` (-1: forever); a child that did not finish by then is reported as
-// {"setup timed out", ETIMEDOUT}.
-bool wait_for_exec(int error_read, int timeout_ms, StepFailure& failure);
+// Parent: waits for the child's exec (EOF on `error_read`), at most `timeout_ms` (-1: forever).
+// Throws rlm::Error ("sandbox setup failed: <step>: <error>") with the StepFailure the child
+// reported, or {"setup timed out", ETIMEDOUT} for a child that did not finish in time.
+void wait_for_exec(int error_read, int timeout_ms);
 
 }  // namespace rlm::ns

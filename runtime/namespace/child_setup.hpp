@@ -43,7 +43,7 @@ class RootfsPlan {
   static RootfsPlan prepare(const Policy& policy);
   bool apply(StepFailure& failure) const noexcept;
 
-  struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.cpp
+  struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.hpp
 
  private:
   std::vector<Op> ops_;  // executed in order; each owns the strings it passes to the kernel
@@ -72,8 +72,8 @@ class LoopbackPlan {
 // inheritable and ambient so that they (and only they) survive exec as a non-root uid,
 // securebits locked (NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off, NO_CAP_AMBIENT_RAISE, all locked),
 // and no_new_privs. Cap sets are computed with libcap in the parent; apply() uses capget/capset
-// and prctl. Permitted and effective are left as they are, so steps between apply() and exec
-// (seccomp) keep working; exec recomputes them from the ambient set.
+// and prctl. Permitted and effective are left as they are; the exec of init recomputes them from
+// the ambient set. (The seccomp filter comes later still: init's payload child installs it.)
 // Preconditions for apply(): holding CAP_SETPCAP and every kept capability in the current user
 // namespace; the sandbox uid/gid already set (securebits lock the uid-change rules).
 class PrivilegePlan {

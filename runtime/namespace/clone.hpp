@@ -2,6 +2,7 @@
 // run's cgroup), falling back to clone(2) on kernels or seccomp profiles without clone3.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -25,5 +26,22 @@ struct CloneResult {
 // wrappers (they broadcast to threads that do not exist there). The caller blocks every signal
 // around it.
 CloneResult clone_process(std::uint64_t namespaces, int cgroup_fd) noexcept;
+
+// Every signal of the calling thread blocked for the object's life, as around clone_process(): no
+// host handler runs in the child, and a signal sent early stays pending for the exec'd program.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() noexcept {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous_);
+  }
+  ~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
+};
 
 }  // namespace rlm::ns

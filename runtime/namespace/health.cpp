@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <optional>
 
+#include "cgroup/cgroup.hpp"
 #include "common/init_locator.hpp"
-#include "namespace/cgroup.hpp"
 #include "namespace/limit_fallback.hpp"
 #include "namespace/sandbox_uid.hpp"
 #include "namespace/userns.hpp"
+#include "rlm_sandbox/error.hpp"
 #include "seccomp/seccomp.hpp"
 
 namespace rlm::ns {
@@ -37,13 +39,12 @@ const std::vector<std::string> kAlwaysEnforced = {
 };
 
 // Successful probes are remembered: they are what every run's backend selection asks, and a host
-// that could create namespaces once keeps that ability (failures are probed again).
-std::string probe_namespaces_cached() {
+// that could create namespaces once keeps that ability (failures are probed again). Throws Error.
+void probe_namespaces_cached() {
   static std::atomic<bool> works{false};
-  if (works.load()) return "";
-  auto problem = probe_user_namespaces();
-  if (problem.empty()) works.store(true);
-  return problem;
+  if (works.load()) return;
+  probe_user_namespaces();
+  works.store(true);
 }
 
 // Before every run selection only needs to know that user namespaces are not switched off; the
@@ -63,86 +64,76 @@ bool sysctls_allow_user_namespaces() {
   return read_number("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") <= 0;
 }
 
-std::string probe_seccomp_cached() {
+// Compiles the default filter the way a run does; throws Error. Remembered like the probe above.
+void probe_seccomp_cached() {
   static std::atomic<bool> works{false};
-  if (works.load()) return "";
-  try {
-    seccomp::compile(Seccomp{});
-  } catch (const std::exception& error) {
-    return error.what();
-  }
+  if (works.load()) return;
+  seccomp::compile_sealed(Seccomp{});
   works.store(true);
-  return "";
 }
 
-}  // namespace
+// What is missing for any run at all, and how to get it.
+struct Missing {
+  std::string detail, fix;
+};
 
-namespace {
-
-// What must hold for any run at all (a missing cgroup is a fallback, not unavailability). Fills
-// detail and fix and returns false when something is missing; cheap after the first call.
-// `thorough` probes for real (health); otherwise cheap checks stand in where they can (selection).
-bool check_prerequisites(Health& health, common::InitLocation& init, bool thorough) {
-  init = common::locate_init();
-  if (init.path.empty()) {
-    health.detail = init.problem();
-    health.fix = common::InitLocation::fix();
-    return false;
-  }
+// What must hold for any run at all (a missing cgroup is a fallback, not unavailability): nothing
+// when it does; cheap after the first call. `thorough` probes for real (health); otherwise cheap
+// checks stand in where they can (selection).
+std::optional<Missing> missing_prerequisite(const common::InitLocation& init, bool thorough) {
+  if (init.path.empty()) return Missing{init.problem(), common::InitLocation::fix()};
   if (thorough || !sysctls_allow_user_namespaces()) {
-    if (auto problem = probe_namespaces_cached(); !problem.empty()) {
-      health.detail = problem;
-      health.fix = user_namespace_fix();
-      return false;
+    try {
+      probe_namespaces_cached();
+    } catch (const Error& error) {
+      return Missing{error.what(), user_namespace_fix()};
     }
   }
   // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
-  if (!thorough) return true;
+  if (!thorough) return std::nullopt;
   // A root runtime gives each sandbox a host uid of the range; a malformed one fails every run
   // (with this message: selection still picks this backend, so the run says what to fix).
   if (geteuid() == 0) {
     try {
       sandbox_uid_range();
     } catch (const std::exception& error) {
-      health.detail = error.what();
-      health.fix = std::string("set ") + kUidRangeVariable +
-                   "=FIRST-LAST (unused host uids) in the runtime's environment, or unset it";
-      return false;
+      return Missing{
+          error.what(),
+          std::string("set ") + kUidRangeVariable +
+              "=FIRST-LAST (unused host uids) in the runtime's environment, or unset it"};
     }
   }
-  if (auto problem = probe_seccomp_cached(); !problem.empty()) {
-    health.detail = problem;
-    health.fix = "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker backend";
-    return false;
+  try {
+    probe_seccomp_cached();
+  } catch (const std::exception& error) {
+    return Missing{error.what(),
+                   "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker "
+                   "backend"};
   }
-  return true;
+  return std::nullopt;
 }
-
-}  // namespace
-
-namespace {
 
 // The four setups users run on (docs/cgroups.md, tests/lanes): who runs the runtime, and where
 // its limits come from.
-std::string host_setup(bool root, CgroupSupport::Mode mode) {
+std::string host_setup(bool root, cgroup::CgroupSupport::Mode mode) {
   switch (mode) {
-    case CgroupSupport::Mode::v1:
+    case cgroup::CgroupSupport::Mode::v1:
       return root ? "root-cgroup-v1" : "user-cgroup-v1";
-    case CgroupSupport::Mode::v2:
+    case cgroup::CgroupSupport::Mode::v2:
       return root ? "root-cgroup-v2" : "user-delegated-cgroup-v2";
-    case CgroupSupport::Mode::none:
+    case cgroup::CgroupSupport::Mode::none:
       break;
   }
   return root ? "root-no-cgroup" : "user-no-cgroup";
 }
 
-const char* mode_name(CgroupSupport::Mode mode) {
+const char* mode_name(cgroup::CgroupSupport::Mode mode) {
   switch (mode) {
-    case CgroupSupport::Mode::v1:
+    case cgroup::CgroupSupport::Mode::v1:
       return "v1";
-    case CgroupSupport::Mode::v2:
+    case cgroup::CgroupSupport::Mode::v2:
       return "v2";
-    case CgroupSupport::Mode::none:
+    case cgroup::CgroupSupport::Mode::none:
       break;
   }
   return "none";
@@ -150,20 +141,22 @@ const char* mode_name(CgroupSupport::Mode mode) {
 
 }  // namespace
 
-std::string namespace_unavailable_reason() {
-  Health health;
-  common::InitLocation init;
-  if (check_prerequisites(health, init, /*thorough=*/false)) return "";
-  return health.detail + (health.fix.empty() ? "" : "; to fix: " + health.fix);
+std::string namespace_unavailable_reason(const common::InitLocation& init) {
+  const auto missing = missing_prerequisite(init, /*thorough=*/false);
+  if (!missing) return "";
+  return missing->detail + (missing->fix.empty() ? "" : "; to fix: " + missing->fix);
 }
 
-Health namespace_health() {
+Health namespace_health(const common::InitLocation& init) {
   Health health;
   health.backend = "namespace";
   health.isolated = true;
 
-  common::InitLocation init;
-  if (!check_prerequisites(health, init, /*thorough=*/true)) return health;
+  if (const auto missing = missing_prerequisite(init, /*thorough=*/true)) {
+    health.detail = missing->detail;
+    health.fix = missing->fix;
+    return health;
+  }
 
   health.available = true;
   const bool root = geteuid() == 0;
@@ -183,8 +176,8 @@ Health namespace_health() {
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
       "Result)";
   health.enforced = kAlwaysEnforced;
-  const CgroupSupport cgroups = probe_cgroups();
-  if (cgroups.mode != CgroupSupport::Mode::none) {
+  const cgroup::CgroupSupport cgroups = cgroup::probe_cgroups();
+  if (cgroups.mode != cgroup::CgroupSupport::Mode::none) {
     health.detail += "; " + cgroups.detail;
     health.enforced.insert(health.enforced.end(), cgroups.enforced.begin(), cgroups.enforced.end());
     for (const auto& [field, how] : cgroups.missing) health.fallbacks[field] = how;

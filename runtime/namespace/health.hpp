@@ -3,12 +3,15 @@
 // comes to here.
 #pragma once
 
+#include "common/init_locator.hpp"
 #include "rlm_sandbox/backend.hpp"
 
 namespace rlm::ns {
 
-Health namespace_health();
-// Why no run can start here, or "" when one can: what selection asks before every run.
-std::string namespace_unavailable_reason();
+// `init`: where the backend found rlm-sandbox-init.
+Health namespace_health(const common::InitLocation& init);
+// Why no run can start here, or "" when one can: what selection asks before every run
+// (Backend::unavailable_reason).
+std::string namespace_unavailable_reason(const common::InitLocation& init);
 
 }  // namespace rlm::ns

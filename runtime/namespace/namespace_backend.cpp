@@ -6,70 +6,37 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
 #include <optional>
-#include <system_error>
 
+#include "cgroup/cgroup.hpp"
 #include "common/init_command.hpp"
 #include "common/init_locator.hpp"
-#include "rlm_init/protocol.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
 #include "common/run_start.hpp"
 #include "common/supervise.hpp"
-#include "local/rlimits.hpp"
-#include "namespace/cgroup.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
 #include "namespace/health.hpp"
 #include "namespace/limit_fallback.hpp"
-#include "namespace/payload_filter.hpp"
 #include "namespace/run_outcome.hpp"
 #include "namespace/userns.hpp"
+#include "rlm_init/protocol.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
+#include "seccomp/seccomp.hpp"
 
 namespace rlm::ns {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using common::UniqueFd;
-
-constexpr int kFirstFreeFd = 4;  // 0-3 are init's stdio and report pipe in the child
-
-std::string errno_text(int error) {
-  return std::generic_category().message(error);
-}
-
-// The child moves its stdio onto 0-3; an fd it must keep cannot sit there (a host with closed
-// stdio hands out low numbers).
-UniqueFd above_stdio(UniqueFd fd) {
-  if (!fd || fd.get() >= kFirstFreeFd) return fd;
-  const int moved = fcntl(fd.get(), F_DUPFD_CLOEXEC, kFirstFreeFd);
-  if (moved < 0) throw std::system_error(errno, std::generic_category(), "fcntl(F_DUPFD_CLOEXEC)");
-  return UniqueFd(moved);
-}
-
-struct Pipe {
-  UniqueFd read, write;
-};
-
-Pipe make_pipe() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
-  return {above_stdio(UniqueFd(fds[0])), above_stdio(UniqueFd(fds[1]))};
-}
-
-unsigned fd_ceiling() {
-  rlimit files{};
-  return getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
-             ? static_cast<unsigned>(files.rlim_cur)
-             : (1u << 20);
-}
 
 std::uint64_t clone_flags(const Policy& policy) {
   std::uint64_t flags = CLONE_NEWUSER;
@@ -106,22 +73,22 @@ class ChildGuard {
 // Everything the child needs, built before clone; it outlives the child's exec.
 struct Preparation {
   UniqueFd init_fd;
-  PayloadFilter filter;
+  seccomp::PayloadFilter filter;
   IdMapping ids;
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
   std::optional<PrivilegePlan> privileges;
-  std::unique_ptr<RunCgroup> cgroup;
+  std::unique_ptr<cgroup::RunCgroup> cgroup;
   std::string cgroup_problem;  // why there is no cgroup
   std::optional<common::InitLaunch> launch;
-  Pipe release, errors;
+  common::Pipe release, errors;
   ChildPlan plan;
 };
 
 // The live counters a caller may read from another thread while run() supervises.
 class CgroupProbe {
  public:
-  explicit CgroupProbe(const RunCgroup* cgroup) : cgroup_(cgroup) {}
+  explicit CgroupProbe(const cgroup::RunCgroup* cgroup) : cgroup_(cgroup) {}
   LiveCounters read() {
     std::lock_guard lock(mutex_);
     LiveCounters counters;
@@ -140,53 +107,55 @@ class CgroupProbe {
 
  private:
   std::mutex mutex_;
-  const RunCgroup* cgroup_;
+  const cgroup::RunCgroup* cgroup_;
 };
 
 void collect_stale_groups_once() {
   static std::once_flag once;
   std::call_once(once, [] {
     try {
-      collect_stale_groups();
+      cgroup::collect_stale_groups();
     } catch (const std::exception&) {
       // Leftovers of a crashed runtime are not this run's problem.
     }
   });
 }
 
-// Throws Error or std::system_error with a message for the Result.
-void prepare(Preparation& p, const Policy& policy, const common::InitLocation& init,
-             const std::vector<std::string>& argv, std::vector<std::string> environment,
-             const std::vector<int>& inherit_fds, bool guard_signals) {
-  p.init_fd = above_stdio(UniqueFd(open(init.path.c_str(), O_RDONLY | O_CLOEXEC)));
-  if (!p.init_fd)
-    throw std::system_error(errno, std::generic_category(), "cannot open " + init.path);
-  p.filter = prepare_payload_filter(policy.seccomp);
-  p.filter.kill = above_stdio(std::move(p.filter.kill));
-  p.filter.notify = above_stdio(std::move(p.filter.notify));
+// Throws Error or std::system_error with a message for the Result. Takes the payload's argv and
+// environment over.
+void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
+             std::vector<std::string> argv, std::vector<std::string> environment,
+             const Request& request) {
+  p.init_fd = common::above_stdio(UniqueFd(open(init_path.c_str(), O_RDONLY | O_CLOEXEC)));
+  if (!p.init_fd) throw Error("cannot open " + init_path + ": " + sys::errno_text(errno));
+  p.filter = seccomp::prepare_payload_filter(policy.seccomp);
+  p.filter.kill = common::above_stdio(std::move(p.filter.kill));
+  p.filter.notify = common::above_stdio(std::move(p.filter.notify));
   p.ids = prepare_id_mapping(policy.user);
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
   if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
 
   collect_stale_groups_once();
-  p.cgroup = RunCgroup::create(policy.limits, &p.cgroup_problem);
+  auto created = cgroup::RunCgroup::create(policy.limits);
+  p.cgroup = std::move(created.group);
+  p.cgroup_problem = std::move(created.problem);
 
   common::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
   settings.rlimits = init_rlimits(policy.limits, p.cgroup != nullptr);
   settings.workdir = policy.filesystem.workdir;
-  settings.payload_argv = argv;
+  settings.payload_argv = std::move(argv);
   settings.seccomp_fd = p.filter.kill.get();
   settings.seccomp_notify_fd = p.filter.notify.get();
   settings.pid1 = policy.namespaces.pid;
-  settings.guard_signals = guard_signals;
+  settings.guard_signals = request.guard_signals;
   // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's.
-  auto args = common::init_arguments(init_protocol::kBinaryName, settings);
-  p.launch.emplace(init.path, std::move(args), std::move(environment));
-  p.launch->inherit(inherit_fds);
-  p.release = make_pipe();
-  p.errors = make_pipe();
+  auto args = common::init_arguments(init_protocol::kBinaryName, std::move(settings));
+  p.launch.emplace(init_path, std::move(args), std::move(environment));
+  p.launch->inherit(request.inherit_fds);
+  p.release = common::make_pipe();
+  p.errors = common::make_pipe();
 
   ChildPlan& plan = p.plan;
   if (p.cgroup) {
@@ -211,71 +180,63 @@ void prepare(Preparation& p, const Policy& policy, const common::InitLocation& i
   plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
   plan.privileges = &*p.privileges;
   plan.init_fd = p.init_fd.get();
-  plan.max_fd = fd_ceiling();
-}
-
-int milliseconds_until(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<std::int64_t>(left.count() + 1, 0, 1'000'000'000));
+  plan.max_fd = p.launch->max_fd();
 }
 
 // Clone, finish the setup from outside while the child waits, release it, and wait for its exec
-// of init. Returns "" with `process` filled, or what failed (the child is then killed and reaped,
-// before the caller's Preparation removes the cgroup).
-std::string start_sandbox(Preparation& p, const Policy& policy, Clock::time_point deadline,
-                          common::InitProcess& process) {
-  // Every signal blocked from before the clone until init has its signalfd: no host handler runs
-  // in the child, and an early SIGTERM stays pending for init.
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  // The user namespace is owned by the sandbox's host uid, not root (userns.hpp).
-  OwnerSwitch owner;
-  if (auto error = owner.become_owner(p.ids); !error.empty()) {
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-    return "cannot create the sandbox's user namespace as its host uid (" + error + ")";
-  }
-  auto child = clone_process(clone_flags(policy), p.cgroup ? p.cgroup->clone_into_fd() : -1);
-  if (child.pid == 0) run_child(p.plan);
-  const int clone_error = errno;
-  owner.restore();
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+// of init. Throws Error saying what failed; the child is then killed and reaped, before the
+// caller's Preparation removes the cgroup.
+common::InitProcess start_sandbox(Preparation& p, const Policy& policy,
+                                  Clock::time_point deadline) {
+  CloneResult child;
+  int clone_error = 0;
+  {
+    // Every signal blocked from before the clone until init has its signalfd: no host handler runs
+    // in the child, and an early SIGTERM stays pending for init.
+    const SignalsBlocked blocked;
+    // The user namespace is owned by the sandbox's host uid, not root (userns.hpp).
+    const OwnerSwitch owner(p.ids);
+    child = clone_process(clone_flags(policy), p.cgroup ? p.cgroup->clone_into_fd() : -1);
+    if (child.pid == 0) run_child(p.plan);
+    clone_error = errno;
+  }  // the thread's own ids and signal mask are back
   if (child.pid < 0)
-    return "cannot create the sandbox's namespaces (clone: " + errno_text(clone_error) +
-           "); to fix: " + user_namespace_fix();
+    throw Error("cannot create the sandbox's namespaces (clone: " + sys::errno_text(clone_error) +
+                "); to fix: " + user_namespace_fix());
   ChildGuard guard(child.pid);
   p.release.read.reset();
   p.errors.write.reset();
 
-  if (auto error = write_id_maps(child.pid, p.ids); !error.empty())
-    return "cannot map the sandbox user: " + error;
+  write_id_maps(child.pid, p.ids);
   // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.
   if (p.cgroup && !child.into_cgroup && p.plan.join_cgroup_fds[0] < 0) {
     try {
       p.cgroup->attach(child.pid);
     } catch (const std::exception& error) {
-      return std::string("cannot move the sandbox into its cgroup: ") + error.what();
+      throw Error(std::string("cannot move the sandbox into its cgroup: ") + error.what());
     }
   }
   const char go = 1;
   if (write(p.release.write.get(), &go, 1) != 1)
-    return "cannot release the sandbox's first process: " + errno_text(errno);
-  StepFailure failure;
-  if (!wait_for_exec(p.errors.read.get(), milliseconds_until(deadline), failure))
-    return std::string("sandbox setup failed: ") + failure.step + ": " + errno_text(failure.error);
+    throw Error("cannot release the sandbox's first process: " + sys::errno_text(errno));
+  wait_for_exec(p.errors.read.get(), sys::poll_timeout_ms(deadline));
   p.release.write.reset();  // the child no longer needs to see us alive
 
-  process = p.launch->finish(child.pid, std::move(child.pidfd));
+  auto process = p.launch->finish(child.pid, std::move(child.pidfd));
   guard.release();
-  return "";
+  return process;
 }
 
 class NamespaceBackend final : public Backend {
  public:
+  // Init is looked for once, when the backend is made: selection's availability check, health
+  // and every run use what was found then.
+  NamespaceBackend() : init_(common::locate_init()) {}
+
   std::string_view name() const override { return "namespace"; }
   bool isolated() const override { return true; }
-  Health health() const override { return namespace_health(); }
-  std::string unavailable_reason() const override { return namespace_unavailable_reason(); }
+  Health health() const override { return namespace_health(init_); }
+  std::string unavailable_reason() const override { return namespace_unavailable_reason(init_); }
 
   Result run(const Request& request, const Policy& policy) override {
     // An invalid request throws here, before anything starts.
@@ -286,24 +247,25 @@ class NamespaceBackend final : public Backend {
       return run.setup_failed(
           "namespaces.user: false is not supported by the namespace backend: its isolation "
           "(an unmapped root, capabilities confined to the sandbox) rests on a user namespace");
-    const auto init = common::locate_init();
-    if (init.path.empty())
-      return run.setup_failed(init.problem() + "; to fix: " + common::InitLocation::fix());
+    if (init_.path.empty())
+      return run.setup_failed(init_.problem() + "; to fix: " + common::InitLocation::fix());
 
+    const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
+                                             init_.path, run.wall_limit);
     Preparation p;
     try {
-      prepare(p, policy, init, run.argv, std::move(run.environment), request.inherit_fds,
-              request.guard_signals);
+      prepare(p, policy, init_.path, std::move(run.argv), std::move(run.environment), request);
     } catch (const std::exception& error) {
       return run.setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
     }
     auto options = common::supervision_options(request, policy, deadline);
-    const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
-                                             init.path, run.wall_limit);
 
     common::InitProcess process;
-    if (auto problem = start_sandbox(p, policy, deadline, process); !problem.empty())
-      return run.setup_failed(std::move(problem));
+    try {
+      process = start_sandbox(p, policy, deadline);
+    } catch (const Error& error) {
+      return run.setup_failed(error.what());
+    }
     // The sandbox's CPU time, counted over every process it ever had (RLIMIT_CPU, which init
     // still sets, counts each process alone: a chain of short-lived ones escapes it).
     const auto cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);
@@ -333,7 +295,7 @@ class NamespaceBackend final : public Backend {
     probe_target->detach();
     if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
 
-    CgroupUsage usage;
+    cgroup::CgroupUsage usage;
     std::string bandwidth_problem;
     if (p.cgroup) {
       p.cgroup->kill_all();
@@ -350,6 +312,9 @@ class NamespaceBackend final : public Backend {
     if (!bandwidth_problem.empty()) note_cpu_bandwidth_missing(run.result, bandwidth_problem);
     return run.finish();
   }
+
+ private:
+  const common::InitLocation init_;
 };
 
 }  // namespace

@@ -14,7 +14,7 @@ bool failed(Status status) {
 
 }  // namespace
 
-void apply_cgroup_usage(Result& result, const CgroupUsage& usage, const Limits& limits,
+void apply_cgroup_usage(Result& result, const cgroup::CgroupUsage& usage, const Limits& limits,
                         std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at) {
   if (usage.peak_memory_bytes) result.peak_memory_bytes = *usage.peak_memory_bytes;
   if (usage.cpu) result.cpu = *usage.cpu;

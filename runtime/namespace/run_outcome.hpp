@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "namespace/cgroup.hpp"
+#include "cgroup/usage.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/result.hpp"
 
@@ -23,7 +23,7 @@ namespace rlm::ns {
 // `stopped_at`: the runtime stopped the run because the cgroup showed that limit reached, so the
 // limit is the outcome even if the payload's main process then exited cleanly.
 enum class CgroupLimit { none, pids, cpu_time };
-void apply_cgroup_usage(Result& result, const CgroupUsage& usage, const Limits& limits,
+void apply_cgroup_usage(Result& result, const cgroup::CgroupUsage& usage, const Limits& limits,
                         std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at);
 
 }  // namespace rlm::ns

@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <system_error>
 
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -30,7 +30,7 @@ bool forbidden_inside(const UidRange& range, std::uint64_t id) {
 // Binds the slot's abstract name; an fd on success, none when another holder has it.
 common::UniqueFd try_hold(uid_t uid) {
   common::UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw std::system_error(errno, std::generic_category(), "socket(AF_UNIX)");
+  if (!fd) throw Error("socket(AF_UNIX): " + sys::errno_text(errno));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   const std::string name = kLockPrefix + std::to_string(uid);
@@ -39,8 +39,7 @@ common::UniqueFd try_hold(uid_t uid) {
   const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) == 0) return fd;
   if (errno == EADDRINUSE) return {};
-  throw std::system_error(errno, std::generic_category(),
-                          "bind(@" + name + ") to hold a sandbox uid");
+  throw Error("bind(@" + name + ") to hold a sandbox uid: " + sys::errno_text(errno));
 }
 
 }  // namespace

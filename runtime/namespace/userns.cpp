@@ -12,28 +12,33 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
-#include <system_error>
 
 #include "namespace/clone.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
 namespace {
 
-std::string errno_text(int error) {
-  return std::generic_category().message(error);
+[[noreturn]] void map_failed(const std::string& what) {
+  throw Error("cannot map the sandbox user: " + what);
 }
 
 // One write, as the kernel requires for these files.
-std::string write_proc_file(const std::string& path, const std::string& content) {
+void write_map_file(const std::string& path, const std::string& content) {
   const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return "open " + path + ": " + errno_text(errno);
+  if (fd < 0) map_failed("open " + path + ": " + sys::errno_text(errno));
   const ssize_t written = write(fd, content.data(), content.size());
   const int error = errno;
   close(fd);
   if (written != static_cast<ssize_t>(content.size()))
-    return "write " + path + " (\"" + content.substr(0, content.size() - 1) +
-           "\"): " + (written < 0 ? errno_text(error) : "short write");
-  return "";
+    map_failed("write " + path + " (\"" + content.substr(0, content.size() - 1) +
+               "\"): " + (written < 0 ? sys::errno_text(error) : "short write"));
+}
+
+[[noreturn]] void owner_failed(const char* step, int error) {
+  throw Error(std::string("cannot create the sandbox's user namespace as its host uid (") + step +
+              ": " + sys::errno_text(error) + ")");
 }
 
 std::string read_file(const char* path) {
@@ -84,15 +89,14 @@ IdMapping prepare_id_mapping(const User& user) {
   return mapping;
 }
 
-std::string write_id_maps(pid_t child, const IdMapping& mapping) {
+void write_id_maps(pid_t child, const IdMapping& mapping) {
   const std::string base = "/proc/" + std::to_string(child) + "/";
   // Unprivileged gid maps need setgroups denied first (else dropping a group could grant access
   // that a "negative" group permission forbids). A privileged runtime leaves it allowed so the
   // child can drop root's groups; afterwards no one inside holds CAP_SETGID over a host gid.
-  if (!mapping.privileged)
-    if (auto error = write_proc_file(base + "setgroups", "deny"); !error.empty()) return error;
-  if (auto error = write_proc_file(base + "gid_map", mapping.gid_map); !error.empty()) return error;
-  return write_proc_file(base + "uid_map", mapping.uid_map);
+  if (!mapping.privileged) write_map_file(base + "setgroups", "deny");
+  write_map_file(base + "gid_map", mapping.gid_map);
+  write_map_file(base + "uid_map", mapping.uid_map);
 }
 
 bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
@@ -140,33 +144,36 @@ bool set_caps(__user_cap_data_struct (&caps)[2]) noexcept {
 
 }  // namespace
 
-std::string OwnerSwitch::become_owner(const IdMapping& mapping) noexcept {
-  if (!mapping.privileged) return "";
+OwnerSwitch::OwnerSwitch(const IdMapping& mapping) {
+  if (!mapping.privileged) return;
   uid_t ruid = 0;
   gid_t rgid = 0, sgid = 0;
   if (syscall(SYS_getresuid, &ruid, &euid_, &suid_) != 0 ||
       syscall(SYS_getresgid, &rgid, &egid_, &sgid) != 0)
-    return std::string("getresuid: ") + errno_text(errno);
-  if (!get_caps(caps_)) return std::string("capget: ") + errno_text(errno);
+    owner_failed("getresuid", errno);
+  if (!get_caps(caps_)) owner_failed("capget", errno);
   // The gid first, while CAP_SETGID is still effective. The saved uid becomes 0 so that the
   // permitted set survives the euid change (the kernel clears it when no uid is 0 any more); the
   // euid change clears the effective set and moves the fsuid along, both put back right after.
   if (syscall(SYS_setresgid, -1, mapping.host_gid, -1) != 0)
-    return std::string("setresgid (namespace owner): ") + errno_text(errno);
+    owner_failed("setresgid (namespace owner)", errno);
   switched_ = true;
   if (syscall(SYS_setresuid, -1, mapping.host_uid, 0) != 0) {
     const int error = errno;
     restore();
-    return std::string("setresuid (namespace owner): ") + errno_text(error);
+    owner_failed("setresuid (namespace owner)", error);
   }
   syscall(SYS_setfsuid, euid_);
   syscall(SYS_setfsgid, egid_);
   if (!set_caps(caps_)) {
     const int error = errno;
     restore();
-    return std::string("capset (namespace owner): ") + errno_text(error);
+    owner_failed("capset (namespace owner)", error);
   }
-  return "";
+}
+
+OwnerSwitch::~OwnerSwitch() {
+  restore();
 }
 
 void OwnerSwitch::restore() noexcept {
@@ -178,21 +185,22 @@ void OwnerSwitch::restore() noexcept {
     std::abort();  // a thread of the host left with another uid: never carry on
 }
 
-std::string probe_user_namespaces() {
+void probe_user_namespaces() {
   constexpr std::uint64_t kFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
                                    CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  auto child = clone_process(kFlags, -1);
-  if (child.pid == 0) _exit(0);
-  const int error = errno;
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (child.pid < 0) return "cannot create user namespaces (clone: " + errno_text(error) + ")";
+  CloneResult child;
+  int error = 0;
+  {
+    const SignalsBlocked blocked;
+    child = clone_process(kFlags, -1);
+    if (child.pid == 0) _exit(0);
+    error = errno;
+  }
+  if (child.pid < 0)
+    throw Error("cannot create user namespaces (clone: " + sys::errno_text(error) + ")");
   int status = 0;
   while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
   }
-  return "";
 }
 
 std::string user_namespace_fix() {

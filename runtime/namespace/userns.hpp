@@ -48,29 +48,34 @@ struct IdMapping {
 // rlm::Error when the range is malformed or every uid of it is held).
 IdMapping prepare_id_mapping(const User& user);
 
-// Parent, around clone (privileged runtime only; a no-op rootless): the calling thread, and only
-// it, takes the sandbox's host uid and gid as its effective ids, so that the user namespace the
-// clone creates is owned by them; its capabilities and filesystem ids stay root's (the clone still
-// may create the namespaces and enter the run's cgroup). restore() in the parent right after the
-// clone puts the thread back as it was; the child keeps the switched ids until apply_ids(). Raw
-// syscalls only: glibc's set*id wrappers would broadcast the change to every thread of the
-// process. Call with every signal blocked, as the clone requires anyway.
+// Parent, around clone (privileged runtime only; a no-op rootless): for the object's life the
+// calling thread, and only it, has the sandbox's host uid and gid as its effective ids, so that the
+// user namespace the clone creates is owned by them; its capabilities and filesystem ids stay
+// root's (the clone still may create the namespaces and enter the run's cgroup). The destructor,
+// in the parent right after the clone, puts the thread back as it was; the child keeps the
+// switched ids until apply_ids(). Raw syscalls only: glibc's set*id wrappers would broadcast the
+// change to every thread of the process. Make it with every signal blocked, as the clone requires
+// anyway.
 class OwnerSwitch {
  public:
-  // "" when switched (or nothing to do), else the step that failed and why; the thread is then
-  // as it was.
-  std::string become_owner(const IdMapping& mapping) noexcept;
-  void restore() noexcept;  // aborts if the thread cannot get its ids back (never left half-root)
+  // Throws rlm::Error ("cannot create the sandbox's user namespace as its host uid (<step>:
+  // <error>)") when a step fails; the thread is then as it was.
+  explicit OwnerSwitch(const IdMapping& mapping);
+  ~OwnerSwitch();  // aborts if the thread cannot get its ids back (never left half-root)
+  OwnerSwitch(const OwnerSwitch&) = delete;
+  OwnerSwitch& operator=(const OwnerSwitch&) = delete;
 
  private:
+  void restore() noexcept;
   bool switched_ = false;
   uid_t euid_ = 0, suid_ = 0;
   gid_t egid_ = 0;
   __user_cap_data_struct caps_[2]{};
 };
 
-// Parent, after clone while the child waits: setgroups, gid_map, uid_map. "" or what failed.
-std::string write_id_maps(pid_t child, const IdMapping& mapping);
+// Parent, after clone while the child waits: setgroups, gid_map, uid_map. Throws rlm::Error
+// ("cannot map the sandbox user: <what failed>").
+void write_id_maps(pid_t child, const IdMapping& mapping);
 
 // Child, once the maps are written: drop supplementary groups (privileged), then become the
 // sandbox gid and uid, then write the namespace's own limits (namespace_limits). Every capability
@@ -79,8 +84,8 @@ std::string write_id_maps(pid_t child, const IdMapping& mapping);
 bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept;
 
 // Whether this process can create the namespaces a default sandbox uses: clones a child into
-// them that exits at once. "" when it can, else why (errno text).
-std::string probe_user_namespaces();
+// them that exits at once. Throws rlm::Error saying why not (errno text).
+void probe_user_namespaces();
 
 // What to run to allow unprivileged user namespaces on this host ("" when nothing known applies).
 std::string user_namespace_fix();

@@ -1,18 +1,15 @@
 #include "seccomp/seccomp.hpp"
 
-#include <linux/seccomp.h>
+#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 
+#include "rlm_sys/sys.hpp"
 #include "seccomp/model.hpp"
 
 namespace rlm::seccomp {
@@ -50,26 +47,36 @@ struct ContextDeleter {
 using Context = std::unique_ptr<void, ContextDeleter>;
 
 void check_rc(int rc, const std::string& what) {
-  if (rc < 0) throw Error("seccomp: " + what + ": " + std::strerror(-rc));
+  if (rc < 0) throw Error("seccomp: " + what + ": " + sys::errno_text(-rc));
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
+Error system_failure(const std::string& what) {
+  return Error("seccomp: " + what + ": " + sys::errno_text(errno));
+}
 
- private:
-  int fd_;
-};
+// What the payload calls between installing the notify filter and running its own code; if the
+// policy denied one of them, the payload would wait on a listener init does not have yet.
+bool handover_allowed(const Seccomp& rules) {
+  for (const char* name : {"sendmsg", "execve", "write", "exit_group"})
+    if (!allows_every_call(rules, name)) return false;
+  return true;
+}
+
+bool kills(const std::string& action) {
+  return action.starts_with("SCMP_ACT_KILL");
+}
+
+// Whether the policy has a kill action for the notify program to replace (the preamble has none).
+bool has_kill_actions(const Seccomp& rules) {
+  if (kills(rules.default_action)) return true;
+  for (const auto& rule : rules.syscalls)
+    if (kills(rule.action)) return true;
+  return false;
+}
 
 }  // namespace
 
-Program compile(const Seccomp& policy_rules, const CompileOptions& options) {
+SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& options) {
   const Filter filter = layered(policy_rules);
   native_architecture();
 
@@ -88,7 +95,7 @@ Program compile(const Seccomp& policy_rules, const CompileOptions& options) {
   if (!ctx) throw Error("seccomp: seccomp_init failed");
   check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS),
            "setting the bad-architecture action");
-  // apply() sets no_new_privs itself; the filter is never loaded through libseccomp.
+  // Init's payload child sets no_new_privs itself; the filter is never loaded through libseccomp.
   check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "clearing the NNP attribute");
   // A binary search over syscall numbers instead of a linear scan.
   check_rc(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2), "enabling optimization");
@@ -106,47 +113,59 @@ Program compile(const Seccomp& policy_rules, const CompileOptions& options) {
                  "\" (" + rule.origin + ")");
   }
 
-  // libseccomp 2.5 exports BPF only to a file descriptor.
-  const Fd fd(memfd_create("rlm-seccomp-bpf", MFD_CLOEXEC));
-  if (fd.get() < 0) throw Error(std::string("seccomp: memfd_create: ") + std::strerror(errno));
+  // libseccomp 2.5 exports BPF only to a file descriptor: straight into the memfd init reads.
+  common::UniqueFd fd(memfd_create("rlm-sandbox-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw system_failure("memfd_create");
   check_rc(seccomp_export_bpf(ctx.get(), fd.get()), "exporting BPF");
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0)
-    throw Error(std::string("seccomp: fstat: ") + std::strerror(errno));
+  if (fstat(fd.get(), &st) != 0) throw system_failure("fstat");
   const auto size = static_cast<std::size_t>(st.st_size);
   if (size == 0 || size % sizeof(sock_filter) != 0)
     throw Error("seccomp: libseccomp exported a malformed filter of " + std::to_string(size) +
                 " bytes");
+  if (size / sizeof(sock_filter) > BPF_MAXINSNS)
+    throw Error("seccomp: the filter has " + std::to_string(size / sizeof(sock_filter)) +
+                " instructions, more than the kernel's limit of " + std::to_string(BPF_MAXINSNS) +
+                "; use fewer rules (an allow-list with fewer argument checks)");
+  // Sealed, so neither init nor anything else can change the program afterwards.
+  if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    throw system_failure("F_ADD_SEALS");
+  return {std::move(fd), notifies};
+}
 
+Program compile(const Seccomp& policy_rules, const CompileOptions& options) {
+  const SealedProgram sealed = compile_sealed(policy_rules, options);
+  struct stat st {};
+  if (fstat(sealed.fd.get(), &st) != 0) throw system_failure("fstat");
+  const auto size = static_cast<std::size_t>(st.st_size);
   Program program;
-  program.notifies = notifies;
+  program.notifies = sealed.notifies;
   program.instructions.resize(size / sizeof(sock_filter));
   for (std::size_t done = 0; done < size;) {
-    const ssize_t n = pread(fd.get(), reinterpret_cast<char*>(program.instructions.data()) + done,
-                            size - done, static_cast<off_t>(done));
+    const ssize_t n =
+        pread(sealed.fd.get(), reinterpret_cast<char*>(program.instructions.data()) + done,
+              size - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
       throw Error(std::string("seccomp: reading the filter back: ") +
-                  (n < 0 ? std::strerror(errno) : "short read"));
+                  (n < 0 ? sys::errno_text(errno) : "short read"));
     done += static_cast<std::size_t>(n);
   }
-  if (program.instructions.size() > BPF_MAXINSNS)
-    throw Error("seccomp: the filter has " + std::to_string(program.instructions.size()) +
-                " instructions, more than the kernel's limit of " + std::to_string(BPF_MAXINSNS) +
-                "; use fewer rules (an allow-list with fewer argument checks)");
   return program;
 }
 
-int apply(const Program& program) noexcept {
-  const std::size_t count = program.instructions.size();
-  if (count == 0 || count > BPF_MAXINSNS) return -EINVAL;
-  // Lets an unprivileged process install a filter, and keeps execve from gaining privileges
-  // (setuid, file capabilities) the filter's author did not plan for.
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
-  sock_fprog prog{static_cast<unsigned short>(count),
-                  const_cast<sock_filter*>(program.instructions.data())};
-  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return -errno;
-  return 0;
+PayloadFilter prepare_payload_filter(const Seccomp& rules) {
+  PayloadFilter filter;
+  filter.kill = compile_sealed(rules).fd;
+  if (!has_kill_actions(rules) || !handover_allowed(rules)) return filter;
+  SealedProgram notify;
+  try {
+    notify = compile_sealed(rules, {.kill_as_notify = true});
+  } catch (const Error&) {
+    return filter;  // a libseccomp or kernel without SCMP_ACT_NOTIFY: kills stay anonymous
+  }
+  if (notify.notifies) filter.notify = std::move(notify.fd);
+  return filter;
 }
 
 bool allows_every_call(const Seccomp& policy_rules, std::string_view syscall) {

@@ -1,4 +1,4 @@
-// The session every backend gets: the Python REPL worker (worker/python/rlm_worker.py, embedded)
+// The session every backend gets: the Python REPL worker (worker/python/, embedded)
 // runs as the payload of Backend::run() on a thread of its own, and this object drives it over the
 // control channel (docs/control-channel.md): one channel per interpreter process; a frozen
 // checkpoint and an idle standby forked from it between cells; the standby runs the next cell at

@@ -1,5 +1,5 @@
-// The text of worker/python/rlm_worker.py, embedded at build time: the sandbox needs python3 and
-// nothing else installed.
+// The Python REPL worker's script (worker/python/'s parts, concatenated in parts.txt's order),
+// embedded at build time: the sandbox needs python3 and nothing else installed.
 #pragma once
 
 #include <string_view>

@@ -5,8 +5,8 @@
 #include <atomic>
 #include <thread>
 
-#include "namespace/cgroup_detect.hpp"
-#include "namespace/cgroup_fs.hpp"
+#include "cgroup/files.hpp"
+#include "cgroup/host.hpp"
 #include "namespace_backend_test_util.hpp"
 #include "rlm_sandbox/session.hpp"
 
@@ -28,18 +28,18 @@ bool cgroups_here() {
 // The CPU bandwidth a host process is held to, read from its cgroup as this (host-side) test
 // sees it: v2 cpu.max ("50000 100000"), v1 cpu.cfs_quota_us ("50000"). "" when not found.
 std::string cpu_bandwidth_of(pid_t pid) {
-  const auto text = ns::cgfs::read_file("/proc/" + std::to_string(pid) + "/cgroup");
+  const auto text = cgroup::cgfs::read_file("/proc/" + std::to_string(pid) + "/cgroup");
   if (!text) return "";
-  const auto own = ns::parse_proc_cgroup(*text);
-  const auto host = ns::detect_host_cgroups();
+  const auto own = cgroup::parse_proc_cgroup(*text);
+  const auto host = cgroup::detect_host_cgroups();
   std::string file;
   if (host.v2 && own.unified) {
-    file = ns::cgroup_dir(*host.v2, *own.unified) + "/cpu.max";
+    file = cgroup::cgroup_dir(*host.v2, *own.unified) + "/cpu.max";
   } else if (!host.v1_cpu.empty() && own.v1.contains("cpu")) {
-    ns::CgroupMount mount{host.v1_cpu, "/", false, {}};
-    file = ns::cgroup_dir(mount, own.v1.at("cpu")) + "/cpu.cfs_quota_us";
+    cgroup::CgroupMount mount{host.v1_cpu, "/", false, {}};
+    file = cgroup::cgroup_dir(mount, own.v1.at("cpu")) + "/cpu.cfs_quota_us";
   }
-  const auto value = file.empty() ? std::nullopt : ns::cgfs::read_file(file);
+  const auto value = file.empty() ? std::nullopt : cgroup::cgfs::read_file(file);
   if (!value) return "";
   return value->substr(0, value->find('\n'));
 }
@@ -185,7 +185,7 @@ TEST(NamespaceBackendLimits, CpusBoundsTheBandwidthOfTheWholeSandbox) {
   done = true;
   watcher.join();
   EXPECT_EQ(result.status, Status::ok) << describe(result);
-  EXPECT_EQ(bandwidth, ns::detect_host_cgroups().v2 ? "50000 100000" : "50000");
+  EXPECT_EQ(bandwidth, cgroup::detect_host_cgroups().v2 ? "50000 100000" : "50000");
   EXPECT_GE(result.wall, 1500ms) << describe(result);
   // Half a CPU per second of wall time, and a period's worth of slack.
   const auto per_wall = static_cast<double>(result.cpu.count()) / result.wall.count();

@@ -458,18 +458,13 @@ TEST(SeccompKernel, X32SyscallFromX86_64KillsTheProcess) {
 #endif
 }
 
-TEST(SeccompKernel, ApplyRejectsAnEmptyProgram) {
-  // Returns before any syscall, so it is safe to call here.
-  EXPECT_EQ(apply(Program{}), -EINVAL);
-}
-
 TEST(SeccompKernel, FiltersStackSoALaterOneOnlyTightens) {
   const Program outer = allow_all();
   const Program inner = compile(policy("SCMP_ACT_ALLOW", {rule({"getppid"}, "SCMP_ACT_ERRNO", 5)}));
   expect_exit(
       outer, EPERM,
       [&] {
-        if (apply(inner) != 0) return kApplyFailed;
+        if (install(inner) != 0) return kApplyFailed;
         if (errno_of(syscall(SYS_getppid)) != 5) return kSetupFailed;
         return new_user_namespace();
       },

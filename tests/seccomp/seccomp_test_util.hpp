@@ -2,6 +2,7 @@
 // forked child under a compiled filter.
 #pragma once
 
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -67,6 +68,16 @@ constexpr int kApplyFailed = 250;
 // nothing, so another errno (or success) can only come from the filter.
 constexpr int kBadFd = 1000000;
 
+// Installs `program` on the calling thread the way rlm-sandbox-init's payload child installs the
+// kill program (worker/init/seccomp_filter.cpp): no_new_privs, then seccomp(SET_MODE_FILTER).
+// Filters stack and cannot be removed. 0, or -errno.
+inline int install(const Program& program) {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
+  sock_fprog prog{static_cast<unsigned short>(program.instructions.size()),
+                  const_cast<sock_filter*>(program.instructions.data())};
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0 ? 0 : -errno;
+}
+
 // Forks; the child turns off core dumps (seccomp kills dump core), installs `program` and exits
 // with probe()'s result. Without a program the probe runs unfiltered (a control run).
 template <class Probe>
@@ -77,7 +88,7 @@ ChildEnd run_child(const Program* program, Probe probe) {
     const rlimit no_core{0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-    if (program && apply(*program) != 0) _exit(kApplyFailed);
+    if (program && install(*program) != 0) _exit(kApplyFailed);
     // exit_group directly: libc's and sanitizers' exit paths may make calls an allow-list lacks.
     syscall(SYS_exit_group, probe());
   }

@@ -30,7 +30,7 @@ std::vector<pid_t> processes_with_environment(const std::string& needle);
 std::vector<std::string> directories_below(const std::string& root, int max_depth);
 
 // cgroup directories this process created for its runs (their names start with "<pid>-", see
-// runtime/namespace/cgroup_run_id.hpp), anywhere under /sys/fs/cgroup.
+// runtime/cgroup/run_id.hpp), anywhere under /sys/fs/cgroup.
 std::vector<std::string> own_cgroup_dirs();
 
 // This process's /proc/self/mountinfo.

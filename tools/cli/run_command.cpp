@@ -245,7 +245,11 @@ int run_command(const std::vector<std::string>& args) {
       request.env[pair.substr(0, equals)] = pair.substr(equals + 1);
     }
   }
-  resolve_argv(request);  // rejects an unknown --language now, not after the sandbox is up
+  // The command, resolved once, here: an unknown --language is rejected now, not after the
+  // sandbox is up, and the backend takes the argv as it is.
+  request.argv = resolve_argv(request);
+  request.code.clear();
+  request.language.clear();
 
   Policy policy = load_policy(values["policy"].as<std::string>());
   tighten(policy, overrides);

@@ -1,0 +1,51 @@
+r"""A small client for ``rlm-sandbox repl``: a persistent, sandboxed Python REPL for RLMs.
+
+Stdlib only (Python 3.9+). Copy the ``rlm_sandbox`` package next to your orchestrator, or put
+the repository's ``python`` directory on ``PYTHONPATH``. The client starts ``rlm-sandbox repl`` and talks to it in JSON lines over the
+process's stdin/stdout (DESIGN.md §6 and §8); the sandbox's ``llm_query`` calls come back to
+your Python callback.
+
+Inside the sandbox every cell sees ``context``, ``llm_query(prompt, model=None)``,
+``llm_query_batched(prompts, model=None)``, ``FINAL(value)``, ``FINAL_VAR(name)`` and
+``SHOW_VARS()``; variables persist from cell to cell, and a cell that times out or hits a limit
+is rolled back to the state before it.
+
+A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
+
+    import re
+    from rlm_sandbox import RlmSandbox
+
+    def rlm_loop(question, document, ask_model, max_turns=10):
+        def sub_query(prompt, model):            # llm_query() inside the sandbox
+            return ask_model([{"role": "user", "content": prompt}])
+
+        messages = [
+            {"role": "system", "content": "A Python REPL holds the document in `context`. "
+             "Reply with ```python``` blocks; call llm_query(prompt) on chunks; "
+             "finish with FINAL(answer) or FINAL_VAR(name)."},
+            {"role": "user", "content": question},
+        ]
+        with RlmSandbox(context=document, on_llm_query=sub_query, timeout=30) as sb:
+            for _ in range(max_turns):
+                reply = ask_model(messages)
+                messages.append({"role": "assistant", "content": reply})
+                for code in re.findall(r"```python\n(.*?)```", reply, re.S):
+                    cell = sb.execute(code)
+                    if cell.has_final:
+                        return cell.final
+                    messages.append({"role": "user", "content":
+                                     f"[{cell.status}]\n{cell.stdout[-4000:]}"
+                                     f"{cell.error or ''}"})
+        return None
+
+Start-up: the process is started in ``__init__``, which returns once the sandbox is up (or
+raises :class:`RlmSandboxError` with the CLI's own message). ``rlm-sandbox repl`` opens the
+sandbox only when it reads its first request (that line may carry the context), so the
+constructor sends an empty ``execute`` cell to get the ``ready`` event.
+"""
+
+from ._process import MAX_LINE_BYTES
+from .result import CellResult, LlmCallback, RlmSandboxError
+from .session import RlmSandbox
+
+__all__ = ["MAX_LINE_BYTES", "CellResult", "LlmCallback", "RlmSandbox", "RlmSandboxError"]

@@ -1,0 +1,335 @@
+"""RlmSandbox: one ``rlm-sandbox repl`` process, a persistent sandboxed Python session."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Any, Dict, Iterable, Optional, Union
+
+from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode
+from .result import CellResult, LlmCallback, RlmSandboxError
+
+_log = logging.getLogger(__name__)
+
+
+def _duration_flag(value: Union[int, float, str]) -> str:
+    """Seconds (a number) or a CLI duration string ("30s", "500ms") -> a --timeout value."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {value!r}")
+    return f"{max(1, round(value * 1000))}ms"
+
+
+def _size_flag(value: Union[int, str]) -> str:
+    """Bytes (an int) or a CLI size string ("256M") -> a --memory value."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value <= 0:
+        raise ValueError(f"memory must be a positive number of bytes, not {value!r}")
+    return str(int(value))
+
+
+class RlmSandbox:
+    """One ``rlm-sandbox repl`` process: a persistent sandboxed Python session.
+
+    Args:
+        policy: a shipped policy name or a policy JSON file.
+        backend: ``auto``, ``namespace`` or ``local``.
+        context: the REPL's ``context`` global: a ``str`` is text; any other JSON-able value is
+            sent as JSON (the cell sees the parsed value). A JSON value, or a text too long
+            for one line (``MAX_LINE_BYTES``), goes through a temporary file, removed once the
+            session has started.
+        context_file: a host file whose text becomes ``context`` (``--context``).
+        lm: who answers ``llm_query`` on the CLI side (``echo``, ``command:CMD``,
+            ``http:URL``); default ``None``: this client, through ``on_llm_query``.
+        timeout: each cell's default time limit, in seconds or as a CLI duration ("30s").
+        memory: the session's memory limit, in bytes or as a CLI size ("256M").
+        binary: the ``rlm-sandbox`` executable; default ``$RLM_SANDBOX_BIN``, else ``PATH``.
+        extra_args: more ``rlm-sandbox repl`` options, e.g. ``("--llm-concurrency", "16")``.
+        on_llm_query: the default ``callback(prompt, model) -> str`` for ``llm_query``.
+        max_llm_workers: callbacks run at once on a thread pool (1: one after another, on the
+            thread reading the CLI's output).
+        context_json: parse ``context_file`` as JSON (``--context-json``).
+        env: the process's environment (default: this process's).
+
+    Raises:
+        RlmSandboxError: the binary is missing, or the sandbox could not start (the message
+            holds the CLI's stderr).
+
+    One request runs at a time (calls from several threads are serialized).
+    """
+
+    def __init__(
+        self,
+        policy: str = "python-repl",
+        backend: str = "auto",
+        context: Any = None,
+        context_file: Optional[Union[str, os.PathLike]] = None,
+        lm: Optional[str] = None,
+        timeout: Optional[Union[int, float, str]] = None,
+        memory: Optional[Union[int, str]] = None,
+        binary: Optional[Union[str, os.PathLike]] = None,
+        extra_args: Iterable[str] = (),
+        *,
+        on_llm_query: Optional[LlmCallback] = None,
+        max_llm_workers: int = 8,
+        context_json: bool = False,
+        env: Optional[Dict[str, str]] = None,
+    ) -> None:
+        self._conn: Optional[_Connection] = None
+        self._closed = False
+        self._dead: Optional[RlmSandboxError] = None
+        self._close_result: Dict[str, Any] = {}
+        self._op_lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self.on_llm_query = on_llm_query
+        #: From the ``ready`` event: the backend and policy the session runs with.
+        self.backend: Optional[str] = None
+        self.policy: Optional[str] = None
+
+        if context is not None and context_file is not None:
+            raise ValueError("give context or context_file, not both")
+        binary_path = self._find_binary(binary)
+        first_line = None
+        spilled: Optional[str] = None
+        if context is not None:
+            first_line = _encode({"op": "context", "context": context})  # fails early if not JSON
+            # The repl takes a line of at most MAX_LINE_BYTES nesting at most 64 deep: a JSON
+            # value or a long text goes through a file instead, parsed inside the sandbox.
+            if not isinstance(context, str) or context_json or len(first_line) > MAX_LINE_BYTES:
+                as_json = not isinstance(context, str) or context_json
+                fd, spilled = tempfile.mkstemp(prefix="rlm-sandbox-context-")
+                text = (json.dumps(context, ensure_ascii=False, allow_nan=False) if as_json
+                        else context)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(text.encode("utf-8"))
+                context_file, context_json, first_line = spilled, as_json, None
+
+        args = [binary_path, "repl", "--policy", str(policy),
+                "--backend", str(backend)]
+        if context_file is not None:
+            args += ["--context", os.fspath(context_file)]
+        if context_json:
+            args.append("--context-json")
+        if lm is not None:
+            args += ["--lm", lm]
+        if timeout is not None:
+            args += ["--timeout", _duration_flag(timeout)]
+        if memory is not None:
+            args += ["--memory", _size_flag(memory)]
+        args += [str(arg) for arg in extra_args]
+        #: The command line the process was started with.
+        self.args = args
+
+        try:
+            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env)
+        except OSError as error:
+            if spilled is not None:
+                os.unlink(spilled)
+            raise RlmSandboxError(f"cannot run {args[0]}: {error}") from error
+        self._conn = _Connection(proc, max(1, int(max_llm_workers)))
+        try:
+            if first_line is not None:
+                self._conn.write(first_line)
+            # The CLI opens the sandbox (and says "ready") only once it has a request.
+            start = self._request({"op": "execute", "code": ""})
+            if start.get("status") != "ok":
+                raise RlmSandboxError(
+                    f"the sandbox started but its first cell failed: {start.get('status')}: "
+                    f"{start.get('error') or ''}".rstrip(": "), stderr=self.stderr)
+        except BaseException:
+            self._kill()
+            raise
+        finally:
+            if spilled is not None:  # the session has read it (or will never)
+                os.unlink(spilled)
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The ``rlm-sandbox repl`` process's id."""
+        return self._conn.proc.pid if self._conn else None
+
+    @property
+    def running(self) -> bool:
+        """True while the repl process runs."""
+        return self._conn is not None and self._conn.proc.poll() is None
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """The repl process's exit status once it has ended (0 after a clean close)."""
+        return self._conn.proc.poll() if self._conn else None
+
+    @property
+    def stderr(self) -> str:
+        """The tail of the CLI's own stderr (not a cell's: that is in CellResult.stderr)."""
+        return self._conn.stderr.text() if self._conn else ""
+
+    def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
+                timeout: Optional[float] = None) -> CellResult:
+        """Runs one cell and returns its result.
+
+        Args:
+            code: Python source; a final expression's repr is printed, as in a notebook.
+            on_llm_query: answers this cell's ``llm_query`` calls (default: the constructor's).
+            timeout: this cell's time limit in seconds (may only tighten the policy's).
+
+        Raises:
+            RlmSandboxError: the request was refused (e.g. a timeout above the policy's), or
+                the process ended.
+        """
+        request: Dict[str, Any] = {"op": "execute", "code": code}
+        if timeout is not None:
+            if isinstance(timeout, bool) or timeout <= 0:
+                raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+            request["timeout_ms"] = max(1, round(timeout * 1000))
+        callback = on_llm_query if on_llm_query is not None else self.on_llm_query
+        return CellResult.from_json(self._request(request, callback=callback, answer=True))
+
+    def snapshot(self) -> int:
+        """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
+        return int(self._request({"op": "snapshot"})["snapshot"])
+
+    def restore(self, snapshot_id: int) -> None:
+        """Replaces the interpreter's state with a fresh copy of a snapshot (reusable)."""
+        self._request({"op": "restore", "snapshot": int(snapshot_id)})
+
+    def close(self) -> Dict[str, Any]:
+        """Ends the session and waits for the process; returns the sandbox's Result dict.
+
+        Idempotent: later calls return the same dict. Returns ``{}`` when the process had
+        already ended (after an RlmSandboxError). Raises RlmSandboxError if the close request
+        itself fails; the process is gone either way.
+        """
+        with self._op_lock:
+            if self._closed:
+                return self._close_result
+            self._closed = True
+            graceful = False
+            try:
+                if self._dead is None and self.running:
+                    self._conn.stop_answers()  # no late llm_result may follow the close
+                    self._close_result = self._request({"op": "close"}, allow_closed=True)
+                    graceful = True
+            finally:
+                if self._conn is not None:
+                    self._conn.shutdown(wait_first=graceful)
+            return self._close_result
+
+    def __enter__(self) -> "RlmSandbox":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # do not hide the exception that is propagating
+            self.close()
+        except Exception:  # noqa: BLE001
+            self._kill()
+
+    def __del__(self) -> None:
+        # Safety net for a session nobody closed: end-of-input lets the CLI end the session
+        # cleanly; a process still running a second later is killed.
+        conn = getattr(self, "_conn", None)
+        if conn is None or getattr(self, "_closed", True):
+            return
+        try:
+            if conn.proc.poll() is None:
+                conn.stop_answers()
+                conn.proc.stdin.close()
+                conn.proc.wait(timeout=1.0)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            conn.kill()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self.running else "ended")
+        return (f"RlmSandbox(pid={self.pid}, backend={self.backend!r}, policy={self.policy!r},"
+                f" {state})")
+
+    # -- internals ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _find_binary(binary: Optional[Union[str, os.PathLike]]) -> str:
+        if binary is not None:
+            return os.fspath(binary)
+        from_env = os.environ.get("RLM_SANDBOX_BIN")
+        if from_env:
+            return from_env
+        found = shutil.which("rlm-sandbox")
+        if found is None:
+            raise RlmSandboxError(
+                "rlm-sandbox not found: pass binary=, set RLM_SANDBOX_BIN or put it on PATH")
+        return found
+
+    def _request(self, message: Dict[str, Any], *, callback: Optional[LlmCallback] = None,
+                 answer: bool = False, allow_closed: bool = False) -> Dict[str, Any]:
+        """Sends one request with a fresh id; returns its result (answer: its cell's queries
+        go to `callback`)."""
+        with self._op_lock:
+            if self._dead is not None:
+                raise self._dead
+            if self._closed and not allow_closed:
+                raise RlmSandboxError("the session is closed")
+            conn = self._conn
+            request_id = next(self._ids)
+            line = _encode({"id": request_id, **message})
+            if len(line) > MAX_LINE_BYTES:
+                raise ValueError(f"the request is {len(line)} bytes as a JSON line; rlm-sandbox "
+                                 f"repl takes at most {MAX_LINE_BYTES}")
+            conn.expect_queries(request_id if answer else None, callback)
+            try:
+                try:
+                    conn.write(line)
+                except RlmSandboxError:
+                    raise self._ended() from None
+                while True:
+                    reply = conn.replies.get()
+                    if reply is None:
+                        raise self._ended()
+                    if reply.get("event") == "ready":
+                        self.backend = reply.get("backend")
+                        self.policy = reply.get("policy")
+                    elif reply.get("id") == request_id and "result" in reply:
+                        return reply["result"]
+                    elif reply.get("id") == request_id and "error" in reply:
+                        raise RlmSandboxError(str(reply["error"]), stderr=self.stderr)
+                    elif "error" in reply:
+                        # Not about this request (e.g. an answer the CLI no longer wanted).
+                        _log.warning("rlm-sandbox repl: %s", reply["error"])
+            finally:
+                conn.expect_queries(None, None)
+
+    def _ended(self) -> RlmSandboxError:
+        """The process closed its output: reap it; an error saying why, with its stderr."""
+        conn = self._conn
+        try:
+            code = conn.proc.wait(timeout=_EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            conn.proc.kill()
+            code = conn.proc.wait()
+        conn.shutdown()
+        stderr = self.stderr.strip()
+        message = f"rlm-sandbox repl exited with status {code}"
+        if stderr:
+            message += f": {stderr}"
+        self._dead = RlmSandboxError(message, stderr=stderr, exit_code=code)
+        return self._dead
+
+    def _kill(self) -> None:
+        self._closed = True
+        if self._conn is not None:
+            self._conn.kill()

@@ -1,0 +1,122 @@
+#include "cgroup/usage.hpp"
+
+#include "cgroup/files.hpp"
+#include "cgroup/host.hpp"
+
+namespace rlm::cgroup {
+namespace {
+
+// `dir`/`file`'s number, or nullopt when this reader has no such group.
+std::optional<std::uint64_t> number_in(const std::string& dir, const char* file) {
+  if (dir.empty()) return std::nullopt;
+  return cgfs::read_number(dir + "/" + file);
+}
+
+std::optional<std::uint64_t> key_in(const std::string& dir, const char* file, const char* key) {
+  if (dir.empty()) return std::nullopt;
+  return cgfs::read_key(dir + "/" + file, key);
+}
+
+// The directory of `path` in the v1 hierarchy mounted at `mount_point`; "" when not reachable.
+std::string v1_directory(const std::vector<CgroupMount>& mounts, const std::string& mount_point,
+                         const std::string& path) {
+  if (mount_point.empty()) return "";
+  for (const auto& mount : mounts)
+    if (mount.mount_point == mount_point) return cgroup_dir(mount, path);
+  return "";
+}
+
+}  // namespace
+
+UsageReader UsageReader::v2(std::string group) {
+  UsageReader reader;
+  reader.v2_ = true;
+  reader.memory_ = reader.pids_ = reader.cpuacct_ = std::move(group);
+  return reader;
+}
+
+UsageReader UsageReader::v1(std::string memory, std::string pids, std::string cpuacct) {
+  UsageReader reader;
+  reader.memory_ = std::move(memory);
+  reader.pids_ = std::move(pids);
+  reader.cpuacct_ = std::move(cpuacct);
+  return reader;
+}
+
+std::optional<UsageReader> UsageReader::of_process(pid_t pid, std::string_view name) {
+  if (pid <= 0 || name.empty()) return std::nullopt;
+  const auto text = cgfs::read_file("/proc/" + std::to_string(pid) + "/cgroup");
+  if (!text) return std::nullopt;
+  const auto groups = parse_proc_cgroup(*text);
+  const auto names_it = [&](const std::string& path) {
+    return path.find(name) != std::string::npos;
+  };
+  const auto host = detect_host_cgroups();
+
+  UsageReader reader;
+  const auto memory = groups.v1.find("memory");
+  const auto cpuacct = groups.v1.find("cpuacct");
+  if (memory != groups.v1.end() && cpuacct != groups.v1.end() && !host.v1_memory.empty()) {
+    if (!names_it(memory->second) || !names_it(cpuacct->second)) return std::nullopt;
+    const auto mountinfo = cgfs::read_file("/proc/self/mountinfo");
+    if (!mountinfo) return std::nullopt;
+    const auto mounts = cgroup_mounts(*mountinfo);
+    reader.memory_ = v1_directory(mounts, host.v1_memory, memory->second);
+    reader.cpuacct_ = v1_directory(mounts, host.v1_cpuacct, cpuacct->second);
+  } else if (groups.unified && host.v2) {
+    if (!names_it(*groups.unified)) return std::nullopt;
+    reader = v2(cgroup_dir(*host.v2, *groups.unified));
+  }
+  if (reader.memory_.empty() && reader.cpuacct_.empty()) return std::nullopt;
+  return reader;
+}
+
+CgroupUsage UsageReader::read() const {
+  CgroupUsage usage;
+  usage.peak_memory_bytes = peak_memory_bytes();
+  if (v2_) {
+    // One read for all three: oom_kill (processes killed), max and oom (the limit was reached).
+    const auto events =
+        memory_.empty() ? "" : cgfs::read_file(memory_ + "/memory.events").value_or("");
+    usage.oom_kills = cgfs::key_value(events, "oom_kill").value_or(0);
+    usage.oom_killed = usage.oom_kills > 0;
+    usage.memory_limit_hit = usage.oom_killed || cgfs::key_value(events, "max").value_or(0) > 0 ||
+                             cgfs::key_value(events, "oom").value_or(0) > 0;
+  } else {
+    usage.oom_kills = oom_kills().value_or(0);
+    usage.oom_killed = usage.oom_kills > 0;
+    usage.memory_limit_hit =
+        usage.oom_killed || number_in(memory_, "memory.failcnt").value_or(0) > 0;
+  }
+  usage.pids_limit_hit = key_in(pids_, "pids.events", "max").value_or(0) > 0;
+  usage.cpu = cpu_time();
+  return usage;
+}
+
+std::optional<std::uint64_t> UsageReader::oom_kills() const {
+  return key_in(memory_, v2_ ? "memory.events" : "memory.oom_control", "oom_kill");
+}
+
+std::optional<std::uint64_t> UsageReader::peak_memory_bytes() const {
+  return number_in(memory_, v2_ ? "memory.peak" : "memory.max_usage_in_bytes");
+}
+
+std::optional<std::chrono::microseconds> UsageReader::cpu_time() const {
+  if (v2_) {
+    const auto usec = key_in(cpuacct_, "cpu.stat", "usage_usec");
+    if (!usec) return std::nullopt;
+    return std::chrono::microseconds(*usec);
+  }
+  const auto ns = number_in(cpuacct_, "cpuacct.usage");
+  if (!ns) return std::nullopt;
+  return std::chrono::microseconds(*ns / 1000);
+}
+
+LiveCounters UsageReader::live() const {
+  LiveCounters counters;
+  counters.oom_kills = oom_kills();
+  counters.cpu = cpu_time();
+  return counters;
+}
+
+}  // namespace rlm::cgroup

@@ -1,0 +1,425 @@
+"""Tests for the rlm_sandbox client package (python/rlm_sandbox/) against the real ``rlm-sandbox``
+binary.
+
+Run: ``RLM_SANDBOX_BIN=build/bin/rlm-sandbox python3 -m unittest -v test_rlm_sandbox_client``
+from tests/python_client (ctest's ``python_client`` test does this). Most tests use the namespace
+backend with the default python-repl policy, which needs root or unprivileged user namespaces.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import unittest
+from typing import Any, Dict, List, Optional, Set
+
+# The package under test is the repository's, not one installed elsewhere.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import rlm_sandbox  # noqa: E402
+from rlm_sandbox import MAX_LINE_BYTES, CellResult, RlmSandbox, RlmSandboxError  # noqa: E402
+
+BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+BACKEND = "namespace"
+
+
+def setUpModule() -> None:  # noqa: N802 - unittest's name
+    if not BINARY:
+        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
+    if not os.access(BINARY, os.X_OK):
+        raise RuntimeError(f"RLM_SANDBOX_BIN={BINARY}: not an executable file")
+
+
+def _descendants(root: int) -> Set[int]:
+    """Pids of every live process below `root` (by /proc's parent links)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z":  # a zombie is already gone, only not reaped yet
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: Set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def tearDownModule() -> None:  # noqa: N802 - unittest's name
+    # Every test closes its sandboxes: nothing this process started may still run.
+    deadline = time.monotonic() + 5.0
+    while _descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _descendants(os.getpid())
+    if left:
+        raise AssertionError(f"processes left behind: {sorted(left)}")
+
+
+class SandboxTestCase(unittest.TestCase):
+    def sandbox(self, **options: Any) -> RlmSandbox:
+        """A sandbox on the test backend, closed (or killed) when the test ends."""
+        options.setdefault("backend", BACKEND)
+        options.setdefault("binary", BINARY)
+        sandbox = RlmSandbox(**options)
+        self.addCleanup(self._dispose, sandbox)
+        return sandbox
+
+    @staticmethod
+    def _dispose(sandbox: RlmSandbox) -> None:
+        try:
+            sandbox.close()
+        except RlmSandboxError:
+            sandbox._kill()
+
+    def run_ok(self, sandbox: RlmSandbox, code: str, **options: Any) -> CellResult:
+        result = sandbox.execute(code, **options)
+        self.assertEqual(result.status, "ok", result)
+        return result
+
+
+class StateTest(SandboxTestCase):
+    def test_state_persists_across_cells(self) -> None:
+        sb = self.sandbox()
+        self.assertEqual(sb.backend, "namespace")
+        self.assertEqual(sb.policy, "python-repl")
+        self.assertTrue(self.run_ok(sb, "x = 41").ok)
+        result = self.run_ok(sb, "x + 1")
+        self.assertEqual(result.stdout, "42\n")
+        self.assertFalse(result.has_final)
+        self.assertFalse(result.rolled_back)
+
+    def test_python_exception_is_an_error_result(self) -> None:
+        sb = self.sandbox()
+        result = sb.execute("y = 1\n1 / 0")
+        self.assertEqual(result.status, "error")
+        self.assertFalse(result.ok)
+        self.assertIn("ZeroDivisionError", result.error)
+        self.assertEqual(self.run_ok(sb, "print(y)").stdout, "1\n")
+
+    def test_final_and_final_var(self) -> None:
+        sb = self.sandbox()
+        result = self.run_ok(sb, "FINAL('done')")
+        self.assertTrue(result.has_final)
+        self.assertEqual(result.final, "done")
+        result = self.run_ok(sb, "answer = {'k': [1, 2], 'n': None}\nFINAL_VAR('answer')")
+        self.assertTrue(result.has_final)
+        self.assertEqual(result.final, {"k": [1, 2], "n": None})
+        result = self.run_ok(sb, "FINAL(None)")
+        self.assertTrue(result.has_final)
+        self.assertIsNone(result.final)
+
+    def test_timeout_is_rolled_back(self) -> None:
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 1")
+        started = time.monotonic()
+        result = sb.execute("x = 2\nwhile True:\n    pass", timeout=1)
+        self.assertLess(time.monotonic() - started, 15)
+        self.assertEqual(result.status, "timeout")
+        self.assertTrue(result.rolled_back)
+        self.assertFalse(result.ok)
+        self.assertEqual(self.run_ok(sb, "print(x)").stdout, "1\n")
+
+    def test_memory_limit_is_rolled_back(self) -> None:
+        sb = self.sandbox(memory=128 * 1024 * 1024)
+        self.run_ok(sb, "keep = 7")
+        result = sb.execute("big = bytearray(400 * 1024 * 1024)")
+        self.assertEqual(result.status, "memory_limit")
+        self.assertTrue(result.rolled_back)
+        self.assertEqual(self.run_ok(sb, "keep").stdout, "7\n")
+
+    def test_snapshot_and_restore(self) -> None:
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 1")
+        snapshot = sb.snapshot()
+        self.assertIsInstance(snapshot, int)
+        self.run_ok(sb, "x = 2")
+        sb.restore(snapshot)
+        self.assertEqual(self.run_ok(sb, "x").stdout, "1\n")
+        self.run_ok(sb, "x = 3")
+        sb.restore(snapshot)  # a snapshot can be restored again
+        self.assertEqual(self.run_ok(sb, "x").stdout, "1\n")
+        with self.assertRaises(RlmSandboxError):
+            sb.restore(snapshot + 1000)
+        self.assertEqual(self.run_ok(sb, "x").stdout, "1\n")
+
+    def test_refused_request_raises_and_session_goes_on(self) -> None:
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 5")
+        with self.assertRaisesRegex(RlmSandboxError, "above the policy's"):
+            sb.execute("x", timeout=3600)  # above the policy's 60 s
+        self.assertEqual(self.run_ok(sb, "x").stdout, "5\n")
+
+    def test_trusted_local_policy_on_local_backend(self) -> None:
+        sb = self.sandbox(policy="trusted-local", backend="local")
+        self.assertEqual(sb.backend, "local")
+        self.assertEqual(sb.policy, "trusted-local")
+        self.run_ok(sb, "x = 41")
+        self.assertEqual(self.run_ok(sb, "x + 1").stdout, "42\n")
+        self.assertEqual(sb.close()["backend"], "local")
+
+
+class LlmQueryTest(SandboxTestCase):
+    def test_callback_round_trip(self) -> None:
+        calls: List[tuple] = []
+
+        def answer(prompt: str, model: Optional[str]) -> str:
+            calls.append((prompt, model))
+            return f"answer to {prompt} from {model}"
+
+        sb = self.sandbox(on_llm_query=answer)
+        result = self.run_ok(sb, "print(llm_query('what?', model='small'))\n"
+                                 "print(llm_query('again'))")
+        self.assertEqual(result.stdout, "answer to what? from small\nanswer to again from None\n")
+        self.assertEqual(calls, [("what?", "small"), ("again", None)])
+        self.assertEqual(result.llm_calls, 2)
+
+    def test_per_call_callback_wins(self) -> None:
+        sb = self.sandbox(on_llm_query=lambda prompt, model: "default")
+        result = self.run_ok(sb, "print(llm_query('q'))",
+                             on_llm_query=lambda prompt, model: "per call")
+        self.assertEqual(result.stdout, "per call\n")
+        self.assertEqual(self.run_ok(sb, "print(llm_query('q'))").stdout, "default\n")
+
+    def test_callback_that_raises_is_a_runtime_error_in_the_cell(self) -> None:
+        def fail(prompt: str, model: Optional[str]) -> str:
+            raise ValueError(f"no model for {prompt}")
+
+        sb = self.sandbox(on_llm_query=fail)
+        result = self.run_ok(sb, "try:\n    llm_query('q1')\n"
+                                 "except RuntimeError as error:\n    print('caught:', error)")
+        self.assertEqual(result.stdout, "caught: no model for q1\n")
+        result = sb.execute("llm_query('q2')")
+        self.assertEqual(result.status, "error")
+        self.assertIn("RuntimeError", result.error)
+        self.assertIn("no model for q2", result.error)
+
+    def test_no_callback_is_an_error_in_the_cell(self) -> None:
+        sb = self.sandbox()
+        result = sb.execute("llm_query('q')")
+        self.assertEqual(result.status, "error")
+        self.assertIn("no on_llm_query callback", result.error)
+
+    def test_batched_queries_overlap_and_fail_per_item(self) -> None:
+        lock = threading.Lock()
+        running = [0, 0]  # now, most at once
+
+        def slow(prompt: str, model: Optional[str]) -> str:
+            with lock:
+                running[0] += 1
+                running[1] = max(running[1], running[0])
+            try:
+                time.sleep(0.2)
+                if prompt == "p7":
+                    raise RuntimeError("p7 failed")
+                return prompt.upper()
+            finally:
+                with lock:
+                    running[0] -= 1
+
+        sb = self.sandbox(on_llm_query=slow)
+        started = time.monotonic()
+        result = self.run_ok(sb, (
+            "import json\n"
+            "out = llm_query_batched([f'p{i}' for i in range(20)])\n"
+            "print(json.dumps([x if isinstance(x, str) else 'ERR ' + type(x).__name__ + ': '"
+            " + str(x) for x in out]))"))
+        elapsed = time.monotonic() - started
+        items = json.loads(result.stdout)
+        self.assertEqual(len(items), 20)
+        self.assertEqual(items[7], "ERR RuntimeError: p7 failed")
+        self.assertEqual([x for i, x in enumerate(items) if i != 7],
+                         [f"P{i}" for i in range(20) if i != 7])
+        self.assertEqual(result.llm_calls, 20)
+        # 20 x 0.2 s one after another would be 4 s; 8 at a time is about 0.6 s.
+        self.assertLess(elapsed, 2.0)
+        self.assertGreaterEqual(running[1], 4)
+
+    def test_queries_left_by_a_crashed_cell_do_not_reach_the_next_cell(self) -> None:
+        # 20 queries, 8 answered at once by the CLI: when the cell dies the other 12 are still
+        # queued there, and come out as llm_query events after the cell's result.
+        first: List[str] = []
+
+        def slow(prompt: str, model: Optional[str]) -> str:
+            first.append(prompt)
+            time.sleep(0.3)
+            return "late"
+
+        sb = self.sandbox(on_llm_query=slow)
+        result = sb.execute(
+            "import os, threading, time\n"
+            "for i in range(20):\n"
+            "    threading.Thread(target=llm_query, args=(f'q{i}',), daemon=True).start()\n"
+            "time.sleep(0.2)\nos._exit(3)")
+        self.assertEqual(result.status, "crashed")
+        self.assertTrue(result.rolled_back)
+        time.sleep(1.5)  # the first answers arrive; the queued queries are sent to us
+        later: List[str] = []
+        result = self.run_ok(sb, "print(llm_query('fresh'))",
+                             on_llm_query=lambda prompt, model: later.append(prompt) or "new")
+        self.assertEqual(result.stdout, "new\n")
+        self.assertEqual(later, ["fresh"])
+        self.assertLessEqual(len(first), 8)
+
+    def test_single_worker_answers_every_query(self) -> None:
+        seen: List[str] = []
+        sb = self.sandbox(max_llm_workers=1,
+                          on_llm_query=lambda prompt, model: seen.append(prompt) or prompt * 2)
+        result = self.run_ok(sb, "print(llm_query_batched(['a', 'b', 'c']))")
+        self.assertEqual(result.stdout, "['aa', 'bb', 'cc']\n")
+        self.assertEqual(sorted(seen), ["a", "b", "c"])
+
+    def test_cli_side_lm(self) -> None:
+        sb = self.sandbox(lm="echo", on_llm_query=lambda prompt, model: "not used")
+        self.assertEqual(self.run_ok(sb, "print(llm_query('hi'))").stdout, "echo: hi\n")
+
+
+class ContextTest(SandboxTestCase):
+    def test_text_context(self) -> None:
+        sb = self.sandbox(context="héllo\nworld")
+        self.assertEqual(self.run_ok(sb, "print(type(context).__name__, len(context))").stdout,
+                         "str 11\n")
+
+    def test_json_context(self) -> None:
+        value = {"docs": ["a", "b"], "n": 3, "nested": {"ok": True}}
+        sb = self.sandbox(context=value)
+        result = self.run_ok(sb, "FINAL(context)")
+        self.assertEqual(result.final, value)
+        self.assertEqual(self.run_ok(sb, "print(type(context).__name__)").stdout, "dict\n")
+
+    def test_file_context(self) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+            handle.write("line 1\nline 2\n")
+        self.addCleanup(os.unlink, handle.name)
+        sb = self.sandbox(context_file=handle.name)
+        self.assertEqual(self.run_ok(sb, "print(context.splitlines())").stdout,
+                         "['line 1', 'line 2']\n")
+
+    def test_json_file_context(self) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            json.dump([1, 2, 3], handle)
+        self.addCleanup(os.unlink, handle.name)
+        sb = self.sandbox(context_file=handle.name, context_json=True)
+        self.assertEqual(self.run_ok(sb, "print(sum(context))").stdout, "6\n")
+
+    def test_no_context_is_none(self) -> None:
+        sb = self.sandbox()
+        self.assertEqual(self.run_ok(sb, "print(context)").stdout, "None\n")
+
+    def test_deep_json_context(self) -> None:
+        # Deeper than a repl line may nest: it goes through a file.
+        value: Any = 0
+        for _ in range(200):
+            value = [value]
+        sb = self.sandbox(context=value)
+        code = "d, v = 0, context\nwhile isinstance(v, list):\n    d, v = d + 1, v[0]\nprint(d, v)"
+        self.assertEqual(self.run_ok(sb, code).stdout, "200 0\n")
+
+    def test_a_request_over_the_line_bound_is_refused_before_sending(self) -> None:
+        sb = self.sandbox()
+        with self.assertRaises(ValueError):
+            sb.execute("x = '" + "a" * MAX_LINE_BYTES + "'")
+        self.assertEqual(self.run_ok(sb, "print('after')").stdout, "after\n")
+
+    def test_context_and_context_file_conflict(self) -> None:
+        with self.assertRaises(ValueError):
+            RlmSandbox(context="a", context_file="b", binary=BINARY)
+
+
+class DocstringExampleTest(unittest.TestCase):
+    def test_rlm_loop_example_runs(self) -> None:
+        # The module docstring's rlm_loop, driven by a scripted "model": it must keep working.
+        doc = rlm_sandbox.__doc__
+        start = doc.index("    import re\n")
+        source = textwrap.dedent(doc[start:doc.index("\n\nStart-up:", start)])
+        namespace: Dict[str, Any] = {}
+        exec(compile(source, "<rlm_loop example>", "exec"), namespace)
+
+        def ask_model(messages: List[Dict[str, str]]) -> str:
+            if messages[-1]["content"].startswith("summarize:"):
+                return "SUMMARY"  # a sub-query from llm_query() in the sandbox
+            turn = sum(message["role"] == "assistant" for message in messages)
+            if turn == 0:
+                return "Let me look.\n```python\nn = len(context)\nprint(n)\n```"
+            self.assertIn("[ok]\n11\n", messages[-1]["content"])
+            return "```python\nFINAL(llm_query('summarize: ' + context[:5]) + f' {n}')\n```"
+
+        self.assertEqual(namespace["rlm_loop"]("what?", "hello world", ask_model),
+                         "SUMMARY 11")
+
+
+class LifecycleTest(SandboxTestCase):
+    def test_bad_policy_raises_with_the_cli_message(self) -> None:
+        with self.assertRaises(RlmSandboxError) as raised:
+            RlmSandbox(policy="no-such-policy", backend=BACKEND, binary=BINARY)
+        self.assertIn("unknown policy 'no-such-policy'", str(raised.exception))
+        self.assertEqual(raised.exception.exit_code, 125)
+
+    def test_missing_binary_raises(self) -> None:
+        with self.assertRaises(RlmSandboxError):
+            RlmSandbox(binary="/nonexistent/rlm-sandbox")
+
+    def test_close_returns_the_result_and_leaves_no_process(self) -> None:
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 1")
+        pid = sb.pid
+        self.assertIn(pid, _descendants(os.getpid()))
+        result = sb.close()
+        self.assertEqual(result["status"], "ok")
+        self.assertEqual(result["backend"], "namespace")
+        self.assertEqual(result["policy"], "python-repl")
+        self.assertIn("wall_ms", result)
+        self.assertFalse(sb.running)
+        self.assertEqual(sb.returncode, 0)
+        self.assertNotIn(pid, _descendants(os.getpid()))
+        with self.assertRaises(ProcessLookupError):
+            os.kill(pid, 0)
+        self.assertIs(sb.close(), result)  # idempotent
+        with self.assertRaises(RlmSandboxError):
+            sb.execute("x")
+
+    def test_context_manager_closes(self) -> None:
+        with RlmSandbox(backend=BACKEND, binary=BINARY) as sb:
+            self.assertEqual(sb.execute("print(1)").stdout, "1\n")
+        self.assertFalse(sb.running)
+        self.assertEqual(sb.returncode, 0)
+
+    def test_context_manager_on_exception(self) -> None:
+        with self.assertRaises(KeyError):
+            with RlmSandbox(backend=BACKEND, binary=BINARY) as sb:
+                raise KeyError("boom")
+        self.assertFalse(sb.running)
+
+    def test_forgotten_sandbox_is_cleaned_up(self) -> None:
+        sb = RlmSandbox(backend=BACKEND, binary=BINARY)
+        proc = sb._conn.proc
+        self.assertIsNone(proc.poll())
+        del sb
+        gc.collect()
+        self.assertIsNotNone(proc.poll())
+
+    def test_process_dying_raises_with_stderr(self) -> None:
+        sb = self.sandbox()
+        sb._conn.proc.kill()
+        with self.assertRaises(RlmSandboxError) as raised:
+            sb.execute("1")
+        self.assertIn("exited", str(raised.exception))
+        self.assertEqual(sb.close(), {})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,96 @@
+"""llm_query and llm_query_batched over the channel."""
+
+import time
+import unittest
+
+from worker_host import WorkerTestCase, read_frame, write_frame
+
+
+class LlmQueryTest(WorkerTestCase):
+    def test_answer_and_error(self):
+        worker = self.start()
+        out = self.stdout_of(worker, (
+            "print(llm_query('hi', model='small'))\n"
+            "try:\n    llm_query('FAIL now')\n"
+            "except RuntimeError as e:\n    print('error:', e)"))
+        self.assertEqual(out, 'echo:hi\nerror: model failed on FAIL now\n')
+
+    def test_request_fields(self):
+        worker = self.start()
+        op_id, parent, child = worker.begin("r = llm_query('p', 'm')\nllm_query('q')")
+        first, _ = read_frame(child)
+        self.assertEqual(first, {'type': 'llm_query', 'id': first['id'], 'prompt': 'p',
+                                 'model': 'm'})
+        write_frame(child, {'op': 'llm_result', 'id': first['id'], 'text': 'A'})
+        second, _ = read_frame(child)
+        self.assertEqual(second['model'], None)
+        self.assertNotEqual(second['id'], first['id'])
+        write_frame(child, {'op': 'llm_result', 'id': second['id'], 'text': 'B'})
+        self.assertEqual(worker.serve_cell(op_id, child)['stdout'], "'B'\n")
+
+    def test_argument_types_are_checked(self):
+        worker = self.start()
+        for call in ('llm_query(3)', "llm_query('p', model=1)", "llm_query_batched('abc')",
+                     "llm_query_batched(['a', 2])"):
+            result = worker.execute(call)
+            self.assertEqual(result['status'], 'error', call)
+            self.assertIn('TypeError', result['error'])
+        self.assertEqual(self.stdout_of(worker, 'llm_query_batched([])'), '[]\n')
+        over = worker.execute("llm_query_batched([''] * 10001)")
+        self.assertEqual(over['status'], 'error')
+        self.assertIn('ValueError: llm_query_batched takes at most 10000 prompts', over['error'])
+
+    def test_concurrent_queries_from_threads_answered_out_of_order(self):
+        worker = self.start()
+        op_id, parent, child = worker.begin(
+            "import threading\nresults = {}\n"
+            "def ask(i):\n    results[i] = llm_query('q%d' % i)\n"
+            "threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]\n"
+            "for t in threads:\n    t.start()\n"
+            "for t in threads:\n    t.join()\n"
+            "sorted(results.items())")
+        queries = [read_frame(child)[0] for _ in range(4)]
+        self.assertEqual(sorted(q['prompt'] for q in queries), ['q0', 'q1', 'q2', 'q3'])
+        for query in reversed(queries):
+            write_frame(child, {'op': 'llm_result', 'id': query['id'],
+                                'text': 'a' + query['prompt'][1:]})
+        result = worker.serve_cell(op_id, child)
+        self.assertEqual(result['stdout'], "[(0, 'a0'), (1, 'a1'), (2, 'a2'), (3, 'a3')]\n")
+
+    def test_queries_left_behind_by_a_cell_fail_and_steal_no_frames(self):
+        worker = self.start()
+        op_id, parent, child = worker.begin(
+            "import threading, time\nerrors = []\n"
+            "def nag():\n    while True:\n"
+            "        try:\n            llm_query('late')\n"
+            "        except RuntimeError as e:\n            errors.append(str(e))\n"
+            "        time.sleep(0.01)\n"
+            "threading.Thread(target=nag, daemon=True).start()\n"
+            "time.sleep(0.2)")
+        frames = [read_frame(child)[0] for _ in range(2)]  # the query, then the result
+        self.assertEqual([f['type'] for f in frames], ['llm_query', 'cell_result'])
+        worker.finish(op_id, parent, child)
+        # Too late: the cell is over and the answer is dropped.
+        write_frame(child, {'op': 'llm_result', 'id': frames[0]['id'], 'text': 'late'})
+        # The thread lives on in this process, which is now the checkpoint: it keeps failing
+        # its queries and must not steal the rollback from the checkpoint's main thread.
+        time.sleep(0.1)
+        op_id, parent, child = worker.begin('while True:\n    pass')
+        write_frame(parent, {'op': 'rollback', 'id': op_id, 'reason': 'timeout'})
+        self.assertEqual(worker.expect_rolled_back(parent, op_id)['signal'], 9)
+        out = self.stdout_of(worker, "print(errors[0])\nprint(set(errors[1:]))")
+        self.assertEqual(out, "the cell ended before the answer to llm_query arrived\n"
+                              "{'llm_query can only be called while a cell is running'}\n")
+
+    def test_batched_with_one_failing_item(self):
+        worker = self.start()
+        out = self.stdout_of(worker, (
+            "prompts = ['p%d' % i for i in range(20)]\nprompts[7] = 'FAIL 7'\n"
+            "r = llm_query_batched(prompts)\n"
+            "print(len(r), sum(isinstance(x, str) for x in r))\n"
+            "print(type(r[7]).__name__, r[7])\nprint(r[0], r[19])"))
+        self.assertEqual(out, '20 19\nRuntimeError model failed on FAIL 7\necho:p0 echo:p19\n')
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,237 @@
+# A cell: its output captured from fds 1 and 2, its code run like interactive input, its
+# traceback trimmed of the worker's frames, its result fitted into one frame.
+# One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
+# concatenated, in that order, into the one script the sandbox runs; they share its globals.
+
+import ast
+import gc
+import linecache
+import os
+import resource
+import select
+import sys
+import threading
+import traceback
+
+DEFAULT_OUTPUT_CAP = 1024 * 1024
+CELL_FILE = '<cell>'
+WORKER_FILE = (lambda: None).__code__.co_filename  # '<string>' under `python3 -c`
+
+
+class CapturedStream:
+    """One of fds 1 and 2 pointed at a pipe, keeping at most `cap` bytes of what is written."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.cap = 0
+        self.data = bytearray()
+        self.truncated = False
+        self.open = True
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.saved = -1
+
+    def activate(self, cap: int) -> None:
+        self.cap = cap
+        self.saved = os.dup(self.fd)
+        os.dup2(self.write_fd, self.fd)  # inheritable: subprocesses write here too
+        os.close(self.write_fd)
+
+    def read_some(self, max_reads: int) -> None:
+        """Reads what the pipe holds (at most max_reads chunks); at EOF marks it closed."""
+        for _ in range(max_reads):
+            try:
+                chunk = os.read(self.read_fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.open = False  # every writer is gone
+                return
+            room = self.cap - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+            if len(chunk) > room:
+                self.truncated = True  # read and dropped, so the writer never blocks
+
+    def restore(self) -> None:
+        os.dup2(self.saved, self.fd)
+        os.close(self.saved)
+
+    def text(self):
+        os.close(self.read_fd)
+        return bytes(self.data).decode('utf-8', 'replace'), self.truncated
+
+
+class OutputCapture:
+    """Points fds 1 and 2 at pipes drained by one thread for the duration of a cell. Made (pipes
+    and thread) by a standby while it waits; activate() is all a cell pays for."""
+
+    def __init__(self):
+        self.streams = (CapturedStream(1), CapturedStream(2))
+        self.stop_r, self.stop_w = os.pipe()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def activate(self, cap: int) -> 'OutputCapture':
+        for stream in self.streams:
+            stream.activate(cap)
+        return self
+
+    def _drain(self) -> None:
+        poller = select.poll()
+        by_fd = {}
+        for stream in self.streams:
+            poller.register(stream.read_fd, select.POLLIN)
+            by_fd[stream.read_fd] = stream
+        poller.register(self.stop_r, select.POLLIN)
+        while by_fd:
+            ready = {fd for fd, _ in poller.poll()}
+            for fd in ready & by_fd.keys():
+                stream = by_fd[fd]
+                stream.read_some(16)
+                if not stream.open:
+                    poller.unregister(fd)
+                    del by_fd[fd]
+            if self.stop_r in ready:
+                # The cell is over: take what is already in the pipes, but do not wait for
+                # EOF, which a background process holding a pipe could delay for ever.
+                for stream in by_fd.values():
+                    stream.read_some(64)
+                return
+
+    def finish(self):
+        """Puts fds 1 and 2 back; ((stdout, truncated), (stderr, truncated))."""
+        for stream in self.streams:
+            stream.restore()
+        os.write(self.stop_w, b'.')
+        self.thread.join()
+        os.close(self.stop_r)
+        os.close(self.stop_w)
+        return tuple(stream.text() for stream in self.streams)
+
+
+def flush_std_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+class VarTable(dict):
+    """SHOW_VARS()'s result: it prints itself, so the notebook display skips it."""
+
+
+def run_source(code: str, namespace: dict) -> None:
+    """Runs a cell like interactive input: a trailing expression's repr() is printed."""
+    tree = ast.parse(code, CELL_FILE, 'exec')
+    linecache.cache[CELL_FILE] = (len(code), None, code.splitlines(True), CELL_FILE)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body.pop()
+    # dont_inherit: the worker's own compiler flags must not leak into cells.
+    exec(compile(tree, CELL_FILE, 'exec', dont_inherit=True), namespace)
+    if last is not None:
+        expression = ast.Expression(last.value)
+        value = eval(compile(expression, CELL_FILE, 'eval', dont_inherit=True), namespace)
+        if value is not None and not isinstance(value, VarTable):
+            print(repr(value))
+
+
+def trim_traceback(te, seen=None) -> None:
+    """Drops the worker's frames: those before the first cell frame (the REPL machinery) and
+    those after the last non-worker frame (inside llm_query, FINAL_VAR...)."""
+    seen = set() if seen is None else seen
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    frames = list(te.stack)
+    start = next((i for i, f in enumerate(frames) if f.filename == CELL_FILE), None)
+    if start is None:
+        start = 0
+        while start < len(frames) and frames[start].filename == WORKER_FILE:
+            start += 1
+    end = len(frames)
+    while end > start and frames[end - 1].filename == WORKER_FILE:
+        end -= 1
+    te.stack = traceback.StackSummary.from_list(frames[start:end])
+    trim_traceback(te.__cause__, seen)
+    trim_traceback(te.__context__, seen)
+    for inner in getattr(te, 'exceptions', None) or ():
+        trim_traceback(inner, seen)
+
+
+def format_cell_error(exc: BaseException) -> str:
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    trim_traceback(te)
+    return ''.join(te.format())
+
+
+def fit_cell_result(channel: Channel, result: dict) -> None:
+    """Sends the result, shrinking it until it fits in one frame: output first (flagged
+    truncated), then the FINAL value, then the traceback."""
+    while True:
+        try:
+            channel.send(result)
+            return
+        except FrameTooLarge:
+            pass
+        longest = max(('stdout', 'stderr'), key=lambda k: len(result[k]))
+        if len(result[longest]) > 0:
+            result[longest] = result[longest][:len(result[longest]) // 2]
+            result[longest + '_truncated'] = True
+        elif 'final' in result:
+            del result['final']
+            result['status'] = 'error'
+            result['error'] = (result['error'] or '') + \
+                'the FINAL value is too large for the control channel\n'
+        elif result['error'] and len(result['error']) > 64:
+            result['error'] = result['error'][:len(result['error']) // 2]
+        else:
+            die('a cell result does not fit in a %d-byte frame' % channel.max_frame,
+                EXIT_PROTOCOL)
+
+
+def cpu_seconds() -> float:
+    """User + system time of this process and its reaped children, to the microsecond
+    (os.times() counts in clock ticks of 10 ms)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def run_cell(channel: Channel, op_id, code: str, output_cap: int) -> dict:
+    me = os.getpid()
+    SESSION.final = None
+    streams = sys.stdout, sys.stderr
+    flush_std_streams()
+    capture, SESSION.next_capture = SESSION.next_capture or OutputCapture(), None
+    capture.activate(output_cap)
+    before = cpu_seconds()
+    channel.begin_cell()
+    error = None
+    try:
+        run_source(code, SESSION.namespace)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the cell's own
+        error = format_cell_error(exc)
+    if os.getpid() != me:
+        os._exit(0)  # a process the cell forked ran off the end of the cell
+    channel.end_cell()
+    flush_std_streams()  # the cell's streams, if it replaced them
+    sys.stdout, sys.stderr = streams
+    flush_std_streams()
+    (stdout, stdout_truncated), (stderr, stderr_truncated) = capture.finish()
+    after = cpu_seconds()
+    gc.unfreeze()  # warm_up froze the state before the cell; it is collectable again
+    result = {
+        'type': 'cell_result', 'id': op_id, 'status': 'error' if error else 'ok',
+        'stdout': stdout, 'stderr': stderr,
+        'stdout_truncated': stdout_truncated, 'stderr_truncated': stderr_truncated,
+        'error': error,
+        'cpu_ms': round((after - before) * 1000, 3),
+    }
+    if SESSION.final is not None:
+        result['final'] = SESSION.final
+    return result

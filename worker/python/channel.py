@@ -1,0 +1,265 @@
+# The control channel: framing, the one reader at a time, llm answers filed by id.
+# One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
+# concatenated, in that order, into the one script the sandbox runs; they share its globals.
+
+import collections
+import json
+import os
+import select
+import socket
+import struct
+import threading
+import time
+
+CHILD_POLL_SECONDS = 0.01  # only when os.pidfd_open is unavailable
+HEADER = struct.Struct('>I')
+
+
+class FrameTooLarge(Exception):
+    pass
+
+
+def encode_frame(message: dict) -> bytes:
+    # ensure_ascii=False keeps frames small; lone surrogates a cell may produce become '?' so
+    # the frame stays valid UTF-8. NaN/Infinity are not JSON, so they are refused.
+    text = json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(',', ':'))
+    return text.encode('utf-8', 'replace')
+
+
+def decode_frame(body: bytes) -> dict:
+    try:
+        message = json.loads(body.decode('utf-8'))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        protocol_violation('a frame from the host is not UTF-8 JSON (%s)' % exc)
+    if not isinstance(message, dict):
+        protocol_violation('a frame from the host is not a JSON object')
+    return message
+
+
+class Channel:
+    """One interpreter's end of the control channel.
+
+    Any thread may send. Reading is done by one thread at a time (the "reader"): whoever needs
+    a frame and finds nobody reading takes the role, files llm answers by id and queues every
+    other frame as an op, and hands the role on when it has what it waited for. So the main
+    loop and any number of cell threads blocked in llm_query share one socket.
+    """
+
+    def __init__(self, sock: socket.socket, max_frame: int):
+        self.sock = sock
+        self.max_frame = max_frame
+        self.owner = os.getpid()
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._reading = False
+        self._buffer = bytearray()
+        self._ops = collections.deque()
+        self._replies = {}
+        self._pending = set()
+        self._next_query_id = 1
+        self._cell_running = False
+        self._frozen = False  # the main thread reads for good (wait_frozen)
+        # Wakes a reader blocked in poll() when the cell ends, so it re-checks its wait.
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    def close(self) -> None:
+        """Drops this process's copy of the channel (never shuts the connection down)."""
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.sock.close()
+
+    # -- sending
+
+    def send(self, message: dict, fd: int = -1) -> None:
+        """Sends one frame; with fd, attaches it to the frame's first byte (SCM_RIGHTS)."""
+        data = encode_frame(message)
+        if len(data) > self.max_frame:
+            raise FrameTooLarge(len(data))
+        header = HEADER.pack(len(data))
+        try:
+            with self._send_lock:
+                if fd < 0:
+                    self.sock.sendall(header + data)
+                else:
+                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('i', fd))]
+                    sent = self.sock.sendmsg([header], rights)
+                    self.sock.sendall(header[sent:] + data)
+        except OSError:
+            os._exit(0)  # the host closed the channel: same as reading EOF
+
+    # -- receiving
+
+    def _fill(self) -> None:
+        """One recv into the buffer, then files every complete frame."""
+        want = 1 << 16
+        if len(self._buffer) >= HEADER.size:
+            (length,) = HEADER.unpack_from(self._buffer)
+            want = max(want, min(length + HEADER.size - len(self._buffer), 1 << 22))
+        try:
+            chunk = self.sock.recv(want)
+        except OSError:
+            chunk = b''
+        if not chunk:
+            os._exit(0)  # EOF: the host is done with this interpreter
+        self._buffer += chunk
+        while len(self._buffer) >= HEADER.size:
+            (length,) = HEADER.unpack_from(self._buffer)
+            if length > self.max_frame:
+                protocol_violation('a frame of %d bytes exceeds the maximum of %d bytes'
+                                   % (length, self.max_frame))
+            if len(self._buffer) < HEADER.size + length:
+                return
+            body = bytes(self._buffer[HEADER.size:HEADER.size + length])
+            del self._buffer[:HEADER.size + length]
+            self._file(decode_frame(body))
+
+    def _file(self, frame: dict) -> None:
+        op = frame.get('op')
+        if op == 'discard':
+            # In any state, without another action; the exit (unmapping a whole interpreter)
+            # waits for the host to have taken the result that made this process obsolete.
+            time.sleep(2 * HANDOVER_PAUSE)
+            os._exit(0)
+        with self._cond:
+            if op in ('llm_result', 'llm_results'):
+                query_id = frame.get('id')
+                # Answers nobody waits for any more (the cell ended) are dropped.
+                if isinstance(query_id, int) and query_id in self._pending:
+                    self._replies[query_id] = frame
+            else:
+                self._ops.append(frame)
+            self._cond.notify_all()
+
+    def _wait_readable(self) -> None:
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll()}
+        if self._wake_r in ready:
+            try:
+                while os.read(self._wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if self.sock.fileno() in ready:
+            self._fill()
+
+    def _wait(self, take):
+        """Returns the first non-None take() (called under the lock), reading as needed."""
+        with self._cond:
+            while True:
+                item = take()
+                if item is not None:
+                    return item
+                if not self._reading:
+                    self._reading = True
+                    break
+                self._cond.wait()
+        try:
+            while True:
+                self._wait_readable()
+                with self._cond:
+                    item = take()
+                    if item is not None:
+                        return item
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()
+
+    def next_op(self) -> dict:
+        return self._wait(lambda: self._ops.popleft() if self._ops else None)
+
+    def _claim_for_good(self) -> None:
+        """Makes the calling thread the channel's only reader from now on. A frozen process may
+        still hold threads its last cell left behind; they cannot query (the cell is over), and
+        one that was reading hands the role back promptly (end_cell woke it)."""
+        if self._frozen:
+            return
+        with self._cond:
+            while self._reading:
+                self._cond.wait()
+            self._reading = self._frozen = True
+
+    def _socket_ready(self, timeout_ms) -> bool:
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        return bool(poller.poll(timeout_ms))
+
+    def wait_frozen(self, children: list):
+        """For a frozen interpreter: the next op, or a ChildWatch whose process has exited.
+        Frames win over a child's death when both are ready."""
+        self._claim_for_good()
+        while True:
+            if self._ops:
+                return self._ops.popleft()
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            for child in children:
+                if child.pidfd >= 0:
+                    poller.register(child.pidfd, select.POLLIN)
+            polling = any(child.pidfd < 0 for child in children)
+            ready = {fd for fd, _ in poller.poll(CHILD_POLL_SECONDS * 1000 if polling else None)}
+            if self.sock.fileno() in ready:
+                self._fill()
+                continue
+            exited = next((child for child in children if child.has_exited()), None)
+            if exited is None:
+                continue
+            # A frame the host sent before the child died (commit, then discard to the child)
+            # may have arrived after poll looked at the socket: it still goes first.
+            if self._socket_ready(0):
+                self._fill()
+                continue
+            return exited
+
+    # -- cells and llm queries
+
+    def begin_cell(self) -> None:
+        with self._cond:
+            self._cell_running = True
+
+    def end_cell(self) -> None:
+        """Fails every llm_query still waiting (a thread the cell left behind)."""
+        with self._cond:
+            self._cell_running = False
+            self._cond.notify_all()
+        try:
+            os.write(self._wake_w, b'.')
+        except OSError:
+            pass
+
+    def query(self, message: dict) -> dict:
+        """Sends an llm request and waits for the answer with the same id."""
+        if os.getpid() != self.owner:
+            raise RuntimeError('llm_query is not available in a process forked by the cell')
+        with self._cond:
+            if not self._cell_running:
+                raise RuntimeError('llm_query can only be called while a cell is running')
+            query_id = self._next_query_id
+            self._next_query_id += 1
+            self._pending.add(query_id)
+        message['id'] = query_id
+        try:
+            self.send(message)
+        except FrameTooLarge as exc:
+            with self._cond:
+                self._pending.discard(query_id)
+            raise ValueError('the request is %d bytes, over the channel maximum of %d'
+                             % (exc.args[0], self.max_frame)) from None
+
+        def take():
+            if query_id in self._replies:
+                self._pending.discard(query_id)
+                return self._replies.pop(query_id)
+            if not self._cell_running:
+                self._pending.discard(query_id)
+                raise RuntimeError('the cell ended before the answer to llm_query arrived')
+            return None
+
+        return self._wait(take)
