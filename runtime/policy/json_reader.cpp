@@ -227,4 +227,13 @@ std::optional<std::chrono::milliseconds> JsonReader::duration(const json& value,
   return millis;
 }
 
+const json* member(const json& object, std::string_view key) {
+  const auto found = object.find(std::string(key));
+  return found == object.end() ? nullptr : &*found;
+}
+
+std::string as_json_string(std::string_view text) {
+  return json(std::string(text)).dump();
+}
+
 }  // namespace rlm::policy

@@ -1,10 +1,14 @@
 // Typed reads from a JSON document that never stop at the first problem: each failed read records
-// a Diagnostic at its JSON path and returns nullopt, and the caller carries on with the rest.
+// a Diagnostic at its JSON path and returns nullopt, and the caller carries on with the rest. Below
+// the reader, the combinators the policy's section readers build from it: a member read when
+// present, one of a set of choices with a did-you-mean, a list of strings without duplicates.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -13,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "policy/did_you_mean.hpp"
+#include "policy/json_text.hpp"
 #include "rlm_sandbox/error.hpp"
 
 namespace rlm::policy {
@@ -58,5 +64,75 @@ class JsonReader {
   void wrong_type(const nlohmann::json& value, const std::string& path, std::string_view expected);
   std::vector<Diagnostic> diagnostics_;
 };
+
+// ---- Combinators the policy's section readers share
+// ----------------------------------------------
+
+// object[key], or nullptr when it has no such member.
+const nlohmann::json* member(const nlohmann::json& object, std::string_view key);
+
+// Calls read(value, path) for object[key] when present, and stores what it returns.
+template <typename Read, typename Target>
+void read_member(const nlohmann::json& object, const std::string& path, std::string_view key,
+                 Read read, Target& target) {
+  if (const nlohmann::json* value = member(object, key))
+    if (auto result = read(*value, key_path(path, key))) target = static_cast<Target>(*result);
+}
+
+// `text` as a JSON string literal, for messages.
+std::string as_json_string(std::string_view text);
+
+// `text` when it is one of `choices`; otherwise reports it with a did-you-mean.
+template <typename Choices>
+std::optional<std::string> check_choice(JsonReader& reader, const std::string& text,
+                                        const std::string& path, const Choices& choices) {
+  if (std::find(std::begin(choices), std::end(choices), text) != std::end(choices)) return text;
+  std::string message = "unknown value " + as_json_string(text);
+  if (auto suggestion = closest_match(text, choices)) {
+    message += "; did you mean " + *suggestion + "?";
+  } else {
+    message += "; expected one of:";
+    for (const auto& choice : choices) message += " " + std::string(choice);
+  }
+  reader.error(path, message);
+  return std::nullopt;
+}
+
+template <typename Choices>
+std::optional<std::string> read_choice(JsonReader& reader, const nlohmann::json& value,
+                                       const std::string& path, const Choices& choices) {
+  auto text = reader.string(value, path);
+  if (!text) return std::nullopt;
+  return check_choice(reader, *text, path, choices);
+}
+
+// An array of strings each checked by `check` (which reports and returns nullopt on a problem,
+// or returns the value to store), with duplicates of the stored form reported.
+template <typename Check>
+std::optional<std::vector<std::string>> read_string_list(JsonReader& reader,
+                                                         const nlohmann::json& value,
+                                                         const std::string& path, Check check) {
+  if (!reader.array(value, path)) return std::nullopt;
+  std::vector<std::string> items;
+  std::map<std::string, std::size_t> first_index;
+  bool valid = true;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const auto item_path = index_path(path, i);
+    auto text = reader.string(value[i], item_path);
+    std::optional<std::string> item = text ? check(*text, item_path) : std::nullopt;
+    if (!item) {
+      valid = false;
+      continue;
+    }
+    if (auto [seen, inserted] = first_index.emplace(*item, i); !inserted) {
+      reader.error(item_path, "duplicates " + index_path(path, seen->second) + " (" + *item + ")");
+      valid = false;
+      continue;
+    }
+    items.push_back(std::move(*item));
+  }
+  if (!valid) return std::nullopt;
+  return items;
+}
 
 }  // namespace rlm::policy

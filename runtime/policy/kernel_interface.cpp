@@ -10,6 +10,7 @@
 
 #include "common/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::policy {
 namespace {
@@ -26,26 +27,15 @@ constexpr std::string_view kKernelFilesystems[] = {
 // A mount table is a few kilobytes; the cap bounds a pathological one.
 constexpr std::size_t kMaxMountinfoBytes = 4 << 20;
 
+bool is_kernel_filesystem(std::string_view type) {
+  return std::find(std::begin(kKernelFilesystems), std::end(kKernelFilesystems), type) !=
+         std::end(kKernelFilesystems);
+}
+
 bool is_at_or_below(std::string_view path, std::string_view directory) {
   if (directory == "/") return true;
   return path == directory || (path.starts_with(directory) && path.size() > directory.size() &&
                                path[directory.size()] == '/');
-}
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape(std::string_view field) {
-  const auto octal = [&](std::size_t at) { return field[at] >= '0' && field[at] <= '7'; };
-  std::string text;
-  for (std::size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
-      text += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
-                                (field[i + 3] - '0'));
-      i += 3;
-      continue;
-    }
-    text += field[i];
-  }
-  return text;
 }
 
 std::string read_mountinfo() {
@@ -61,16 +51,6 @@ std::string read_mountinfo() {
     if (text.size() > kMaxMountinfoBytes) return {};
   }
   return text;
-}
-
-std::vector<std::string_view> split(std::string_view line, char separator) {
-  std::vector<std::string_view> fields;
-  for (;;) {
-    const std::size_t end = line.find(separator);
-    fields.push_back(line.substr(0, end));
-    if (end == std::string_view::npos) return fields;
-    line.remove_prefix(end + 1);
-  }
 }
 
 // `path` lexically normal, without a trailing '/'.
@@ -90,16 +70,9 @@ std::optional<std::string> by_path(const std::string& path) {
 }  // namespace
 
 KernelInterfaces::KernelInterfaces() {
-  const std::string text = read_mountinfo();
-  for (auto line : split(text, '\n')) {
-    // ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER-OPTIONS
-    const auto fields = split(line, ' ');
-    const auto dash = std::find(fields.begin(), fields.end(), "-");
-    if (fields.size() < 5 || dash == fields.end() || dash + 1 == fields.end()) continue;
-    KernelMount mount{unescape(fields[4]), std::string(*(dash + 1))};
-    if (std::find(std::begin(kKernelFilesystems), std::end(kKernelFilesystems), mount.type) !=
-        std::end(kKernelFilesystems))
-      kernel_mounts_.push_back(mount);
+  for (auto& parsed : sys::parse_mountinfo(read_mountinfo())) {
+    KernelMount mount{std::move(parsed.mount_point), std::move(parsed.fs_type)};
+    if (is_kernel_filesystem(mount.type)) kernel_mounts_.push_back(mount);
     all_mounts_.push_back(std::move(mount));
   }
 }
@@ -120,10 +93,8 @@ std::optional<std::string> KernelInterfaces::in(std::string_view source) const {
   for (const auto& mount : all_mounts_)
     if (is_at_or_below(resolved, mount.point) && (!on || mount.point.size() >= on->point.size()))
       on = &mount;
-  const bool on_kernel =
-      on && std::find(std::begin(kKernelFilesystems), std::end(kKernelFilesystems), on->type) !=
-                std::end(kKernelFilesystems);
-  if (on_kernel) return "is on a " + on->type + " filesystem (mounted at " + on->point + ")";
+  if (on && is_kernel_filesystem(on->type))
+    return "is on a " + on->type + " filesystem (mounted at " + on->point + ")";
   for (const auto& mount : kernel_mounts_)
     if (mount.point != resolved && is_at_or_below(mount.point, resolved))
       return "holds a " + mount.type + " filesystem (mounted at " + mount.point + ")";

@@ -22,6 +22,7 @@
 #include "policy/read_policy.hpp"
 #include "policy/shipped.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm {
 namespace {
@@ -157,12 +158,6 @@ bool is_path_reference(std::string_view reference, const Source* including) {
          !S_ISDIR(info.st_mode);
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
-
 std::string unknown_name_message(const std::string& name,
                                  const std::vector<std::string>& directories) {
   std::set<std::string> candidates;
@@ -175,7 +170,7 @@ std::string unknown_name_message(const std::string& name,
   std::string message = "unknown policy '" + name + "'";
   if (auto suggestion = policy::closest_match(name, candidates))
     message += "; did you mean " + *suggestion + "?";
-  message += "; shipped policies: " + join(shipped_policy_names());
+  message += "; shipped policies: " + sys::join(shipped_policy_names(), ", ");
   if (!directories.empty()) message += " (also searched $RLM_SANDBOX_POLICY_PATH)";
   message += "; a file path must contain '/' or end in .json";
   return message;

@@ -2,10 +2,9 @@
 // built in code that skipped the loader's validation.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rlm {
 namespace {
@@ -23,14 +22,16 @@ TEST(BackendSelection, NeverPicksTheLocalBackendWithoutAllowUnisolated) {
   }
 }
 
-// Points the docker backend at a socket nobody listens on, so it is unavailable even where a
-// Docker daemon runs (tools/test starts one for the docker backend's tests).
-void without_docker() {
-  setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock", 1);
-}
+// Points the docker backend at a socket nobody listens on while it lives, so the backend is
+// unavailable even where a Docker daemon runs (tools/test starts one for the docker backend's
+// tests); the variable is restored afterwards, so later tests in this process see the daemon.
+class WithoutDocker : public test::ScopedEnv {
+ public:
+  WithoutDocker() : ScopedEnv("DOCKER_HOST", "unix:///nonexistent/docker.sock") {}
+};
 
 TEST(BackendSelection, PicksLocalWhenThePolicyAllowsIt) {
-  without_docker();
+  WithoutDocker without_docker;
   Policy policy;
   policy.backend.prefer = {"docker", "local"};
   policy.backend.allow_unisolated = true;
@@ -44,14 +45,12 @@ TEST(BackendSelection, ExplainsEveryBackendItCouldNotUse) {
   policy.name = "demo";
   policy.backend.prefer = {"namespace", "docker"};
   // Without rlm-sandbox-init the namespace backend is unavailable, docker without a daemon.
-  setenv("RLM_SANDBOX_INIT", "/nonexistent/rlm-sandbox-init", 1);
-  without_docker();
+  test::ScopedEnv without_init("RLM_SANDBOX_INIT", "/nonexistent/rlm-sandbox-init");
+  WithoutDocker without_docker;
   try {
     select_backend(policy, "auto");
-    unsetenv("RLM_SANDBOX_INIT");
     FAIL() << "no isolating backend is available";
   } catch (const BackendUnavailable& e) {
-    unsetenv("RLM_SANDBOX_INIT");
     const std::string message = e.what();
     EXPECT_NE(message.find("policy 'demo'"), std::string::npos) << message;
     EXPECT_NE(message.find("namespace:"), std::string::npos) << message;

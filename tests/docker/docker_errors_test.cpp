@@ -15,32 +15,15 @@
 #include "docker/container_spec.hpp"
 #include "docker/ownership.hpp"
 #include "docker_test_util.hpp"
+#include "support/scoped_env.hpp"
 #include "support/subprocess.hpp"
 
 namespace rlm::test {
 namespace {
 
-// Sets DOCKER_HOST for one scope.
-class DockerHost {
- public:
-  explicit DockerHost(const std::string& value) {
-    if (const char* old = getenv("DOCKER_HOST")) previous_ = old;
-    setenv("DOCKER_HOST", value.c_str(), 1);
-  }
-  ~DockerHost() {
-    if (previous_.empty())
-      unsetenv("DOCKER_HOST");
-    else
-      setenv("DOCKER_HOST", previous_.c_str(), 1);
-  }
-
- private:
-  std::string previous_;
-};
-
 TEST(DockerErrors, NoDaemonSaysHowToStartOne) {
   TempDir dir;
-  DockerHost host("unix://" + dir.file("docker.sock"));
+  ScopedEnv host("DOCKER_HOST", "unix://" + dir.file("docker.sock"));
   auto backend = docker::make_docker_backend();
   const auto reason = backend->unavailable_reason();
   EXPECT_NE(reason.find("the Docker daemon is not running"), std::string::npos) << reason;
@@ -94,7 +77,7 @@ TEST(DockerErrors, ASocketThePayloadUserMayNotUseSaysToJoinTheDockerGroup) {
 }
 
 TEST(DockerErrors, ADaemonElsewhereIsNotGuessedAt) {
-  DockerHost host("tcp://127.0.0.1:2375");
+  ScopedEnv host("DOCKER_HOST", "tcp://127.0.0.1:2375");
   const auto reason = docker::make_docker_backend()->unavailable_reason();
   EXPECT_NE(reason.find("unix socket only"), std::string::npos) << reason;
 }

@@ -44,10 +44,16 @@ TEST(LocalLimits, TimeoutKillsASetsidGrandchild) {
   std::printf("setsid case: run() returned after %lld ms\n", took);
 }
 
-TEST(LocalLimits, GraceLetsThePayloadCleanUp) {
+// The local policy with a wall-time limit of `wall` and `grace` between SIGTERM and SIGKILL.
+Policy timing_out(std::chrono::milliseconds wall, std::chrono::milliseconds grace) {
   Policy policy = local_policy();
-  policy.limits.wall_time = 300ms;
-  policy.limits.kill_grace = 2s;
+  policy.limits.wall_time = wall;
+  policy.limits.kill_grace = grace;
+  return policy;
+}
+
+TEST(LocalLimits, GraceLetsThePayloadCleanUp) {
+  const Policy policy = timing_out(300ms, 2s);
   const auto start = Clock::now();
   auto result = run_sh("trap 'echo cleaned; exit 9' TERM; while :; do sleep 0.05; done", policy);
   EXPECT_EQ(result.status, Status::timeout) << describe(result);
@@ -58,9 +64,7 @@ TEST(LocalLimits, GraceLetsThePayloadCleanUp) {
 }
 
 TEST(LocalLimits, PayloadIgnoringSigtermIsKilledAfterTheGrace) {
-  Policy policy = local_policy();
-  policy.limits.wall_time = 500ms;
-  policy.limits.kill_grace = 300ms;
+  const Policy policy = timing_out(500ms, 300ms);
   const auto start = Clock::now();
   auto result = run_sh("trap '' TERM; while :; do sleep 0.05; done", policy);
   const auto took = elapsed_ms(start);
@@ -166,10 +170,17 @@ TEST(LocalLimits, ACallbackThatThrowsStopsThePayloadAndPropagates) {
   EXPECT_FALSE(process_alive(payload));
 }
 
-TEST(LocalLimits, CpuTimeLimitEndsABusyLoop) {
+// A CPU budget of one second, with room on the wall clock: on a loaded machine a second of CPU
+// takes many of wall time.
+Policy one_cpu_second() {
   Policy policy = local_policy();
   policy.limits.cpu_time = 1s;
-  policy.limits.wall_time = 60s;  // on a loaded machine a second of CPU takes many of wall time
+  policy.limits.wall_time = 60s;
+  return policy;
+}
+
+TEST(LocalLimits, CpuTimeLimitEndsABusyLoop) {
+  const Policy policy = one_cpu_second();
   auto result = run_sh("while :; do :; done", policy);
   EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
   EXPECT_EQ(result.signal, SIGXCPU);
@@ -180,9 +191,7 @@ TEST(LocalLimits, CpuTimeLimitEndsABusyLoop) {
 }
 
 TEST(LocalLimits, CpuTimeLimitHoldsWhenSigxcpuIsIgnored) {
-  Policy policy = local_policy();
-  policy.limits.cpu_time = 1s;
-  policy.limits.wall_time = 60s;  // on a loaded machine a second of CPU takes many of wall time
+  const Policy policy = one_cpu_second();
   auto result = run_sh("trap '' XCPU; while :; do :; done", policy);
   EXPECT_EQ(result.status, Status::cpu_limit) << describe(result);
   EXPECT_EQ(result.signal, SIGKILL);

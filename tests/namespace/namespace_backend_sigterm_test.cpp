@@ -19,12 +19,11 @@ TEST(NamespaceSigterm, APayloadThatSignalsPid1IsNamedAsTheSender) {
 
 TEST(NamespaceSigterm, AQueuedSigtermCannotPassForOneFromOutside) {
   // rt_sigqueueinfo lets the sender write si_pid itself (here 0, what an outside sender shows as).
-  const auto result =
-      run_ns({"python3", "-c",
-              "import ctypes, time\n"
-              "info = (ctypes.c_int * 32)(15, 0, -1)  # SIGTERM, errno 0, SI_QUEUE; si_pid 0\n"
-              "assert ctypes.CDLL(None).syscall(129, 1, 15, ctypes.byref(info)) == 0\n"
-              "time.sleep(5)"});
+  const auto result = run_ns({"python3", "-c",
+                              R"py(import ctypes, time
+info = (ctypes.c_int * 32)(15, 0, -1)  # SIGTERM, errno 0, SI_QUEUE; si_pid 0
+assert ctypes.CDLL(None).syscall(129, 1, 15, ctypes.byref(info)) == 0
+time.sleep(5))py"});
   EXPECT_EQ(result.status, Status::signaled) << describe(result);
   EXPECT_NE(result.detail.find("the payload sent SIGTERM"), std::string::npos) << result.detail;
 }

@@ -1,5 +1,5 @@
 // The namespace backend end to end: what a payload sees inside the sandbox and what the Result
-// says about it. (Escape attempts are the security suite's: security_escape_test.cpp.)
+// says about it. (Escape attempts are the security suite's: security_escape_*_test.cpp.)
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

@@ -17,9 +17,11 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "namespace_backend_test_util.hpp"
 #include "rlm_sandbox/session.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rlm::test {
 namespace {
@@ -33,24 +35,6 @@ constexpr uid_t kNobody = 65534;
   GTEST_SKIP() << "needs root: only a root runtime gives each sandbox a host uid of " \
                   "its own (rootless, the caller's uid is the only one there is)"
 
-// Sets RLM_SANDBOX_UID_RANGE for the test's life (each test is its own process under ctest).
-class UidRangeVariable {
- public:
-  explicit UidRangeVariable(const std::string& value) {
-    if (const char* old = std::getenv("RLM_SANDBOX_UID_RANGE")) previous_ = old;
-    setenv("RLM_SANDBOX_UID_RANGE", value.c_str(), 1);
-  }
-  ~UidRangeVariable() {
-    if (previous_.empty())
-      unsetenv("RLM_SANDBOX_UID_RANGE");
-    else
-      setenv("RLM_SANDBOX_UID_RANGE", previous_.c_str(), 1);
-  }
-
- private:
-  std::string previous_;
-};
-
 // A small range of this test process's own, outside the default one, so that no other runtime
 // on the machine takes its uids.
 uid_t private_range_first(unsigned test_number) {
@@ -60,11 +44,12 @@ uid_t private_range_first(unsigned test_number) {
 // A sandbox that runs `script` (Python) on a thread of its own. The script calls held(text) when it
 // holds what it came for, then waits until the host creates /out/go (bounded by its wall limit).
 constexpr const char* kHeldPreamble =
-    "import os as _os\n"
-    "def held(text):\n"
-    "    with open('/out/held.tmp', 'w') as f:\n"
-    "        f.write(text)\n"
-    "    _os.rename('/out/held.tmp', '/out/held')\n";
+    R"py(import os as _os
+def held(text):
+    with open('/out/held.tmp', 'w') as f:
+        f.write(text)
+    _os.rename('/out/held.tmp', '/out/held')
+)py";
 class HeldSandbox {
  public:
   HeldSandbox(const std::string& script, Policy policy = ns_policy()) {
@@ -72,10 +57,12 @@ class HeldSandbox {
     policy.env.set["RLM_TEST_MARK"] = mark_;
     bind_writable(policy, dir_, "/out");
     const std::string program = kHeldPreamble + script +
-                                "\nimport os as _os, time as _time\n"
-                                "for _ in range(1500):\n"
-                                "    if _os.path.exists('/out/go'): break\n"
-                                "    _time.sleep(0.01)\n";
+                                R"py(
+import os as _os, time as _time
+for _ in range(1500):
+    if _os.path.exists('/out/go'): break
+    _time.sleep(0.01)
+)py";
     thread_ = std::thread([this, program, policy] {
       result_ = run_ns({"python3", "-c", program}, policy);
       done_ = true;
@@ -171,7 +158,7 @@ TEST(SandboxUid, TwoConcurrentSandboxesRunAsDifferentHostUidsThatOwnTheirUserNam
 TEST(SandboxUid, AUidIsHandedOutAgainOnlyAfterItsSandboxEnded) {
   RLM_REQUIRE_ROOT_RUNTIME();
   const uid_t first = private_range_first(0);
-  UidRangeVariable range(std::to_string(first) + "-" + std::to_string(first + 1));
+  ScopedEnv range("RLM_SANDBOX_UID_RANGE", std::to_string(first) + "-" + std::to_string(first + 1));
 
   auto a = std::make_unique<HeldSandbox>(
       "open('/out/a', 'w').write('a')\n"
@@ -203,6 +190,15 @@ TEST(SandboxUid, AUidIsHandedOutAgainOnlyAfterItsSandboxEnded) {
   EXPECT_EQ(owner_of(dir.file("d2")), first);
 }
 
+// What a held sandbox below reports: how many it took, and the errno name that stopped it.
+std::pair<unsigned, std::string> count_and_error(const std::string& held) {
+  std::istringstream fields(held);
+  unsigned count = 0;
+  std::string error;
+  fields >> count >> error;
+  return {count, error};
+}
+
 // ---- inotify instances --------------------------------------------------------------------------
 
 unsigned read_number(const char* path) {
@@ -221,33 +217,32 @@ TEST(SandboxUid, ASandboxHoldingEveryInotifyInstanceLeavesOtherSandboxesAndTheHo
   // loop is the kernel's per-user count, not the fd limit.
   policy.limits.open_files = std::max(policy.limits.open_files, per_user + 64);
   HeldSandbox a(
-      "import ctypes, errno\n"
-      "libc = ctypes.CDLL(None, use_errno=True)\n"
-      "fds, err = [], 0\n"
-      "while len(fds) < 100000:\n"
-      "    fd = libc.inotify_init1(0)\n"
-      "    if fd < 0:\n"
-      "        err = ctypes.get_errno()\n"
-      "        break\n"
-      "    fds.append(fd)\n"
-      "held('%d %s' % (len(fds), errno.errorcode.get(err, err)))\n",
+      R"py(import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+fds, err = [], 0
+while len(fds) < 100000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        err = ctypes.get_errno()
+        break
+    fds.append(fd)
+held('%d %s' % (len(fds), errno.errorcode.get(err, err)))
+)py",
       policy);
   const std::string held = a.wait_held();
   ASSERT_FALSE(held.empty()) << describe(a.release());
-  std::istringstream fields(held);
-  unsigned count = 0;
-  std::string error;
-  fields >> count >> error;
+  const auto [count, error] = count_and_error(held);
   // It took every instance it could; what stopped it is the per-user count (EMFILE).
   EXPECT_EQ(error, "EMFILE") << held;
   EXPECT_GT(count, 0u) << held;
 
   // Meanwhile another sandbox ...
   const auto b = run_ns({"python3", "-c",
-                         "import ctypes, errno\n"
-                         "libc = ctypes.CDLL(None, use_errno=True)\n"
-                         "fd = libc.inotify_init1(0)\n"
-                         "print('ok' if fd >= 0 else errno.errorcode[ctypes.get_errno()])\n"});
+                         R"py(import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+print('ok' if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+)py"});
   EXPECT_EQ(b.status, Status::ok) << describe(b);
   EXPECT_EQ(b.stdout_data, "ok\n") << "a second sandbox: " << describe(b);
   // ... and the host (root) still get one.
@@ -274,17 +269,17 @@ TEST(SandboxUid, TheSandboxsOwnNamespaceCapsItsShareOfEachPerUserBudget) {
   const unsigned watches = read_number("/proc/sys/user/max_inotify_watches");
   Policy policy = ns_policy();
   policy.limits.open_files = std::max(policy.limits.open_files, per_user + 64);
-  const auto result = run_ns(
-      {"python3", "-c",
-       "import ctypes\n"
-       "for name in ('max_inotify_instances', 'max_inotify_watches', 'max_user_namespaces'):\n"
-       "    print(name, open('/proc/sys/user/' + name).read().strip())\n"
-       "libc = ctypes.CDLL(None, use_errno=True)\n"
-       "count = 0\n"
-       "while count < 100000 and libc.inotify_init1(0) >= 0:\n"
-       "    count += 1\n"
-       "print('opened', count)\n"},
-      policy);
+  const auto result = run_ns({"python3", "-c",
+                              R"py(import ctypes
+for name in ('max_inotify_instances', 'max_inotify_watches', 'max_user_namespaces'):
+    print(name, open('/proc/sys/user/' + name).read().strip())
+libc = ctypes.CDLL(None, use_errno=True)
+count = 0
+while count < 100000 and libc.inotify_init1(0) >= 0:
+    count += 1
+print('opened', count)
+)py"},
+                             policy);
   ASSERT_EQ(result.status, Status::ok) << describe(result);
   const std::string expected =
       "max_inotify_instances " + std::to_string(std::max(1u, per_user / 2)) +
@@ -301,34 +296,33 @@ TEST(SandboxUid, ASandboxWithFdsInFlightLeavesOtherSandboxesAndSessionsTheirs) {
   // unix_inflight is charged to the sender's user and bounded by its RLIMIT_NOFILE: A sends copies
   // of one fd that nobody receives until the kernel refuses (ETOOMANYREFS).
   HeldSandbox a(
-      "import socket, errno\n"
-      "a, b = socket.socketpair()\n"
-      "a.setblocking(False)\n"
-      "sent, err = 0, ''\n"
-      "try:\n"
-      "    while sent < 100000:\n"
-      "        socket.send_fds(a, [b'x'], [0] * 100)\n"
-      "        sent += 100\n"
-      "except OSError as e:\n"
-      "    err = errno.errorcode.get(e.errno, str(e.errno))\n"
-      "held('%d %s' % (sent, err))\n",
+      R"py(import socket, errno
+a, b = socket.socketpair()
+a.setblocking(False)
+sent, err = 0, ''
+try:
+    while sent < 100000:
+        socket.send_fds(a, [b'x'], [0] * 100)
+        sent += 100
+except OSError as e:
+    err = errno.errorcode.get(e.errno, str(e.errno))
+held('%d %s' % (sent, err))
+)py",
       policy);
   const std::string held = a.wait_held();
   ASSERT_FALSE(held.empty()) << describe(a.release());
-  std::istringstream fields(held);
-  unsigned sent = 0;
-  std::string error;
-  fields >> sent >> error;
+  const auto [sent, error] = count_and_error(held);
   EXPECT_EQ(error, "ETOOMANYREFS") << held;
   EXPECT_GT(sent, policy.limits.open_files) << held;
 
   // Another sandbox passes an fd ...
   const auto b = run_ns({"python3", "-c",
-                         "import socket\n"
-                         "a, b = socket.socketpair()\n"
-                         "socket.send_fds(a, [b'x'], [0])\n"
-                         "msg, fds, flags, addr = socket.recv_fds(b, 1, 1)\n"
-                         "print('passed', len(fds))\n"});
+                         R"py(import socket
+a, b = socket.socketpair()
+socket.send_fds(a, [b'x'], [0])
+msg, fds, flags, addr = socket.recv_fds(b, 1, 1)
+print('passed', len(fds))
+)py"});
   EXPECT_EQ(b.status, Status::ok) << describe(b);
   EXPECT_EQ(b.stdout_data, "passed 1\n") << describe(b);
   // ... and a REPL session starts and runs a cell.

@@ -1,6 +1,9 @@
 // Nothing is left behind: many runs, consecutive and concurrent, ending well or badly, leave no
 // cgroup, no mount, no child process and no file descriptor behind in the process that ran them.
-// These run serially (see security_tests.cmake) so that no other test's runs are counted.
+// What is compared is the set of things present before and after, limited to what these runs could
+// have made: mounts in this process's own mount table, cgroups made by this process (or the CLI
+// processes it ran), this process's children and fds. These run serially (see
+// security_tests.cmake), as they load the machine.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <thread>
 
 #include "security_test_util.hpp"
+#include "support/host_probes.hpp"
 
 namespace rlm::sectest {
 namespace {
@@ -18,26 +22,12 @@ namespace {
 // unified mount, or a v2-only root), the parents themselves excluded.
 std::set<std::string> cgroup_dirs() {
   std::set<std::string> dirs;
-  std::vector<std::filesystem::path> parents{"/sys/fs/cgroup/rlm-sandbox"};
-  std::error_code ec;
-  for (const auto& hierarchy : std::filesystem::directory_iterator("/sys/fs/cgroup", ec))
-    parents.push_back(hierarchy.path() / "rlm-sandbox");
-  for (const auto& parent : parents) {
-    if (!std::filesystem::is_directory(parent, ec)) continue;
-    for (auto it = std::filesystem::recursive_directory_iterator(parent, ec);
-         it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) break;
-      if (it->is_directory(ec)) dirs.insert(it->path().string());
-    }
-  }
+  std::vector<std::string> parents{"/sys/fs/cgroup/rlm-sandbox"};
+  for (const auto& hierarchy : test::directories_below("/sys/fs/cgroup", 1))
+    parents.push_back(hierarchy + "/rlm-sandbox");
+  for (const auto& parent : parents)
+    for (auto& dir : test::directories_below(parent, 64)) dirs.insert(std::move(dir));
   return dirs;
-}
-
-std::set<std::string> mountinfo_lines() {
-  std::set<std::string> lines;
-  std::istringstream in(read_file("/proc/self/mountinfo"));
-  for (std::string line; std::getline(in, line);) lines.insert(line);
-  return lines;
 }
 
 std::set<pid_t> child_processes() {
@@ -75,46 +65,50 @@ struct Footprint {
   std::map<int, std::string> fds;
 
   static Footprint take() {
-    return {cgroup_dirs(), mountinfo_lines(), child_processes(), open_fds()};
+    return {cgroup_dirs(), test::mount_table(), child_processes(), open_fds()};
   }
 };
 
-// Whether a run group belongs to a live process other than this one. Group names start with the
-// owning runtime process's pid ("<pid>-<starttime>-<pidns>-<counter>", see the cgroup code); other
-// processes on this machine (another build's tests) may be running sandboxes while we count.
-bool owned_by_another_live_process(const std::string& dir) {
+// Whether a run group was made by one of `runtimes`: group names start with the pid of the runtime
+// process that made them ("<pid>-<starttime>-<pidns>-<counter>", see the cgroup code). Other
+// runtimes on this machine (another build's tests) make groups while we count, and one that dies
+// (killed on purpose by its test) leaves its group until a later runtime collects it.
+bool made_by(const std::string& dir, const std::set<pid_t>& runtimes) {
   std::filesystem::path path(dir);
   while (path.has_parent_path() && path.parent_path().filename() != "rlm-sandbox")
     path = path.parent_path();
   const std::string name = path.filename().string();
   const auto dash = name.find('-');
   if (dash == 0 || dash == std::string::npos || name.find_first_not_of("0123456789") != dash)
-    return false;  // not a run id: counted
-  const pid_t owner = static_cast<pid_t>(std::stol(name.substr(0, dash)));
-  return owner != ::getpid() && test::process_alive(owner);
+    return true;  // not a run id: counted
+  return runtimes.count(static_cast<pid_t>(std::stol(name.substr(0, dash)))) > 0;
 }
 
-// Cgroup directories that are new since `before` and not another live process's. A group that is
+// Cgroup directories that are new since `before` and made by one of `runtimes`. A group that is
 // being removed as the run returns gets a moment to go; a leaked group stays forever.
-std::vector<std::string> new_cgroups(const Footprint& before) {
+std::vector<std::string> new_cgroups(const Footprint& before, const std::set<pid_t>& runtimes) {
   std::vector<std::string> leaked;
   for (int attempt = 0; attempt < 30; ++attempt) {
     leaked.clear();
     for (const auto& dir : cgroup_dirs())
-      if (!before.cgroups.count(dir) && !owned_by_another_live_process(dir)) leaked.push_back(dir);
+      if (!before.cgroups.count(dir) && made_by(dir, runtimes)) leaked.push_back(dir);
     if (leaked.empty()) return leaked;
     std::this_thread::sleep_for(100ms);
   }
   return leaked;
 }
 
-void expect_nothing_left(const Footprint& before, const std::string& what) {
+// `runtimes`: the processes whose runs are counted, this one unless the test started others.
+void expect_nothing_left(const Footprint& before, const std::string& what,
+                         const std::set<pid_t>& runtimes = {::getpid()}) {
   auto after = Footprint::take();
-  for (const auto& dir : new_cgroups(before))
+  for (const auto& dir : new_cgroups(before, runtimes))
     ADD_FAILURE() << what << " left a cgroup behind: " << dir;
-  for (const auto& line : after.mounts)
+  const auto mounts = test::mount_table_since(before.mounts);
+  for (const auto& line : mounts)
     if (!before.mounts.count(line)) ADD_FAILURE() << what << " left a mount behind: " << line;
-  EXPECT_EQ(after.mounts.size(), before.mounts.size()) << what << ": mountinfo line count";
+  for (const auto& line : before.mounts)
+    if (!mounts.count(line)) ADD_FAILURE() << what << " removed a mount: " << line;
   for (pid_t pid : after.children)
     if (!before.children.count(pid))
       ADD_FAILURE() << what << " left a child process behind: pid " << pid << " "
@@ -128,6 +122,9 @@ void expect_nothing_left(const Footprint& before, const std::string& what) {
 class CleanupTest : public NamespaceTest {
  protected:
   void SetUp() override {
+    // Mounts are compared in a mount table only this process and its runs change (where this
+    // process may make one), so that a mount or unmount elsewhere on the machine is not counted.
+    test::isolate_mount_table();
     NamespaceTest::SetUp();
     if (HasFatalFailure()) return;
     // One run first, so whatever a backend sets up once per process (stale-group collection,
@@ -234,13 +231,16 @@ TEST_F(CleanupTest, RunsThatEndBadlyLeaveNothingBehind) {
 
 TEST_F(CleanupTest, CliRunsLeaveNothingBehindOnTheHost) {
   auto before = Footprint::take();
+  std::set<pid_t> runtimes{::getpid()};  // each CLI process is the runtime of its run
   for (int i = 0; i < 50; ++i) {
     auto out = cli({"run", "--", "true"});
+    runtimes.insert(out.pid);
     ASSERT_EQ(out.exit_code, 0) << out.err;
   }
   auto timed_out = cli({"run", "--timeout", "300ms", "--", "sh", "-c", "sleep 60 & sleep 60"});
+  runtimes.insert(timed_out.pid);
   EXPECT_EQ(timed_out.exit_code, 124) << timed_out.err;
-  expect_nothing_left(before, "51 CLI runs");
+  expect_nothing_left(before, "51 CLI runs", runtimes);
 }
 
 }  // namespace

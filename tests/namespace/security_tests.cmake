@@ -1,12 +1,15 @@
 # Security and acceptance suite of the namespace backend: escape attempts from inside the default
-# sandbox (security_escape_test.cpp), resource attacks with deadlines (security_limits_test.cpp)
+# sandbox (security_escape_*_test.cpp: through the filesystem, the network, and processes and the
+# kernel), resource attacks with deadlines (security_limits_test.cpp)
 # and leftovers after many runs (security_cleanup_test.cpp). docs/security.md maps each property
 # of the threat model to its test.
-rlm_add_test(namespace_security_tests ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_test.cpp)
+rlm_add_test(namespace_security_tests
+  ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_filesystem_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_network_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_process_test.cpp)
 add_dependencies(namespace_security_tests rlm-sandbox rlm-sandbox-init)
 
-# These load the machine, assert deadlines or count what exists machine-wide (cgroups, mounts), so
-# no other test may run beside them.
+# These load the machine and assert deadlines, so no other test may run beside them.
 add_executable(namespace_security_serial_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/security_limits_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/security_cleanup_test.cpp)

@@ -10,6 +10,7 @@
 
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rlm::test {
 
@@ -34,26 +35,5 @@ inline Diagnostic only_problem_in(const std::string& text) {
                 << listed;
   return {};
 }
-
-// Sets an environment variable for one scope and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace rlm::test

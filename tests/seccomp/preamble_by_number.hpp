@@ -4,8 +4,8 @@
 // syscalls (open_tree_attr, statmount, listmount), and the point is to check the numbers the
 // kernel really dispatches on. Numbers from 424 on are the same on every architecture.
 // tests/seccomp/kernel_test.cpp checks that this list is exactly the preamble's, and calls each
-// under the compiled filter; tests/namespace/security_escape_test.cpp calls each from inside a
-// sandbox.
+// under the compiled filter; tests/namespace/security_escape_process_test.cpp calls each from
+// inside a sandbox.
 #pragma once
 
 #include <cerrno>

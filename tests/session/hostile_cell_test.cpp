@@ -298,11 +298,10 @@ TEST_P(HostileCell, LargeQueriesFloodingASlowLmStayWithinTheSessionBuffer) {
   auto lm = std::make_shared<SlowLm>(3000ms);
   auto session = open(lm);
   auto cell = attack(*session,
-                     "filler = b'x' * (8 << 20)\n"
-                     "for i in range(40):\n"
-                     "    raw(b'{\"type\": \"llm_query\", \"id\": %d, \"prompt\": \"' % (10**6 + i)"
-                     " + filler + b'\", \"model\": null}')\n"
-                     "while True: pass",
+                     R"py(filler = b'x' * (8 << 20)
+for i in range(40):
+    raw(b'{"type": "llm_query", "id": %d, "prompt": "' % (10**6 + i) + filler + b'", "model": null}')
+while True: pass)py",
                      1500ms);
   EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
   EXPECT_LT(took_, 1500ms + 500ms);
@@ -315,11 +314,10 @@ TEST_P(HostileCell, LargeQueriesFloodingASlowLmStayWithinTheSessionBuffer) {
 TEST_P(HostileCell, ACellThatNeverReadsItsRepliesStillTimesOut) {
   auto session = open(make_llm_handler("echo"));
   auto cell = attack(*session,
-                     "filler = b'y' * 32768\n"
-                     "for i in range(700):\n"
-                     "    raw(b'{\"type\": \"llm_query\", \"id\": %d, \"prompt\": \"' % (10**6 + i)"
-                     " + filler + b'\", \"model\": null}')\n"
-                     "time.sleep(100)",
+                     R"py(filler = b'y' * 32768
+for i in range(700):
+    raw(b'{"type": "llm_query", "id": %d, "prompt": "' % (10**6 + i) + filler + b'", "model": null}')
+time.sleep(100))py",
                      1500ms);
   EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
   EXPECT_LT(took_, 1500ms + 500ms);
@@ -331,22 +329,20 @@ TEST_P(HostileCell, ACellThatNeverReadsItsRepliesStillTimesOut) {
 TEST_P(HostileCell, FdsOnAnyFrameButForkAreClosedAtOnce) {
   auto session = open(make_llm_handler("echo"));
   auto cell = attack(*session,
-                     "import array\n"
-                     "mine, theirs = socket.socketpair()\n"
-                     "fds = array.array('i', [theirs.fileno()] * 4)\n"
-                     "body = b'{\"type\": \"llm_query\", \"id\": 999999, \"prompt\": \"' + "
-                     "b'z' * 3000 + b'\", \"model\": null}'\n"
-                     "data = len(body).to_bytes(4, 'big') + body\n"
-                     "for i in range(len(data)):\n"
-                     "    while True:\n"
-                     "        try:\n"
-                     "            _sock.sendmsg([data[i:i + 1]], "
-                     "[(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])\n"
-                     "            break\n"
-                     "        except OSError as e:\n"
-                     "            if e.errno != errno.ETOOMANYREFS: raise\n"
-                     "            time.sleep(0.001)\n"
-                     "marker = 'kept'",
+                     R"py(import array
+mine, theirs = socket.socketpair()
+fds = array.array('i', [theirs.fileno()] * 4)
+body = b'{"type": "llm_query", "id": 999999, "prompt": "' + b'z' * 3000 + b'", "model": null}'
+data = len(body).to_bytes(4, 'big') + body
+for i in range(len(data)):
+    while True:
+        try:
+            _sock.sendmsg([data[i:i + 1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            break
+        except OSError as e:
+            if e.errno != errno.ETOOMANYREFS: raise
+            time.sleep(0.001)
+marker = 'kept')py",
                      5000ms);
   EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
   auto next = session->execute("print(marker)", 3000ms);
@@ -359,22 +355,20 @@ TEST_P(HostileCell, FdsOnAnyFrameButForkAreClosedAtOnce) {
 TEST_P(HostileCell, OneFdOnTheFirstByteOfEveryFrameIsNotHeld) {
   auto session = open(make_llm_handler("echo"));
   auto cell = attack(*session,
-                     "import array\n"
-                     "mine, theirs = socket.socketpair()\n"
-                     "fds = array.array('i', [theirs.fileno()])\n"
-                     "for i in range(2000):\n"
-                     "    body = json.dumps({'type': 'llm_query', 'id': 10**6 + i, 'prompt': 'p',"
-                     " 'model': None}).encode()\n"
-                     "    while True:\n"
-                     "        try:\n"
-                     "            _sock.sendmsg([len(body).to_bytes(4, 'big')], "
-                     "[(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])\n"
-                     "            break\n"
-                     "        except OSError as e:\n"
-                     "            if e.errno != errno.ETOOMANYREFS: raise\n"
-                     "            time.sleep(0.001)\n"
-                     "    _sock.sendall(body)\n"
-                     "time.sleep(100)",
+                     R"py(import array
+mine, theirs = socket.socketpair()
+fds = array.array('i', [theirs.fileno()])
+for i in range(2000):
+    body = json.dumps({'type': 'llm_query', 'id': 10**6 + i, 'prompt': 'p', 'model': None}).encode()
+    while True:
+        try:
+            _sock.sendmsg([len(body).to_bytes(4, 'big')], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            break
+        except OSError as e:
+            if e.errno != errno.ETOOMANYREFS: raise
+            time.sleep(0.001)
+    _sock.sendall(body)
+time.sleep(100))py",
                      3000ms);
   EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);
   EXPECT_EQ(session->execute("print('after')").stdout_data, "after\n");
@@ -384,18 +378,14 @@ TEST_P(HostileCell, OneFdOnTheFirstByteOfEveryFrameIsNotHeld) {
 // socket; a pipe ends the session instead of becoming a channel.
 TEST_P(HostileCell, AForkFrameFdMustBeAUnixStreamSocket) {
   auto session = open();
-  auto cell = session->execute(
-      kPrelude +
-          "r, w = os.pipe()\n"
-          "raw(json.dumps({'type': 'cell_result', 'id': cell_id(), 'status': 'ok', 'stdout': '',"
-          " 'stderr': ''}).encode())\n"
-          "body = json.dumps({'type': 'fork', 'id': 0, 'pid': 1}).encode()\n"
-          "_sock.sendmsg([len(body).to_bytes(4, 'big')], "
-          "[(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(__import__('array')"
-          ".array('i', [r]))))])\n"
-          "_sock.sendall(body)\n"
-          "time.sleep(5)",
-      5000ms);
+  auto cell = session->execute(kPrelude +
+                                   R"py(r, w = os.pipe()
+raw(json.dumps({'type': 'cell_result', 'id': cell_id(), 'status': 'ok', 'stdout': '', 'stderr': ''}).encode())
+body = json.dumps({'type': 'fork', 'id': 0, 'pid': 1}).encode()
+_sock.sendmsg([len(body).to_bytes(4, 'big')], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(__import__('array').array('i', [r]))))])
+_sock.sendall(body)
+time.sleep(5))py",
+                               5000ms);
   EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
   try {
     session->execute("1", 3000ms);
@@ -413,12 +403,11 @@ TEST_P(HostileCell, CpuUsedWhileWaitingForTheLmCounts) {
   auto session = open(std::make_shared<SlowLm>(2000ms));
   const auto start = Clock::now();
   auto cell = session->execute(
-      "import subprocess, sys\n"
-      "burners = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in "
-      "range(2)]\n"
-      "for _ in range(4):\n"
-      "    llm_query('slow')\n"
-      "print('finished')",
+      R"py(import subprocess, sys
+burners = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]
+for _ in range(4):
+    llm_query('slow')
+print('finished'))py",
       1000ms);
   const auto took = Clock::now() - start;
   EXPECT_EQ(cell.status, CellStatus::timeout) << dump(cell);

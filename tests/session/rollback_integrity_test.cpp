@@ -77,13 +77,13 @@ TEST_F(RollbackIntegrity, ACellCannotWriteIntoItsCheckpointThroughProcMem) {
                 .status,
             CellStatus::ok);
   auto attack = run(std::string(kAttackPrelude) +
-                        "def write():\n"
-                        "    with open('/proc/%d/mem' % os.getppid(), 'r+b', buffering=0) as mem:\n"
-                        "        mem.seek(address)\n"
-                        "        mem.write(b'AFTER!')\n"
-                        "attempt('write', write)\n"
-                        "print(outcomes, flush=True)\n"
-                        "while True: pass",
+                        R"py(def write():
+    with open('/proc/%d/mem' % os.getppid(), 'r+b', buffering=0) as mem:
+        mem.seek(address)
+        mem.write(b'AFTER!')
+attempt('write', write)
+print(outcomes, flush=True)
+while True: pass)py",
                     1000ms);
   EXPECT_EQ(attack.status, CellStatus::timeout) << dump(attack);
   EXPECT_TRUE(attack.rolled_back);
@@ -94,18 +94,18 @@ TEST_F(RollbackIntegrity, ACellCannotWriteIntoItsCheckpointThroughProcMem) {
 TEST_F(RollbackIntegrity, ACellCannotReadItsCheckpointOrTheWorkerRoot) {
   ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
   auto attack = run(std::string(kAttackPrelude) +
-                    "root = llm_query.__globals__['ROOT_PID']\n"
-                    "def read(path):\n"
-                    "    with open(path, 'rb') as f:\n"
-                    "        f.read(1)\n"
-                    "for pid in (os.getppid(), root):\n"
-                    "    for what in ('mem', 'environ', 'auxv'):\n"
-                    "        attempt('%s of %d' % (what, pid),\n"
-                    "                lambda: read('/proc/%d/%s' % (pid, what)))\n"
-                    "    attempt('fd of %d' % pid, lambda: os.listdir('/proc/%d/fd' % pid))\n"
-                    "    attempt('oom_score_adj of %d' % pid,\n"
-                    "            lambda: open('/proc/%d/oom_score_adj' % pid, 'w').close())\n"
-                    "print(len(outcomes), unexpected())");
+                    R"py(root = llm_query.__globals__['ROOT_PID']
+def read(path):
+    with open(path, 'rb') as f:
+        f.read(1)
+for pid in (os.getppid(), root):
+    for what in ('mem', 'environ', 'auxv'):
+        attempt('%s of %d' % (what, pid),
+                lambda: read('/proc/%d/%s' % (pid, what)))
+    attempt('fd of %d' % pid, lambda: os.listdir('/proc/%d/fd' % pid))
+    attempt('oom_score_adj of %d' % pid,
+            lambda: open('/proc/%d/oom_score_adj' % pid, 'w').close())
+print(len(outcomes), unexpected()))py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_EQ(attack.stdout_data, "10 {}\n");
   expect_session_intact("safe");
@@ -117,30 +117,27 @@ TEST_F(RollbackIntegrity, ACellCannotSignalItsCheckpointSnapshotsOrTheWorkerRoot
   ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
   const auto snapshot = session_->snapshot();
   ASSERT_EQ(run("kept = 'after the snapshot'").status, CellStatus::ok);
-  auto attack =
-      run(std::string(kAttackPrelude) +
-          "libc = ctypes.CDLL(None, use_errno=True)\n"
-          "def checked(rc):\n"
-          "    if rc != 0:\n"
-          "        raise OSError(ctypes.get_errno(), 'failed')\n"
-          "SYS_tgkill, SYS_tkill, SYS_rt_tgsigqueueinfo = 234, 200, 297\n"
-          "assert len(older) >= 4, older\n"
-          "for pid in older:\n"
-          "    for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL, signal.SIGINT):\n"
-          "        tag = '%d/%d ' % (pid, sig)\n"
-          "        attempt(tag + 'kill', lambda: os.kill(pid, sig))\n"
-          "        attempt(tag + 'tgkill', lambda: checked(libc.syscall(SYS_tgkill, pid, pid, "
-          "sig)))\n"
-          "        attempt(tag + 'tkill', lambda: checked(libc.syscall(SYS_tkill, pid, sig)))\n"
-          "        attempt(tag + 'sigqueue', lambda: checked(libc.sigqueue(pid, sig, 0)))\n"
-          "        info = (ctypes.c_int * 32)(sig, 0, -1)\n"
-          "        attempt(tag + 'rt_tgsigqueueinfo', lambda: checked(libc.syscall(\n"
-          "            SYS_rt_tgsigqueueinfo, pid, pid, sig, ctypes.byref(info))))\n"
-          "        attempt(tag + 'pidfd', lambda: signal.pidfd_send_signal(os.pidfd_open(pid), "
-          "sig))\n"
-          "        if pid != 1:\n"
-          "            attempt(tag + 'killpg', lambda: os.killpg(os.getpgid(pid), sig))\n"
-          "print(len(older), len(outcomes), unexpected())");
+  auto attack = run(std::string(kAttackPrelude) +
+                    R"py(libc = ctypes.CDLL(None, use_errno=True)
+def checked(rc):
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), 'failed')
+SYS_tgkill, SYS_tkill, SYS_rt_tgsigqueueinfo = 234, 200, 297
+assert len(older) >= 4, older
+for pid in older:
+    for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL, signal.SIGINT):
+        tag = '%d/%d ' % (pid, sig)
+        attempt(tag + 'kill', lambda: os.kill(pid, sig))
+        attempt(tag + 'tgkill', lambda: checked(libc.syscall(SYS_tgkill, pid, pid, sig)))
+        attempt(tag + 'tkill', lambda: checked(libc.syscall(SYS_tkill, pid, sig)))
+        attempt(tag + 'sigqueue', lambda: checked(libc.sigqueue(pid, sig, 0)))
+        info = (ctypes.c_int * 32)(sig, 0, -1)
+        attempt(tag + 'rt_tgsigqueueinfo', lambda: checked(libc.syscall(
+            SYS_rt_tgsigqueueinfo, pid, pid, sig, ctypes.byref(info))))
+        attempt(tag + 'pidfd', lambda: signal.pidfd_send_signal(os.pidfd_open(pid), sig))
+        if pid != 1:
+            attempt(tag + 'killpg', lambda: os.killpg(os.getpgid(pid), sig))
+print(len(older), len(outcomes), unexpected()))py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_NE(attack.stdout_data.find(" {}\n"), std::string::npos) << dump(attack);
   expect_session_intact("after the snapshot");
@@ -153,12 +150,12 @@ TEST_F(RollbackIntegrity, ACellCannotSignalItsCheckpointSnapshotsOrTheWorkerRoot
 TEST_F(RollbackIntegrity, ACellCannotSignalThroughItsProcessGroupOrABroadcast) {
   ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
   auto attack = run(std::string(kAttackPrelude) +
-                    "attempt('broadcast', lambda: os.kill(-1, signal.SIGKILL))\n"
-                    "os.setpgid(0, os.getpgid(os.getppid()))\n"
-                    "attempt('own group', lambda: os.kill(0, signal.SIGKILL))\n"
-                    "attempt('killpg', lambda: os.killpg(0, signal.SIGSTOP))\n"
-                    "os.setpgid(0, 0)\n"
-                    "print(outcomes)");
+                    R"py(attempt('broadcast', lambda: os.kill(-1, signal.SIGKILL))
+os.setpgid(0, os.getpgid(os.getppid()))
+attempt('own group', lambda: os.kill(0, signal.SIGKILL))
+attempt('killpg', lambda: os.killpg(0, signal.SIGSTOP))
+os.setpgid(0, 0)
+print(outcomes))py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_EQ(attack.stdout_data,
             "{'broadcast': 'EPERM', 'own group': 'EPERM', 'killpg': 'EPERM'}\n");
@@ -172,28 +169,28 @@ TEST_F(RollbackIntegrity, ACellCannotSignalThroughItsProcessGroupOrABroadcast) {
 // be hurt by it.
 TEST_F(RollbackIntegrity, ACellCannotHaveTheKernelHangUpTheRootsProcessGroup) {
   ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
-  auto attack =
-      run("import os, signal, time\n"
-          "root_group = os.getpgid(llm_query.__globals__['ROOT_PID'])\n"
-          "r, w = os.pipe()\n"
-          "if os.fork() == 0:\n"
-          "    os.setpgid(0, root_group)\n"
-          "    pid = os.fork()\n"
-          "    if pid == 0:\n"
-          "        os.kill(os.getpid(), signal.SIGSTOP)\n"
-          "        os._exit(0)\n"
-          "    os.write(w, str(pid).encode())\n"
-          "    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':\n"
-          "        time.sleep(0.01)\n"
-          "    os._exit(0)  # the group loses the member that anchored it\n"
-          "stopped = int(os.read(r, 16))\n"
-          "os.wait()\n"
-          "time.sleep(0.3)\n"
-          "try:\n"
-          "    os.kill(stopped, signal.SIGKILL)\n"
-          "    print('not hung up')\n"
-          "except ProcessLookupError:\n"
-          "    print('hung up')  # the kernel did send the group SIGHUP\n");
+  auto attack = run(R"py(import os, signal, time
+root_group = os.getpgid(llm_query.__globals__['ROOT_PID'])
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setpgid(0, root_group)
+    pid = os.fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)
+    os.write(w, str(pid).encode())
+    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':
+        time.sleep(0.01)
+    os._exit(0)  # the group loses the member that anchored it
+stopped = int(os.read(r, 16))
+os.wait()
+time.sleep(0.3)
+try:
+    os.kill(stopped, signal.SIGKILL)
+    print('not hung up')
+except ProcessLookupError:
+    print('hung up')  # the kernel did send the group SIGHUP
+)py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_EQ(attack.stdout_data, "hung up\n");
   expect_session_intact("safe");
@@ -204,20 +201,17 @@ TEST_F(RollbackIntegrity, ACellCannotHaveTheKernelHangUpTheRootsProcessGroup) {
 TEST_F(RollbackIntegrity, ACellCannotRouteSigioToItsCheckpointOrChangeItsLimits) {
   ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
   auto attack = run(std::string(kAttackPrelude) +
-                    "import fcntl, resource, struct\n"
-                    "r, w = os.pipe()\n"
-                    "ppid = os.getppid()\n"
-                    "attempt('F_SETOWN', lambda: fcntl.fcntl(r, fcntl.F_SETOWN, ppid))\n"
-                    "attempt('F_SETOWN group', lambda: fcntl.fcntl(r, fcntl.F_SETOWN, "
-                    "-os.getpgid(ppid)))\n"
-                    "attempt('F_SETOWN_EX', lambda: fcntl.fcntl(r, 15, struct.pack('ii', 1, "
-                    "ppid)))\n"
-                    "fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG\n"
-                    "fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)\n"
-                    "os.write(w, b'x')\n"
-                    "attempt('prlimit', lambda: resource.prlimit(ppid, resource.RLIMIT_NOFILE, "
-                    "(0, 0)))\n"
-                    "print(outcomes, resource.prlimit(ppid, resource.RLIMIT_NOFILE)[0] > 0)");
+                    R"py(import fcntl, resource, struct
+r, w = os.pipe()
+ppid = os.getppid()
+attempt('F_SETOWN', lambda: fcntl.fcntl(r, fcntl.F_SETOWN, ppid))
+attempt('F_SETOWN group', lambda: fcntl.fcntl(r, fcntl.F_SETOWN, -os.getpgid(ppid)))
+attempt('F_SETOWN_EX', lambda: fcntl.fcntl(r, 15, struct.pack('ii', 1, ppid)))
+fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG
+fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)
+os.write(w, b'x')
+attempt('prlimit', lambda: resource.prlimit(ppid, resource.RLIMIT_NOFILE, (0, 0)))
+print(outcomes, resource.prlimit(ppid, resource.RLIMIT_NOFILE)[0] > 0))py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_EQ(attack.stdout_data,
             "{'F_SETOWN': 'EPERM', 'F_SETOWN group': 'EPERM', 'F_SETOWN_EX': 'EPERM', "
@@ -229,48 +223,45 @@ TEST_F(RollbackIntegrity, ACellCannotRouteSigioToItsCheckpointOrChangeItsLimits)
 // the rollback still kills what a timed-out cell left behind, reparented or not.
 TEST_F(RollbackIntegrity, ACellStillSignalsWhatItStartedAndRollbackStillCleansUp) {
   ASSERT_EQ(run("kept = 'safe'").status, CellStatus::ok);
-  auto own =
-      run("import os, signal, subprocess, threading, time\n"
-          "p = subprocess.Popen(['sleep', '60'])\n"
-          "p.kill()\n"
-          "group = subprocess.Popen(['sh', '-c', 'sleep 60 & sleep 60'], start_new_session=True)\n"
-          "time.sleep(0.2)\n"
-          "os.killpg(group.pid, signal.SIGTERM)\n"
-          "got = []\n"
-          "signal.signal(signal.SIGUSR1, lambda *a: got.append('usr1'))\n"
-          "os.kill(os.getpid(), signal.SIGUSR1)\n"
-          "signal.raise_signal(signal.SIGUSR1)\n"
-          "t = threading.Thread(target=time.sleep, args=(0.2,))\n"
-          "t.start()\n"
-          "signal.pthread_kill(t.ident, 0)\n"
-          "t.join()\n"
-          "os.kill(p.pid, 0)  # a zombie still exists\n"
-          "print(p.wait(), group.wait(), got)");
+  auto own = run(R"py(import os, signal, subprocess, threading, time
+p = subprocess.Popen(['sleep', '60'])
+p.kill()
+group = subprocess.Popen(['sh', '-c', 'sleep 60 & sleep 60'], start_new_session=True)
+time.sleep(0.2)
+os.killpg(group.pid, signal.SIGTERM)
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append('usr1'))
+os.kill(os.getpid(), signal.SIGUSR1)
+signal.raise_signal(signal.SIGUSR1)
+t = threading.Thread(target=time.sleep, args=(0.2,))
+t.start()
+signal.pthread_kill(t.ident, 0)
+t.join()
+os.kill(p.pid, 0)  # a zombie still exists
+print(p.wait(), group.wait(), got))py");
   EXPECT_EQ(own.status, CellStatus::ok) << dump(own);
   EXPECT_EQ(own.stdout_data, "-9 -15 ['usr1', 'usr1']\n");
 
   // A double-forked daemon in its own session, reparented to the worker's root: the timed-out
   // cell's rollback (done by the older checkpoint) must still reach it.
-  auto leave =
-      run("import os, time\n"
-          "if os.fork() == 0:\n"
-          "    os.setsid()\n"
-          "    if os.fork() == 0:\n"
-          "        with open('/tmp/daemon.pid', 'w') as f:\n"
-          "            f.write(str(os.getpid()))\n"
-          "        time.sleep(600)\n"
-          "    os._exit(0)\n"
-          "while True: pass",
-          1500ms);
+  auto leave = run(R"py(import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open('/tmp/daemon.pid', 'w') as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+    os._exit(0)
+while True: pass)py",
+                   1500ms);
   EXPECT_EQ(leave.status, CellStatus::timeout) << dump(leave);
-  auto gone =
-      run("import os\n"
-          "pid = int(open('/tmp/daemon.pid').read())\n"
-          "try:\n"
-          "    os.kill(pid, 0)\n"
-          "    print(open('/proc/%d/stat' % pid).read().split()[2])\n"
-          "except ProcessLookupError:\n"
-          "    print('gone')");
+  auto gone = run(R"py(import os
+pid = int(open('/tmp/daemon.pid').read())
+try:
+    os.kill(pid, 0)
+    print(open('/proc/%d/stat' % pid).read().split()[2])
+except ProcessLookupError:
+    print('gone'))py");
   EXPECT_EQ(gone.stdout_data, "gone\n") << dump(gone);
 
   auto crash = run("import os\nkept = 'crashing'\nos.kill(os.getpid(), 9)");
@@ -291,11 +282,11 @@ TEST(RollbackIntegrityWithKillRules, TheGuardHoldsOnTopOfAPolicysNotifyProgram) 
   policy.seccomp.syscalls.push_back(kill_rules);
   auto session = make_backend("namespace")->open_session(policy, {});
   auto attack = session->execute(std::string(kAttackPrelude) +
-                                 "import subprocess\n"
-                                 "attempt('checkpoint', lambda: os.kill(os.getppid(), 9))\n"
-                                 "p = subprocess.Popen(['sleep', '60'])\n"
-                                 "p.kill()\n"
-                                 "print(outcomes, p.wait())");
+                                 R"py(import subprocess
+attempt('checkpoint', lambda: os.kill(os.getppid(), 9))
+p = subprocess.Popen(['sleep', '60'])
+p.kill()
+print(outcomes, p.wait()))py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_EQ(attack.stdout_data, "{'checkpoint': 'EPERM'} -9\n");
   // tkill is guarded, but the policy kills it: the caller dies of SIGSYS (a plain kill, not

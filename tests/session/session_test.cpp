@@ -76,6 +76,13 @@ class SessionTest : public ::testing::TestWithParam<std::string> {
     return backend_->open_session(policy_, std::move(options));
   }
 
+  // A session whose llm_query calls `llm` answers.
+  std::unique_ptr<Session> open_with_llm(std::shared_ptr<LlmHandler> llm) {
+    SessionOptions options;
+    options.llm = std::move(llm);
+    return open(std::move(options));
+  }
+
   Policy policy_;
   std::unique_ptr<Backend> backend_;
 };
@@ -132,9 +139,7 @@ TEST_P(SessionTest, ContextFromAFile) {
 }
 
 TEST_P(SessionTest, LlmQueryRoundTripsThroughTheEchoHandler) {
-  SessionOptions options;
-  options.llm = make_llm_handler("echo");
-  auto session = open(options);
+  auto session = open_with_llm(make_llm_handler("echo"));
   auto cell = session->execute("print(llm_query('ping'))");
   EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
   EXPECT_EQ(cell.stdout_data, "echo: ping\n");
@@ -143,9 +148,7 @@ TEST_P(SessionTest, LlmQueryRoundTripsThroughTheEchoHandler) {
 
 TEST_P(SessionTest, LlmWaitingDoesNotCountAgainstTheCellsTime) {
   auto handler = std::make_shared<SlowHandler>(1500ms);
-  SessionOptions options;
-  options.llm = handler;
-  auto session = open(options);
+  auto session = open_with_llm(handler);
   auto cell = session->execute("print(llm_query('slow', model='m1'))", 1000ms);
   if (GetParam() == "local") {
     // No cgroup, so no CPU time to hold the cell to while it waits: the wall clock is never
@@ -160,16 +163,14 @@ TEST_P(SessionTest, LlmWaitingDoesNotCountAgainstTheCellsTime) {
 
 TEST_P(SessionTest, BatchedQueriesRunConcurrentlyAndFailOneByOne) {
   auto handler = std::make_shared<SlowHandler>(200ms);
-  SessionOptions options;
-  options.llm = limit_llm_handler(handler, {.concurrency = 8});
-  auto session = open(options);
+  auto session = open_with_llm(limit_llm_handler(handler, {.concurrency = 8}));
   auto cell = session->execute(
-      "prompts = ['p%d' % i for i in range(19)]\n"
-      "prompts.insert(7, 'fail me')\n"
-      "answers = llm_query_batched(prompts)\n"
-      "texts = [a for a in answers if isinstance(a, str)]\n"
-      "errors = [str(a) for a in answers if isinstance(a, Exception)]\n"
-      "print(len(answers), len(texts), errors, answers[8])");
+      R"py(prompts = ['p%d' % i for i in range(19)]
+prompts.insert(7, 'fail me')
+answers = llm_query_batched(prompts)
+texts = [a for a in answers if isinstance(a, str)]
+errors = [str(a) for a in answers if isinstance(a, Exception)]
+print(len(answers), len(texts), errors, answers[8]))py");
   EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
   EXPECT_EQ(cell.stdout_data, "20 19 ['the model refused'] answer to p7 from ?\n");
   EXPECT_EQ(cell.llm_calls, 20u);
@@ -310,13 +311,13 @@ TEST(NamespaceSession, TheSandboxHasNoNetworkAndNoHostFiles) {
   auto backend = make_backend("namespace");
   auto session = backend->open_session(repl_policy(), {});
   auto probe = session->execute(
-      "import socket, os\n"
-      "try:\n"
-      "    socket.create_connection(('1.1.1.1', 53), timeout=1)\n"
-      "    print('connected')\n"
-      "except OSError as e:\n"
-      "    print('no network')\n"
-      "print(os.path.exists('/root'), os.listdir('/proc').count('1'))");
+      R"py(import socket, os
+try:
+    socket.create_connection(('1.1.1.1', 53), timeout=1)
+    print('connected')
+except OSError as e:
+    print('no network')
+print(os.path.exists('/root'), os.listdir('/proc').count('1')))py");
   EXPECT_EQ(probe.stdout_data, "no network\nFalse 1\n") << probe.to_json().dump();
 }
 

@@ -2,12 +2,17 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::test {
 namespace {
@@ -87,21 +92,33 @@ std::vector<pid_t> processes_with_environment(const std::string& needle) {
   return processes_whose("environ", needle);
 }
 
+std::vector<std::string> directories_below(const std::string& root, int max_depth) {
+  std::vector<std::string> found;
+  if (max_depth < 1) return found;
+  DIR* dir = opendir(root.c_str());
+  if (!dir) return found;  // gone, or not a directory
+  std::vector<std::string> here;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat info {};
+    const std::string path = root + "/" + name;
+    if (lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) here.push_back(path);
+  }
+  closedir(dir);
+  for (const auto& path : here) {
+    found.push_back(path);
+    for (auto& below : directories_below(path, max_depth - 1)) found.push_back(std::move(below));
+  }
+  return found;
+}
+
 std::vector<std::string> own_cgroup_dirs() {
-  namespace fs = std::filesystem;
   const std::string prefix = std::to_string(getpid()) + "-";
   std::vector<std::string> found;
-  std::error_code error;
-  fs::recursive_directory_iterator it("/sys/fs/cgroup",
-                                      fs::directory_options::skip_permission_denied, error);
-  for (; !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
-    if (it.depth() > 4) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (!it->is_directory(error) || it->is_symlink(error)) continue;
-    if (it->path().filename().string().starts_with(prefix)) found.push_back(it->path().string());
-  }
+  for (auto& dir : directories_below("/sys/fs/cgroup", 5))
+    if (std::filesystem::path(dir).filename().string().starts_with(prefix))
+      found.push_back(std::move(dir));
   return found;
 }
 
@@ -110,6 +127,41 @@ std::string mountinfo() {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+bool isolate_mount_table() {
+  static const bool isolated = [] {
+    std::size_t threads = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      (void)entry;
+      ++threads;
+    }
+    if (threads != 1 || unshare(CLONE_NEWNS) != 0) return false;
+    // The copy's mounts are still peers of the machine's: cut them off, then make them shared
+    // among this namespace and those cloned from it only.
+    return mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+           mount(nullptr, "/", nullptr, MS_REC | MS_SHARED, nullptr) == 0;
+  }();
+  return isolated;
+}
+
+std::set<std::string> mount_table() {
+  std::set<std::string> lines;
+  std::istringstream in(mountinfo());
+  for (std::string line; std::getline(in, line);) lines.insert(line);
+  return lines;
+}
+
+std::set<std::string> mount_table_since(const std::set<std::string>& before) {
+  std::set<std::string> lines = mount_table();
+  for (const auto& line : before) {
+    if (lines.count(line)) continue;
+    const auto parsed = sys::parse_mountinfo(line);
+    struct stat info {};
+    if (parsed.size() == 1 && lstat(parsed.front().mount_point.c_str(), &info) != 0)
+      lines.insert(line);  // detached with its mount point, by whoever removed that
+  }
+  return lines;
 }
 
 }  // namespace rlm::test

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,36 @@ std::vector<pid_t> processes_with_cmdline(const std::string& needle);
 // variables become spaces).
 std::vector<pid_t> processes_with_environment(const std::string& needle);
 
+// The directories below `root` down to `max_depth` levels (1: its entries only), symlinks not
+// followed. Other processes on the machine create and remove directories there (cgroups of their
+// sandboxes) while this reads: one that vanishes mid-walk is skipped, never ends the walk.
+std::vector<std::string> directories_below(const std::string& root, int max_depth);
+
 // cgroup directories this process created for its runs (their names start with "<pid>-", see
 // runtime/cgroup/run_id.hpp), anywhere under /sys/fs/cgroup.
 std::vector<std::string> own_cgroup_dirs();
 
 // This process's /proc/self/mountinfo.
 std::string mountinfo();
+
+// Moves this process into a mount namespace of its own, a copy of the one it is in, so that its
+// mount table changes only through this process and what it starts: a mount or unmount elsewhere
+// on the machine (another test's docker container, anything) no longer shows in it, while a mount
+// one of its runs leaves still does -- the copy's mounts are made shared anew, so a mount made in
+// a namespace cloned from it that propagates back appears here too. Done once per process; it
+// must be the only thread (a thread that already exists would stay behind). False, and nothing
+// changed, where that cannot be done (no CAP_SYS_ADMIN, more than one thread): the table read is
+// then the one the machine shares.
+bool isolate_mount_table();
+
+// The lines of /proc/self/mountinfo as a set: a mount made or removed between two readings is in
+// exactly one of them, whatever else changed in the order of the lines.
+std::set<std::string> mount_table();
+
+// The mount table now, to compare with `before`: the mounts of `before` whose mount point is gone
+// are counted as still there. When a process removes a directory something is mounted on, the
+// kernel detaches that mount in every mount namespace, an isolated one too (another test's docker
+// container going away does that); a mount a run of this process unmounted keeps its mount point.
+std::set<std::string> mount_table_since(const std::set<std::string>& before);
 
 }  // namespace rlm::test

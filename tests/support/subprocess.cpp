@@ -65,6 +65,7 @@ ProcessOutcome run_process(const std::vector<std::string>& argv, const ProcessOp
   signal(SIGPIPE, SIG_IGN);
 
   ProcessOutcome outcome;
+  outcome.pid = pid;
   size_t stdin_offset = 0;
   int in_fd = in_pipe[1];
   if (options.stdin_data.empty()) {

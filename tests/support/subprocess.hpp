@@ -12,6 +12,7 @@
 namespace rlm::test {
 
 struct ProcessOutcome {
+  pid_t pid = -1;       // the process, once started
   int exit_code = -1;   // when it exited
   int term_signal = 0;  // when a signal ended it
   std::string out, err;
