@@ -9,6 +9,6 @@ rlm_add_test(namespace_backend_tests
 # The backend execs rlm-sandbox-init from the same bin directory; one test drives the CLI.
 add_dependencies(namespace_backend_tests rlm-sandbox-init rlm-sandbox)
 # namespace/namespace_backend.hpp is internal to the library.
-target_include_directories(namespace_backend_tests PRIVATE ${PROJECT_SOURCE_DIR}/runtime)
+target_link_libraries(namespace_backend_tests PRIVATE rlm_sandbox_internals)
 # What a Result comes to as the CLI's exit status.
 target_link_libraries(namespace_backend_tests PRIVATE rlm_cli_exit_status)

@@ -5,7 +5,7 @@ rlm_add_test(child_setup_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/rootfs_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/loopback_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/privileges_test.cpp)
-target_include_directories(child_setup_tests PRIVATE ${PROJECT_SOURCE_DIR}/runtime)
+target_link_libraries(child_setup_tests PRIVATE rlm_sandbox_internals)
 
 # Run inside the sandbox (bound at /probe, or exec'd by fd like rlm-sandbox-init). Static like
 # init, so it needs nothing from the sandbox's /usr (sanitizer runtimes cannot be linked

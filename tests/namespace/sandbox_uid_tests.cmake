@@ -3,4 +3,4 @@
 rlm_add_test(namespace_uid_tests ${CMAKE_CURRENT_SOURCE_DIR}/sandbox_uid_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/sandbox_uid_slot_test.cpp)
 add_dependencies(namespace_uid_tests rlm-sandbox-init)
-target_include_directories(namespace_uid_tests PRIVATE ${PROJECT_SOURCE_DIR}/runtime)
+target_link_libraries(namespace_uid_tests PRIVATE rlm_sandbox_internals)

@@ -16,11 +16,11 @@
 #include <optional>
 #include <string>
 
-#include "rlm_init/protocol.hpp"
 #include "guard_program.hpp"
 #include "options.hpp"
 #include "payload.hpp"
 #include "report.hpp"
+#include "rlm_init/protocol.hpp"
 #include "seccomp_filter.hpp"
 #include "signal_guard.hpp"
 #include "supervisor.hpp"
