@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "docker/engine_api.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -19,20 +20,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
 
-std::string errno_text(int error) {
-  return std::generic_category().message(error);
-}
-
-int milliseconds_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1'000'000));
-}
-
 // Waits until `fd` is ready for `events`; false when the deadline passed first.
 bool wait_for(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd entry{fd, events, 0};
-    const int ready = ::poll(&entry, 1, milliseconds_left(deadline));
+    const int ready = ::poll(&entry, 1, sys::poll_timeout_ms(deadline));
     if (ready > 0) return true;
     if (ready == 0) return false;
     if (errno != EINTR) return false;
@@ -48,7 +40,7 @@ void send_all(int fd, std::string_view data, Clock::time_point deadline, const s
       if (!wait_for(fd, POLLOUT, deadline))
         throw DaemonError("the Docker daemon did not take " + what + " in time");
     } else {
-      throw DaemonError("cannot send " + what + " to the Docker daemon: " + errno_text(errno));
+      throw DaemonError("cannot send " + what + " to the Docker daemon: " + sys::errno_text(errno));
     }
   }
 }
@@ -90,16 +82,17 @@ HijackedConnection open_hijacked(const std::string& socket_path, std::string_vie
     throw DaemonError("the Docker socket path " + socket_path + " is too long");
   socket_path.copy(address.sun_path, socket_path.size());
   common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw DaemonError("cannot create a unix socket: " + errno_text(errno));
+  if (!fd) throw DaemonError("cannot create a unix socket: " + sys::errno_text(errno));
   // A unix-socket connect does not block on the network; only the exchange after it is timed.
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     const int error = errno;
     auto problem = socket_problem(socket_path);
-    throw DaemonError(
-        problem.empty() ? "cannot connect to " + socket_path + ": " + errno_text(error) : problem);
+    throw DaemonError(problem.empty()
+                          ? "cannot connect to " + socket_path + ": " + sys::errno_text(error)
+                          : problem);
   }
   if (::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK) != 0)
-    throw DaemonError("cannot make the Docker connection nonblocking: " + errno_text(errno));
+    throw DaemonError("cannot make the Docker connection nonblocking: " + sys::errno_text(errno));
 
   std::string request = std::string(method) + " /v" + std::string(kApiVersion) + path +
                         " HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n";
@@ -127,7 +120,7 @@ HijackedConnection open_hijacked(const std::string& socket_path, std::string_vie
         throw DaemonError("the Docker daemon did not answer " + what + " in time");
     } else {
       throw DaemonError("cannot read the Docker daemon's answer to " + what + ": " +
-                        errno_text(errno));
+                        sys::errno_text(errno));
     }
   }
 
