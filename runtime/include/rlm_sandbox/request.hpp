@@ -1,6 +1,7 @@
 // One execution: a command (argv) or a piece of code in a language.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -46,6 +47,12 @@ struct Request {
   std::vector<int> inherit_fds;
   int stop_fd = -1;
   std::function<void(std::function<LiveCounters()>)> on_started;
+
+  // When all three are >= 0, the payload's stdin, stdout and stderr are these fds themselves (the
+  // caller keeps ownership): output goes where they lead without passing through this process, so
+  // the Result has no stdout/stderr and limits.output_bytes is for the reader to enforce (a
+  // server's client does). stdin_data, stdin_fd, on_stdout and on_stderr must then be unset.
+  std::array<int, 3> payload_stdio{-1, -1, -1};
 
   // The payload may signal (and prlimit) only itself and processes started after it, so what it
   // starts can never touch what was there before it (a session's checkpoints). Enforced by the

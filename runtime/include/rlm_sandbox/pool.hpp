@@ -1,0 +1,63 @@
+// Warm pools: sandboxes built before anyone asks for one. A Pool keeps pre-built sandboxes of one
+// policy -- namespaces, root filesystem, cgroup and seccomp filter in place, rlm-sandbox-init
+// waiting for its payload -- and pre-started REPL sessions (the Python worker's imports done and
+// its first checkpoint taken, waiting for its context). run() and open_session() hand one over;
+// each is used once and destroyed, and nothing of one run is visible to the next. A background
+// thread refills; a drained pool runs on the cold path and never waits longer than a cold start.
+// docs/pools-and-server.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
+#include "rlm_sandbox/result.hpp"
+#include "rlm_sandbox/session.hpp"
+
+namespace rlm {
+
+struct PoolOptions {
+  std::size_t sandboxes = 2;  // warm run sandboxes kept ready
+  std::size_t sessions = 0;   // warm REPL sessions kept ready
+};
+
+struct PoolStats {
+  std::uint64_t warm_runs = 0, cold_runs = 0;           // runs served each way so far
+  std::uint64_t warm_sessions = 0, cold_sessions = 0;   // sessions opened each way so far
+  std::size_t ready_sandboxes = 0, ready_sessions = 0;  // waiting in the pool now
+};
+
+class Pool {
+ public:
+  // Selects the policy's backend (as select_backend does: fails closed, throws BackendUnavailable
+  // or Error) and starts filling in the background. Only the namespace backend has warm
+  // sandboxes; on any other, every run and session takes the cold path (stats() shows it).
+  Pool(Policy policy, PoolOptions options);
+  ~Pool();  // destroys every warm sandbox and session, and waits for the refill thread
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  const Policy& policy() const;
+
+  // As Backend::run with the pool's policy. Thread-safe: any number of threads may call it.
+  Result run(const Request& request);
+  // With `policy` instead: a warm sandbox serves it when it differs from the pool's policy only
+  // in tighter limits (written to the sandbox's cgroup and rlimits before the payload starts);
+  // any other difference takes the cold path. The caller has checked `policy` may be used
+  // (tightening.hpp).
+  Result run(const Request& request, const Policy& policy);
+
+  // As Backend::open_session with the pool's policy; a warm session is handed over with
+  // `options` (its context, its LM handler). Thread-safe.
+  std::unique_ptr<Session> open_session(SessionOptions options);
+
+  PoolStats stats() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace rlm

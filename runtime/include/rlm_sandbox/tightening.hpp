@@ -1,0 +1,28 @@
+// Whether one policy only tightens another: what a server checks before it runs a client's
+// policy (docs/pools-and-server.md). A client may lower limits, drop mounts, make binds
+// read-only, keep more namespaces, drop capabilities, add seccomp rules that only refuse more;
+// it may add a bind only beneath a host directory it was permitted.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/policy.hpp"
+
+namespace rlm {
+
+struct PermittedBind {
+  std::string beneath;    // absolute host directory: a new bind's source must be it or below it
+  bool writable = false;  // whether such a bind may be read-write
+};
+
+// Every way `candidate` is looser than `base` (a limit raised, a namespace dropped, a mount added
+// outside `permitted` or made writable, network opened, a capability added, a seccomp rule
+// removed or relaxed, the sandbox user changed, another backend preferred, unisolated runs
+// allowed, kernel-interface binds allowed), each located by its JSON path like a policy error.
+// Empty when `candidate` only tightens `base`.
+std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
+                                   const std::vector<PermittedBind>& permitted);
+
+}  // namespace rlm
