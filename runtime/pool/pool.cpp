@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "pool/session_pool.hpp"
 #include "rlm_sandbox/backend.hpp"
 
 namespace rlm {
@@ -11,16 +12,21 @@ struct Pool::State {
   Policy policy;
   PoolOptions options;
   std::unique_ptr<Backend> backend;
-  std::atomic<std::uint64_t> cold_runs{0}, cold_sessions{0};
+  std::atomic<std::uint64_t> cold_runs{0};
+  std::unique_ptr<pool::SessionPool> sessions;
 };
 
 Pool::Pool(Policy policy, PoolOptions options) : state_(std::make_unique<State>()) {
   state_->backend = select_backend(policy);
   state_->policy = std::move(policy);
   state_->options = options;
+  state_->sessions =
+      std::make_unique<pool::SessionPool>(*state_->backend, state_->policy, options.sessions);
 }
 
-Pool::~Pool() = default;
+Pool::~Pool() {
+  if (state_) state_->sessions.reset();  // before the backend they run on
+}
 
 const Policy& Pool::policy() const {
   return state_->policy;
@@ -36,14 +42,15 @@ Result Pool::run(const Request& request, const Policy& policy) {
 }
 
 std::unique_ptr<Session> Pool::open_session(SessionOptions options) {
-  ++state_->cold_sessions;
-  return state_->backend->open_session(state_->policy, std::move(options));
+  return state_->sessions->open(std::move(options));
 }
 
 PoolStats Pool::stats() const {
   PoolStats stats;
   stats.cold_runs = state_->cold_runs;
-  stats.cold_sessions = state_->cold_sessions;
+  stats.warm_sessions = state_->sessions->warm_opened();
+  stats.cold_sessions = state_->sessions->cold_opened();
+  stats.ready_sessions = state_->sessions->ready();
   return stats;
 }
 
