@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <span>
 
+#include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::session {
@@ -43,16 +45,48 @@ void Channel::close() {
 }
 
 bool Channel::send(const nlohmann::json& message) {
-  if (!fd_) return false;
+  return send(message, -1);
+}
+
+bool Channel::send(const nlohmann::json& message, int fd) {
+  if (!fd_ || (fd >= 0 && !outbound_.empty())) return false;
   std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string header(FrameDecoder::kHeader, '\0');
   const auto length = static_cast<std::uint32_t>(body.size());
   for (std::size_t i = 0; i < FrameDecoder::kHeader; ++i)
     header[i] = static_cast<char>((length >> (8 * (FrameDecoder::kHeader - 1 - i))) & 0xff);
-  unsent_ += header.size() + body.size();
-  outbound_.push_back(std::move(header));
+  std::size_t offset = 0;
+  if (fd >= 0) {
+    // The header goes first with the fd; a socket that takes none of it now is refused (nothing
+    // is queued before the hand-over, so its buffer is empty).
+    iovec part{header.data(), header.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr out{};
+    out.msg_iov = &part;
+    out.msg_iovlen = 1;
+    out.msg_control = control;
+    out.msg_controllen = sizeof control;
+    cmsghdr* rights = CMSG_FIRSTHDR(&out);
+    rights->cmsg_level = SOL_SOCKET;
+    rights->cmsg_type = SCM_RIGHTS;
+    rights->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(rights), &fd, sizeof fd);
+    ssize_t sent;
+    while ((sent = sendmsg(fd_.get(), &out, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0 && errno == EINTR) {
+    }
+    if (sent <= 0) return false;
+    offset = static_cast<std::size_t>(sent);
+  }
+  unsent_ += header.size() - offset + body.size();
+  if (offset < header.size()) outbound_.push_back(header.substr(offset));
   outbound_.push_back(std::move(body));
   return flush();
+}
+
+void Channel::set_max_frame(std::uint64_t max_frame) {
+  if (decoder_.buffered() != 0 || !frame_fds_.empty())
+    throw Error("the frame limit can only change between frames");
+  decoder_ = FrameDecoder(max_frame);  // counts frames from 0 again: no fd is held for one
 }
 
 bool Channel::flush() {

@@ -1,6 +1,9 @@
-"""The worker starts, says hello with its context, and ends on a broken protocol."""
+"""The worker starts, says hello, waits for its hand-over (the caller's context), and ends on
+a broken protocol."""
 
 import json
+import os
+import select
 import struct
 import unittest
 
@@ -9,14 +12,13 @@ from worker_host import (TOKEN, WorkerTestCase, descendants, is_gone, read_frame
 
 
 class StartupTest(WorkerTestCase):
-    def test_hello_has_token_pid_version_and_context_length(self):
+    def test_hello_has_token_pid_and_version_and_the_context_comes_with_the_handover(self):
         worker = self.start(context='h\u00e9llo')
         hello = worker.hello_frame
         self.assertEqual(hello['token'], TOKEN)
         self.assertIsInstance(hello['pid'], int)
         self.assertIn(hello['pid'], descendants(worker.proc.pid))
         self.assertRegex(hello['python'], r'^3\.\d+\.\d+$')
-        self.assertEqual(hello['context_length'], 6)  # bytes read
         self.assertEqual(self.stdout_of(worker, 'print(repr(context))'), "'h\u00e9llo'\n")
 
     def test_text_context_replaces_invalid_utf8(self):
@@ -29,13 +31,55 @@ class StartupTest(WorkerTestCase):
 
     def test_context_from_a_pipe(self):
         worker = self.start(context='piped', context_via_pipe=True)
-        self.assertEqual(worker.hello_frame['context_length'], 5)
         self.assertEqual(self.stdout_of(worker, 'context'), "'piped'\n")
+
+    def test_a_large_context_crosses_as_its_fd_not_in_a_frame(self):
+        data = 'x' * (3 << 20) + 'needle'  # over the frame maximum below
+        worker = self.start(context=data, max_frame=1 << 20)
+        self.assertEqual(self.stdout_of(worker, "print(len(context), context.find('needle'))"),
+                         '%d %d\n' % (len(data), len(data) - 6))
 
     def test_no_context_is_none(self):
         worker = self.start()
-        self.assertEqual(worker.hello_frame['context_length'], 0)
         self.assertEqual(self.stdout_of(worker, 'print(context)'), 'None\n')
+
+    def test_a_started_worker_waits_for_its_handover_without_forking(self):
+        # The warm state: hello said, the first interpreter alone, nothing more sent.
+        worker = self.start(hello=False, context='later')
+        hello = worker.hello(hand_over=False)
+        readable, _, _ = select.select([worker.first], [], [], 0.5)
+        self.assertEqual(readable, [])
+        self.assertEqual(sorted(descendants(worker.proc.pid)), [hello['pid']])
+        worker.hand_over()
+        worker.checkpoint = worker.first
+        worker.expect_fork(worker.first, 0)
+        self.assertEqual(self.stdout_of(worker, 'context'), "'later'\n")
+
+    def test_the_handover_sets_the_frame_maximum(self):
+        # Started with the default maximum; the caller's smaller one holds after the hand-over.
+        worker = self.start(hello=False)
+        worker.max_frame = 4096
+        worker.hello()
+        result = self.run_ok(worker, "print('y' * 10000)")
+        self.assertTrue(result['stdout_truncated'])
+        self.assertLess(len(result['stdout']), 4096)
+
+    def test_nothing_of_the_start_is_on_a_cells_stack(self):
+        # The token is for the hello alone: no frame below the cell (main, the first
+        # interpreter) keeps it, nor the Config they hold.
+        worker = self.start()
+        out = self.stdout_of(worker, (
+            "import sys\n"
+            "def _scan(reversed_token):\n"
+            "    f, seen = sys._getframe(1), []\n"
+            "    while f is not None:\n"
+            "        for v in list(f.f_locals.values()):\n"
+            "            seen.append(repr(v))\n"
+            "            seen.append(repr(getattr(v, '__dict__', None)))\n"
+            "        f = f.f_back\n"
+            "    return len(seen) > 0, any(reversed_token[::-1] in s for s in seen)\n"
+            "print(*_scan(%r))") % TOKEN[::-1])  # the cell's own code must not hold it
+        self.assertEqual(out, 'True False\n')
 
     def test_token_is_gone_from_the_environment(self):
         worker = self.start()
@@ -57,12 +101,21 @@ class StartupTest(WorkerTestCase):
         with self.assertRaises(EOFError):
             read_frame(worker.first)
 
-    def test_invalid_json_context_fails_before_hello(self):
+    def test_invalid_json_context_fails_at_the_handover(self):
         worker = self.start(hello=False, context='{not json', context_format='json')
+        worker.hello(hand_over=False)
+        worker.hand_over()
         self.assertEqual(worker.wait_exit(), 1)
         self.assertIn('not valid JSON', worker.stderr_text())
         with self.assertRaises(EOFError):
             read_frame(worker.first)
+
+    def test_a_handover_announcing_a_context_without_its_fd_ends_the_worker(self):
+        worker = self.start(hello=False)
+        worker.hello(hand_over=False)
+        worker.hand_over(context='text')
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn('protocol error: handover with a context and no fd', worker.stderr_text())
 
 
 class ProtocolTest(WorkerTestCase):
@@ -89,6 +142,14 @@ class ProtocolTest(WorkerTestCase):
         worker = self.start()
         worker.first.sendall(struct.pack('>I', 3) + b'{x]')
         self.assert_ends_with_error(worker, 'a frame from the host is not UTF-8 JSON')
+
+    def test_execute_before_the_handover_ends_the_worker(self):
+        worker = self.start(hello=False)
+        worker.hello(hand_over=False)
+        write_frame(worker.first, {'op': 'execute', 'id': 1, 'code': 'pass'})
+        self.assertEqual(worker.wait_exit(), 2)
+        self.assertIn("protocol error: expected a handover with an id, got op 'execute'",
+                      worker.stderr_text())
 
     def test_unexpected_op_for_a_checkpoint_ends_it(self):
         worker = self.start()
