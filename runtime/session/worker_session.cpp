@@ -30,6 +30,7 @@ using std::chrono::milliseconds;
 
 constexpr int kFirstSandboxFd = 10;  // above init's 0-3 and anything a host keeps low
 constexpr std::size_t kWorkerStderrKept = 16 * 1024;
+constexpr std::size_t kWorkerErrorKept = 1024;  // of a failed hand-over's error text
 // After close, the interpreters exit on EOF and the worker's root once it has no children; what
 // a cell left running in the background is stopped with the sandbox after this long.
 constexpr milliseconds kGracefulEnd{3'000};
@@ -133,27 +134,41 @@ void WorkerSession::hand_over(Handover handover) {
     arm_stop(options_.lifetime);
     lifetime_armed_ = true;
   }
-  own_checkpoint_.set_max_frame(options_.max_frame_bytes);
-  json message = {
-      {"op", "handover"}, {"id", 0}, {"max_frame", options_.max_frame_bytes}, {"context", nullptr}};
-  if (handover.context) message["context"] = options_.context_is_json ? "json" : "text";
-  const bool sent = handover.context ? own_checkpoint_.send(message, handover.context.get())
-                                     : own_checkpoint_.send(message);
-  handover.context.reset();
   try {
-    if (!sent) fail("the worker is gone");
-    // The context is read and parsed before the fork: as long as a start may take.
-    await_standby(0, options_.start_timeout);
+    own_checkpoint_.set_max_frame(options_.max_frame_bytes);
+    standby_.set_max_frame(options_.max_frame_bytes);
+    json message = {{"op", "handover"},
+                    {"id", 0},
+                    {"max_frame", options_.max_frame_bytes},
+                    {"context", nullptr}};
+    if (handover.context) message["context"] = options_.context_is_json ? "json" : "text";
+    // The standby applies it now and answers; the checkpoint keeps it, and applies it only
+    // before it forks again (a rollback of the first cell, a restore of a snapshot of it).
+    const int fd = handover.context ? handover.context.get() : -1;
+    if (!own_checkpoint_.send(message, fd) || !standby_.send(message, fd))
+      fail("the worker is gone");
+    handover.context.reset();
+    const auto reply = next_frame_or_fail(standby_, "handed_over", options_.start_timeout);
+    if (text_field(reply, "type") != "handed_over" || field(reply, "id") != json(0))
+      fail("expected the standby's handed_over, got " + describe_frame(reply));
+    if (const auto& error = field(reply, "error"); error.is_string())
+      fail(error.get<std::string>().substr(0, kWorkerErrorKept));
   } catch (const Error& error) {
+    if (!closed_) abandon();
     throw Error(std::string("the session could not start: ") + error.what());
   }
 }
 
 bool WorkerSession::waiting() const {
   if (handed_over_ || !ended_.empty() || closed_ || !own_checkpoint_) return false;
-  pollfd fds[2] = {{own_checkpoint_.fd(), POLLIN, 0}, {run_->done.get(), POLLIN, 0}};
-  if (poll(fds, 2, 0) < 0) return false;
-  return fds[0].revents == 0 && fds[1].revents == 0 && own_checkpoint_.unread() == 0;
+  if (!standby_) return false;
+  // Neither interpreter says anything before the hand-over: a frame (a rollback of a standby that
+  // died) or EOF means the session is not as started.
+  pollfd fds[3] = {
+      {own_checkpoint_.fd(), POLLIN, 0}, {standby_.fd(), POLLIN, 0}, {run_->done.get(), POLLIN, 0}};
+  if (poll(fds, 3, 0) < 0) return false;
+  return fds[0].revents == 0 && fds[1].revents == 0 && fds[2].revents == 0 &&
+         own_checkpoint_.unread() == 0 && standby_.unread() == 0;
 }
 
 WorkerSession::~WorkerSession() {
@@ -268,6 +283,7 @@ void WorkerSession::start() {
     abandon();
     throw Error("the session could not start: " + why + run_summary());
   }
+  await_standby(0);  // the first checkpoint and its standby, before any caller
 }
 
 // The worker's run, on a thread of its own: the policy's limits, the session's lifetime as its

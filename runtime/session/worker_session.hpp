@@ -6,10 +6,10 @@
 // whose payload can inherit an fd (namespace, local) gets the channel as one; the others (docker)
 // through a socket in a bind-mounted directory (session/rendezvous.hpp).
 //
-// A session is opened in two phases: the start (the sandbox, the worker's imports, its hello;
-// nothing of any caller) and the hand-over (the caller's context, LM handler, lifetime and frame
-// limit; the first checkpoint is forked then). A cold open does both at once; a warm pool
-// (pool/session_pool.hpp) starts sessions ahead and hands each over to one caller.
+// A session is opened in two phases: the start (the sandbox, the worker's imports, its hello, the
+// first checkpoint and its standby warmed up; nothing of any caller) and the hand-over (the
+// caller's context, LM handler, lifetime and frame limit). A cold open does both at once; a warm
+// pool (pool/session_pool.hpp) starts sessions ahead and hands each over to one caller.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -78,9 +78,10 @@ class WorkerSession final : public Session {
   WorkerSession(Backend& backend, const Policy& policy, const SessionOptions& start);
   ~WorkerSession() override;
 
-  // Gives the started session to its caller: the context crosses, the first checkpoint and
-  // standby are forked, and from now on the caller's LM handler answers, its frame limit holds
-  // and its lifetime runs. Once only. Throws Error (the session is ended then).
+  // Gives the started session to its caller: the context crosses (the standby takes it at once,
+  // the checkpoint when it forks again), and from now on the caller's LM handler answers, its
+  // frame limit holds and its lifetime runs. Once only. Throws Error (the session is ended
+  // then).
   void hand_over(Handover handover);
   // Started, not handed over, and still waiting as started: its sandbox runs and its worker has
   // sent nothing since hello (a warm session that died is never handed over).

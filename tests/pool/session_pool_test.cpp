@@ -160,6 +160,35 @@ TEST_F(SessionPoolTest, ALargeContextFileCrossesAsAnFdOverTheFrameLimit) {
       << dump(cell);
 }
 
+TEST_F(SessionPoolTest, AFirstCellRolledBackKeepsTheCallersContext) {
+  // The first checkpoint was taken before the caller came: it takes the context when it forks
+  // the standby that replaces a failed first cell.
+  auto pool = make_pool(1);
+  SessionOptions options;
+  options.context = "kept";
+  auto session = pool->open(options);
+  auto stuck = session->execute("while True: pass", 300ms);
+  ASSERT_EQ(stuck.status, CellStatus::timeout) << dump(stuck);
+  EXPECT_TRUE(stuck.rolled_back);
+  auto after = session->execute("print(context)");
+  EXPECT_EQ(after.stdout_data, "kept\n") << dump(after);
+}
+
+TEST_F(SessionPoolTest, AnInvalidJsonContextFailsTheHandOverWithItsReason) {
+  auto pool = make_pool(1);
+  SessionOptions options;
+  options.context = "{not json";
+  options.context_is_json = true;
+  try {
+    pool->open(options);
+    FAIL() << "opened";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("the context is not valid JSON"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(pool->warm_opened(), 1u);
+}
+
 TEST_F(SessionPoolTest, WithoutALlmHandlerAWarmSessionsQueriesFail) {
   // The pool starts its sessions with no handler; the caller's (none here) is the one in force.
   auto pool = make_pool(1);

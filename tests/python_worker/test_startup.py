@@ -43,17 +43,32 @@ class StartupTest(WorkerTestCase):
         worker = self.start()
         self.assertEqual(self.stdout_of(worker, 'print(context)'), 'None\n')
 
-    def test_a_started_worker_waits_for_its_handover_without_forking(self):
-        # The warm state: hello said, the first interpreter alone, nothing more sent.
+    def test_a_started_worker_waits_for_its_handover_with_its_first_standby(self):
+        # The warm state: hello said, the first checkpoint and its standby forked, nothing more
+        # sent on either channel.
         worker = self.start(hello=False, context='later')
         hello = worker.hello(hand_over=False)
-        readable, _, _ = select.select([worker.first], [], [], 0.5)
+        readable, _, _ = select.select([worker.first, worker.standby], [], [], 0.5)
         self.assertEqual(readable, [])
-        self.assertEqual(sorted(descendants(worker.proc.pid)), [hello['pid']])
-        worker.hand_over()
-        worker.checkpoint = worker.first
-        worker.expect_fork(worker.first, 0)
+        self.assertEqual(sorted(descendants(worker.proc.pid)),
+                         sorted([hello['pid'], worker.standby_pid]))
+        self.assertEqual(worker.hand_over(), {'type': 'handed_over', 'id': 0})
         self.assertEqual(self.stdout_of(worker, 'context'), "'later'\n")
+
+    def test_the_first_checkpoint_gives_a_rolled_back_first_cell_the_context(self):
+        # The checkpoint applies the hand-over only when it forks again: after a rollback of
+        # the first cell the new standby has the caller's context.
+        worker = self.start(context='kept')
+        op_id, parent, child = worker.begin('import os\nos._exit(3)')
+        worker.expect_rolled_back(parent, None)
+        self.assertEqual(self.stdout_of(worker, 'context'), "'kept'\n")
+
+    def test_a_snapshot_taken_before_the_first_cell_restores_the_context(self):
+        worker = self.start(context='snap')
+        snapshot = worker.snapshot()
+        self.run_ok(worker, 'context = None')
+        worker.restore(snapshot)
+        self.assertEqual(self.stdout_of(worker, 'context'), "'snap'\n")
 
     def test_the_handover_sets_the_frame_maximum(self):
         # Started with the default maximum; the caller's smaller one holds after the hand-over.
@@ -101,21 +116,21 @@ class StartupTest(WorkerTestCase):
         with self.assertRaises(EOFError):
             read_frame(worker.first)
 
-    def test_invalid_json_context_fails_at_the_handover(self):
+    def test_invalid_json_context_fails_the_handover(self):
         worker = self.start(hello=False, context='{not json', context_format='json')
         worker.hello(hand_over=False)
-        worker.hand_over()
-        self.assertEqual(worker.wait_exit(), 1)
-        self.assertIn('not valid JSON', worker.stderr_text())
-        with self.assertRaises(EOFError):
-            read_frame(worker.first)
+        reply = worker.hand_over()
+        self.assertIn('the context is not valid JSON', reply['error'])
 
     def test_a_handover_announcing_a_context_without_its_fd_ends_the_worker(self):
         worker = self.start(hello=False)
         worker.hello(hand_over=False)
-        worker.hand_over(context='text')
-        self.assertEqual(worker.wait_exit(), 2)
-        self.assertIn('protocol error: handover with a context and no fd', worker.stderr_text())
+        write_frame(worker.standby, {'op': 'handover', 'id': 0, 'max_frame': 4096,
+                                     'context': 'text'})
+        with self.assertRaises(EOFError):
+            read_frame(worker.standby)
+        self.assertTrue(wait_until(lambda: 'protocol error: handover with a context and no fd'
+                                           in worker.stderr_text()))
 
 
 class ProtocolTest(WorkerTestCase):
@@ -143,13 +158,23 @@ class ProtocolTest(WorkerTestCase):
         worker.first.sendall(struct.pack('>I', 3) + b'{x]')
         self.assert_ends_with_error(worker, 'a frame from the host is not UTF-8 JSON')
 
-    def test_execute_before_the_handover_ends_the_worker(self):
+    def test_execute_before_the_handover_is_a_protocol_error(self):
         worker = self.start(hello=False)
         worker.hello(hand_over=False)
-        write_frame(worker.first, {'op': 'execute', 'id': 1, 'code': 'pass'})
-        self.assertEqual(worker.wait_exit(), 2)
-        self.assertIn("protocol error: expected a handover with an id, got op 'execute'",
-                      worker.stderr_text())
+        write_frame(worker.standby, {'op': 'execute', 'id': 1, 'code': 'pass'})
+        with self.assertRaises(EOFError):
+            read_frame(worker.standby)
+        self.assertTrue(wait_until(lambda: 'protocol error: execute before the handover'
+                                           in worker.stderr_text()))
+
+    def test_a_second_handover_is_a_protocol_error(self):
+        worker = self.start()
+        write_frame(worker.standby, {'op': 'handover', 'id': 1, 'max_frame': 4096,
+                                     'context': None})
+        with self.assertRaises(EOFError):
+            read_frame(worker.standby)
+        self.assertTrue(wait_until(lambda: 'protocol error: a second handover'
+                                           in worker.stderr_text()))
 
     def test_unexpected_op_for_a_checkpoint_ends_it(self):
         worker = self.start()

@@ -187,13 +187,15 @@ class Worker:
     # -- lifecycle
 
     def hello(self, hand_over=True):
-        """hello; then (hand_over) the hand-over with the context, and the first standby."""
+        """hello and the first standby (fork id 0); then (hand_over) the hand-over."""
         frame, fds = read_frame(self.first)
         self.assert_type(frame, 'hello')
+        self.checkpoint = self.first
+        self.expect_fork(self.first, 0)
         if hand_over:
-            self.hand_over()
-            self.checkpoint = self.first
-            self.expect_fork(self.first, 0)
+            reply = self.hand_over()
+            if 'error' in reply:
+                raise AssertionError('the hand-over failed: %r' % reply)
         return frame
 
     def context_fd(self):
@@ -210,17 +212,26 @@ class Worker:
         os.write(fd, data)
         return fd
 
-    def hand_over(self, op_id=0, **fields):
-        """The hand-over frame, the context's fd attached to its first byte."""
+    def hand_over(self, op_id=0, reply=True, **fields):
+        """The hand-over frame to the first checkpoint and to the standby, each with the
+        context's fd attached to its first byte; returns the standby's handed_over frame."""
         message = {'op': 'handover', 'id': op_id, 'max_frame': self.max_frame,
                    'context': None if self.context is None else self.context_format}
         message.update(fields)
-        fd = self.context_fd()
-        try:
-            write_frame(self.first, message, fd)
-        finally:
-            if fd is not None:
-                os.close(fd)
+        for sock in (self.checkpoint, self.standby):
+            fd = self.context_fd()
+            try:
+                write_frame(sock, message, fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        if not reply:
+            return None
+        frame, _ = read_frame(self.standby)
+        self.assert_type(frame, 'handed_over')
+        if frame['id'] != op_id:
+            raise AssertionError('handed_over %r, expected id %r' % (frame, op_id))
+        return frame
 
     def wait_exit(self, timeout=IO_TIMEOUT):
         return self.proc.wait(timeout)

@@ -1,5 +1,5 @@
 # Start-up: the environment read into a Config, the first interpreter's hello, and the hand-over
-# that gives the started worker its caller's context.
+# that gives the started worker (its first checkpoint and standby) its caller's context.
 # One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
@@ -92,42 +92,77 @@ def load_context(fd, context_format: str):
         raise StartupError('the context is not valid JSON (%s)' % exc) from None
 
 
-def take_handover(channel: Channel):
-    """Waits for the hand-over (docs/control-channel.md, "Start-up"): the caller's context, on
-    the fd that comes with the frame, and the caller's frame maximum. Returns (op id, context)."""
-    op = channel.next_op()
-    op_id, context_format, max_frame = op.get('id'), op.get('context'), op.get('max_frame')
-    if op.get('op') != 'handover' or not is_op_id(op_id):
-        protocol_violation('expected a handover with an id, got op %r' % op.get('op'))
-    if not isinstance(max_frame, int) or isinstance(max_frame, bool) or max_frame < 1024:
-        protocol_violation('handover max_frame must be an integer of at least 1024')
-    if context_format not in (None, 'text', 'json'):
-        protocol_violation('handover context must be text, json or null')
-    fd = channel.take_fd()
-    if context_format is None:
-        if fd is not None:
-            os.close(fd)
+class Handover:
+    """A caller's hand-over as received (docs/control-channel.md, "Start-up"): the caller's
+    frame maximum, and its context as an fd, read when the hand-over is applied."""
+
+    def __init__(self, channel: Channel, op: dict):
+        self.id, self.format, max_frame = op.get('id'), op.get('context'), op.get('max_frame')
+        if not is_op_id(self.id):
+            protocol_violation('handover needs an id')
+        if not isinstance(max_frame, int) or isinstance(max_frame, bool) or max_frame < 1024:
+            protocol_violation('handover max_frame must be an integer of at least 1024')
+        if self.format not in (None, 'text', 'json'):
+            protocol_violation('handover context must be text, json or null')
+        if SESSION.handed_over:
+            protocol_violation('a second handover')
+        self.fd = channel.take_fd()
+        if self.format is None and self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.format is not None and self.fd is None:
+            protocol_violation('handover with a context and no fd')
+        channel.max_frame = max_frame
+        channel.takes_fds = False
+        SESSION.handed_over = True
+
+    def apply(self) -> None:
+        """Makes the context the REPL's `context` (reading and closing its fd). Raises
+        StartupError for one that cannot be read or parsed."""
         context = None
-    elif fd is None:
-        protocol_violation('handover with a context and no fd')
-    else:
-        try:
-            context = load_context(fd, context_format)
-        except StartupError as exc:
-            die(str(exc), EXIT_STARTUP)
-    channel.max_frame = max_frame
-    channel.takes_fds = False
-    return op_id, context
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            context = load_context(fd, self.format)
+        SESSION.api['context'] = context
+        SESSION.namespace['context'] = context
+
+
+def hand_over_standby(channel: Channel, op: dict) -> None:
+    """The first standby, waiting since start-up, takes its caller's context and answers."""
+    handover = Handover(channel, op)
+    reply = {'type': 'handed_over', 'id': handover.id}
+    try:
+        handover.apply()
+    except StartupError as exc:
+        reply['error'] = str(exc)
+    channel.send(reply)
+
+
+def hand_over_checkpoint(channel: Channel, op: dict) -> None:
+    """The first checkpoint keeps the hand-over and applies it before it forks a standby (after
+    a rollback or a restore): every standby it forks from then on has the caller's context, and
+    the context is read here only when that happens."""
+    SESSION.pending_handover = Handover(channel, op)
+
+
+def apply_pending_handover() -> None:
+    handover, SESSION.pending_handover = SESSION.pending_handover, None
+    try:
+        handover.apply()
+    except StartupError as exc:
+        die(str(exc), EXIT_STARTUP)
 
 
 def first_interpreter(config: Config) -> None:
-    """Everything a caller does not choose is done before hello (imports, compiles, the
-    channel); the first checkpoint is forked once the hand-over has put the context in place."""
+    """Everything a caller does not choose is done before hello (imports, compiles, the channel)
+    and right after it (the first checkpoint and its standby, warmed up); then the worker waits
+    for the hand-over, as long as it takes."""
     raise_oom_score()
     os.set_inheritable(config.fd, False)  # cells' subprocesses must not get the channel
     channel = Channel(socket.socket(fileno=config.fd), config.max_frame)
     channel.takes_fds = True  # the hand-over's context
     SESSION.channel = channel
+    SESSION.namespace = make_namespace(None)
     try:
         # Line buffering keeps print() and subprocess output in order in a cell's stdout.
         sys.stdout.reconfigure(line_buffering=True)
@@ -137,6 +172,4 @@ def first_interpreter(config: Config) -> None:
     channel.send({'type': 'hello', 'token': config.token, 'pid': os.getpid(),
                   'python': version})
     config.token = None  # the frames below this one stay on every cell's stack
-    op_id, context = take_handover(channel)
-    SESSION.namespace = make_namespace(context)
-    serve(become_checkpoint(channel, op_id))
+    serve(become_checkpoint(channel, 0))
