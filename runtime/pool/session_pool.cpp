@@ -27,6 +27,10 @@ constexpr auto kCheckEvery = 500ms;
 // sandboxes back to back.
 constexpr auto kFirstBackoff = 1s;
 constexpr auto kMaxBackoff = 60s;
+// After a hand-over, the refill waits this long before it starts a sandbox: building one is
+// heavy on the CPU (mounts, the interpreter's start), and the caller's first cell would compete
+// with it, on a small machine for most of its time.
+constexpr auto kRefillPause = 20ms;
 
 // A warm session's run lasts twice a session's default lifetime: a caller asking for the default
 // is served warm by a session that has waited less than one lifetime, and an older one is
@@ -52,6 +56,7 @@ struct SessionPool::State {
   // Taken out of `ready` (dead, too old): closed by the refill thread, outside the lock.
   std::vector<std::unique_ptr<WorkerSession>> discarded;
   bool stopping = false;
+  Clock::time_point last_taken{};
   std::thread refill;
 
   std::atomic<std::uint64_t> warm{0}, cold{0};
@@ -86,7 +91,8 @@ void SessionPool::State::refill_loop() {
       lock.lock();
       continue;
     }
-    if (ready.size() < size && Clock::now() >= next_try) {
+    const auto start_at = std::max(next_try, last_taken + kRefillPause);
+    if (ready.size() < size && Clock::now() >= start_at) {
       lock.unlock();
       std::unique_ptr<WorkerSession> started;
       try {
@@ -102,7 +108,7 @@ void SessionPool::State::refill_loop() {
       continue;
     }
     auto until = Clock::now() + kCheckEvery;
-    if (ready.size() < size) until = std::min(until, next_try);
+    if (ready.size() < size) until = std::min(until, start_at);
     wake.wait_until(lock, until);
   }
 }
@@ -147,6 +153,7 @@ std::unique_ptr<Session> SessionPool::open(SessionOptions options) {
       } else {
         warm = std::move(*it);
         state_->ready.erase(it);
+        state_->last_taken = now;
         break;
       }
     }
