@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <span>
 
 #include "rlm_sandbox/error.hpp"
@@ -57,25 +56,11 @@ bool Channel::send(const nlohmann::json& message, int fd) {
     header[i] = static_cast<char>((length >> (8 * (FrameDecoder::kHeader - 1 - i))) & 0xff);
   std::size_t offset = 0;
   if (fd >= 0) {
-    // The header goes first with the fd; a socket that takes none of it now is refused (nothing
-    // is queued before the hand-over, so its buffer is empty).
-    iovec part{header.data(), header.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr out{};
-    out.msg_iov = &part;
-    out.msg_iovlen = 1;
-    out.msg_control = control;
-    out.msg_controllen = sizeof control;
-    cmsghdr* rights = CMSG_FIRSTHDR(&out);
-    rights->cmsg_level = SOL_SOCKET;
-    rights->cmsg_type = SCM_RIGHTS;
-    rights->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(rights), &fd, sizeof fd);
-    ssize_t sent;
-    while ((sent = sendmsg(fd_.get(), &out, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0 && errno == EINTR) {
-    }
-    if (sent <= 0) return false;
-    offset = static_cast<std::size_t>(sent);
+    // The header's first byte goes with the fd. It is 0: the hand-over frame is small, far
+    // below 16 MiB. A socket that takes nothing now is refused (nothing is queued before the
+    // hand-over, so its buffer is empty).
+    if (length >> 24 != 0 || sys::send_fd(fd_.get(), fd) != 0) return false;
+    offset = 1;
   }
   unsent_ += header.size() - offset + body.size();
   if (offset < header.size()) outbound_.push_back(header.substr(offset));

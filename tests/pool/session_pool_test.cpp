@@ -28,16 +28,16 @@ namespace rlm::test {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
-std::string dump(const CellResult& cell) {
+// A cell's whole result, for a failed assertion's message.
+std::string shown(const CellResult& cell) {
   return cell.to_json().dump();
 }
 
 template <typename Predicate>
 bool wait_until(Predicate predicate, std::chrono::milliseconds timeout = 60s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
     if (predicate()) return true;
     std::this_thread::sleep_for(20ms);
   }
@@ -95,14 +95,16 @@ std::map<pid_t, std::string> descendants() {
   return found;
 }
 
+Policy pool_policy() {
+  Policy policy = load_policy("python-repl");
+  policy.limits.wall_time = 20s;
+  return policy;
+}
+
 class SessionPoolTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    policy_ = load_policy("python-repl");
-    policy_.limits.wall_time = 20s;
-    backend_ = make_backend("namespace");
-    ASSERT_TRUE(backend_);
-  }
+  SessionPoolTest() : policy_(pool_policy()), backend_(make_backend("namespace")) {}
+  void SetUp() override { ASSERT_TRUE(backend_); }
 
   std::unique_ptr<pool::SessionPool> make_pool(std::size_t size) {
     auto made = std::make_unique<pool::SessionPool>(*backend_, policy_, size);
@@ -124,10 +126,10 @@ TEST_F(SessionPoolTest, AWarmSessionHasTheCallersTextContextAndLmHandler) {
   EXPECT_EQ(pool->warm_opened(), 1u);
   EXPECT_EQ(pool->cold_opened(), 0u);
   auto first = session->execute("x = len(context)\nprint(x, context.find('needle'))");
-  ASSERT_EQ(first.status, CellStatus::ok) << dump(first);
+  ASSERT_EQ(first.status, CellStatus::ok) << shown(first);
   EXPECT_EQ(first.stdout_data, "100006 100000\n");
   auto asked = session->execute("print(llm_query('ping'))");
-  ASSERT_EQ(asked.status, CellStatus::ok) << dump(asked);
+  ASSERT_EQ(asked.status, CellStatus::ok) << shown(asked);
   EXPECT_EQ(asked.stdout_data, "caller: ping\n");
   EXPECT_EQ(asked.llm_calls, 1u);
 }
@@ -140,7 +142,7 @@ TEST_F(SessionPoolTest, AWarmSessionHasTheCallersJsonContext) {
   auto session = pool->open(options);
   EXPECT_EQ(pool->warm_opened(), 1u);
   auto cell = session->execute("print(context['question'], sum(context['docs']))");
-  EXPECT_EQ(cell.stdout_data, "q 6\n") << dump(cell);
+  EXPECT_EQ(cell.stdout_data, "q 6\n") << shown(cell);
 }
 
 TEST_F(SessionPoolTest, ALargeContextFileCrossesAsAnFdOverTheFrameLimit) {
@@ -157,7 +159,7 @@ TEST_F(SessionPoolTest, ALargeContextFileCrossesAsAnFdOverTheFrameLimit) {
   EXPECT_EQ(pool->warm_opened(), 1u);
   auto cell = session->execute("print(len(context), context.find('needle'))");
   EXPECT_EQ(cell.stdout_data, std::to_string(size) + " " + std::to_string(size - 6) + "\n")
-      << dump(cell);
+      << shown(cell);
 }
 
 TEST_F(SessionPoolTest, AFirstCellRolledBackKeepsTheCallersContext) {
@@ -168,10 +170,10 @@ TEST_F(SessionPoolTest, AFirstCellRolledBackKeepsTheCallersContext) {
   options.context = "kept";
   auto session = pool->open(options);
   auto stuck = session->execute("while True: pass", 300ms);
-  ASSERT_EQ(stuck.status, CellStatus::timeout) << dump(stuck);
+  ASSERT_EQ(stuck.status, CellStatus::timeout) << shown(stuck);
   EXPECT_TRUE(stuck.rolled_back);
   auto after = session->execute("print(context)");
-  EXPECT_EQ(after.stdout_data, "kept\n") << dump(after);
+  EXPECT_EQ(after.stdout_data, "kept\n") << shown(after);
 }
 
 TEST_F(SessionPoolTest, AnInvalidJsonContextFailsTheHandOverWithItsReason) {
@@ -194,7 +196,7 @@ TEST_F(SessionPoolTest, WithoutALlmHandlerAWarmSessionsQueriesFail) {
   auto pool = make_pool(1);
   auto session = pool->open({});
   auto cell = session->execute("llm_query('ping')");
-  EXPECT_EQ(cell.status, CellStatus::error) << dump(cell);
+  EXPECT_EQ(cell.status, CellStatus::error) << shown(cell);
   EXPECT_NE(cell.error.find("RuntimeError"), std::string::npos) << cell.error;
 }
 
@@ -202,31 +204,33 @@ TEST_F(SessionPoolTest, NothingOfOnePooledSessionReachesTheNext) {
   auto pool = make_pool(2);
   {
     auto first = pool->open({});
-    auto dirty = first->execute(
-        "import os, subprocess\n"
-        "left_behind = 'global'\n"
-        "open('/tmp/left-behind', 'w').write('file')\n"
-        "os.environ['LEFT_BEHIND'] = 'env'\n"
-        "subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
-        "print(os.path.exists('/tmp/left-behind'), 'LEFT_BEHIND' in os.environ)");
-    ASSERT_EQ(dirty.status, CellStatus::ok) << dump(dirty);
+    auto dirty = first->execute(R"(
+import os, subprocess
+left_behind = 'global'
+open('/tmp/left-behind', 'w').write('file')
+os.environ['LEFT_BEHIND'] = 'env'
+subprocess.Popen(['sleep', '1000'], start_new_session=True)
+print(os.path.exists('/tmp/left-behind'), 'LEFT_BEHIND' in os.environ)
+)");
+    ASSERT_EQ(dirty.status, CellStatus::ok) << shown(dirty);
     ASSERT_EQ(dirty.stdout_data, "True True\n");
     first->close();
   }
   auto second = pool->open({});
   EXPECT_EQ(pool->warm_opened(), 2u);
-  auto clean = second->execute(
-      "import os\n"
-      "sleeping = []\n"
-      "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
-      "    try:\n"
-      "        if open('/proc/%s/cmdline' % pid, 'rb').read().startswith(b'sleep'):\n"
-      "            sleeping.append(pid)\n"
-      "    except OSError:\n"
-      "        pass\n"
-      "print('left_behind' in globals(), os.path.exists('/tmp/left-behind'),\n"
-      "      'LEFT_BEHIND' in os.environ, sleeping)");
-  ASSERT_EQ(clean.status, CellStatus::ok) << dump(clean);
+  auto clean = second->execute(R"(
+import os
+sleeping = []
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        if open('/proc/%s/cmdline' % pid, 'rb').read().startswith(b'sleep'):
+            sleeping.append(pid)
+    except OSError:
+        pass
+print('left_behind' in globals(), os.path.exists('/tmp/left-behind'),
+      'LEFT_BEHIND' in os.environ, sleeping)
+)");
+  ASSERT_EQ(clean.status, CellStatus::ok) << shown(clean);
   EXPECT_EQ(clean.stdout_data, "False False False []\n");
 }
 
@@ -248,7 +252,7 @@ TEST_F(SessionPoolTest, ASessionThatDiedWhileWaitingIsNeverHandedOver) {
   EXPECT_EQ(pool->warm_opened(), 0u);
   EXPECT_EQ(pool->cold_opened(), 1u);
   auto cell = session->execute("1 + 1");
-  ASSERT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  ASSERT_EQ(cell.status, CellStatus::ok) << shown(cell);
   EXPECT_EQ(cell.stdout_data, "2\n");
   // And the pool refills.
   EXPECT_TRUE(wait_until([&] { return pool->ready() == 1; }));
@@ -280,12 +284,12 @@ TEST_F(SessionPoolTest, TheLifetimeCountsFromTheHandOver) {
   auto session = pool->open(options);
   ASSERT_EQ(pool->warm_opened(), 1u);
   auto alive = session->execute("1 + 1");
-  ASSERT_EQ(alive.status, CellStatus::ok) << dump(alive);
+  ASSERT_EQ(alive.status, CellStatus::ok) << shown(alive);
   std::this_thread::sleep_for(2500ms);
   std::string why;
   try {
     auto late = session->execute("1 + 1");
-    EXPECT_EQ(late.status, CellStatus::session_error) << dump(late);
+    EXPECT_EQ(late.status, CellStatus::session_error) << shown(late);
     why = late.error;
   } catch (const Error& error) {
     why = error.what();

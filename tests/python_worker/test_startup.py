@@ -83,17 +83,19 @@ class StartupTest(WorkerTestCase):
         # The token is for the hello alone: no frame below the cell (main, the first
         # interpreter) keeps it, nor the Config they hold.
         worker = self.start()
-        out = self.stdout_of(worker, (
-            "import sys\n"
-            "def _scan(reversed_token):\n"
-            "    f, seen = sys._getframe(1), []\n"
-            "    while f is not None:\n"
-            "        for v in list(f.f_locals.values()):\n"
-            "            seen.append(repr(v))\n"
-            "            seen.append(repr(getattr(v, '__dict__', None)))\n"
-            "        f = f.f_back\n"
-            "    return len(seen) > 0, any(reversed_token[::-1] in s for s in seen)\n"
-            "print(*_scan(%r))") % TOKEN[::-1])  # the cell's own code must not hold it
+        scan = '''
+import sys
+def _scan(reversed_token):
+    f, seen = sys._getframe(1), []
+    while f is not None:
+        for v in list(f.f_locals.values()):
+            seen.append(repr(v))
+            seen.append(repr(getattr(v, '__dict__', None)))
+        f = f.f_back
+    return len(seen) > 0, any(reversed_token[::-1] in s for s in seen)
+print(*_scan(%r))
+'''
+        out = self.stdout_of(worker, scan % TOKEN[::-1])  # the cell's code must not hold it
         self.assertEqual(out, 'True False\n')
 
     def test_token_is_gone_from_the_environment(self):
@@ -122,16 +124,6 @@ class StartupTest(WorkerTestCase):
         reply = worker.hand_over()
         self.assertIn('the context is not valid JSON', reply['error'])
 
-    def test_a_handover_announcing_a_context_without_its_fd_ends_the_worker(self):
-        worker = self.start(hello=False)
-        worker.hello(hand_over=False)
-        write_frame(worker.standby, {'op': 'handover', 'id': 0, 'max_frame': 4096,
-                                     'context': 'text'})
-        with self.assertRaises(EOFError):
-            read_frame(worker.standby)
-        self.assertTrue(wait_until(lambda: 'protocol error: handover with a context and no fd'
-                                           in worker.stderr_text()))
-
 
 class ProtocolTest(WorkerTestCase):
     def assert_ends_with_error(self, worker, message):
@@ -158,23 +150,32 @@ class ProtocolTest(WorkerTestCase):
         worker.first.sendall(struct.pack('>I', 3) + b'{x]')
         self.assert_ends_with_error(worker, 'a frame from the host is not UTF-8 JSON')
 
+    def assert_standby_refuses(self, worker, frame, message):
+        """The standby ends with a protocol error on `frame`."""
+        write_frame(worker.standby, frame)
+        with self.assertRaises(EOFError):
+            read_frame(worker.standby)
+        self.assertTrue(wait_until(lambda: 'protocol error: ' + message in worker.stderr_text()),
+                        worker.stderr_text())
+
     def test_execute_before_the_handover_is_a_protocol_error(self):
         worker = self.start(hello=False)
         worker.hello(hand_over=False)
-        write_frame(worker.standby, {'op': 'execute', 'id': 1, 'code': 'pass'})
-        with self.assertRaises(EOFError):
-            read_frame(worker.standby)
-        self.assertTrue(wait_until(lambda: 'protocol error: execute before the handover'
-                                           in worker.stderr_text()))
+        self.assert_standby_refuses(worker, {'op': 'execute', 'id': 1, 'code': 'pass'},
+                                    'execute before the handover')
+
+    def test_a_handover_announcing_a_context_without_its_fd_is_a_protocol_error(self):
+        worker = self.start(hello=False)
+        worker.hello(hand_over=False)
+        self.assert_standby_refuses(
+            worker, {'op': 'handover', 'id': 0, 'max_frame': 4096, 'context': 'text'},
+            'handover with a context and no fd')
 
     def test_a_second_handover_is_a_protocol_error(self):
         worker = self.start()
-        write_frame(worker.standby, {'op': 'handover', 'id': 1, 'max_frame': 4096,
-                                     'context': None})
-        with self.assertRaises(EOFError):
-            read_frame(worker.standby)
-        self.assertTrue(wait_until(lambda: 'protocol error: a second handover'
-                                           in worker.stderr_text()))
+        self.assert_standby_refuses(
+            worker, {'op': 'handover', 'id': 1, 'max_frame': 4096, 'context': None},
+            'a second handover')
 
     def test_unexpected_op_for_a_checkpoint_ends_it(self):
         worker = self.start()
