@@ -258,6 +258,25 @@ TEST_F(SessionPoolTest, ASessionThatDiedWhileWaitingIsNeverHandedOver) {
   EXPECT_TRUE(wait_until([&] { return pool->ready() == 1; }));
 }
 
+TEST_F(SessionPoolTest, CallersInParallelEachGetASessionOfTheirOwn) {
+  auto pool = make_pool(2);
+  constexpr int kCallers = 4;
+  std::vector<std::string> outputs(kCallers);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      SessionOptions options;
+      options.context = "caller " + std::to_string(i);
+      auto session = pool->open(options);
+      outputs[i] = session->execute("print(context)").stdout_data;
+    });
+  }
+  for (auto& caller : callers) caller.join();
+  for (int i = 0; i < kCallers; ++i) EXPECT_EQ(outputs[i], "caller " + std::to_string(i) + "\n");
+  EXPECT_EQ(pool->warm_opened() + pool->cold_opened(), static_cast<std::uint64_t>(kCallers));
+  EXPECT_GE(pool->warm_opened(), 2u);
+}
+
 TEST_F(SessionPoolTest, WithNoneReadyTheSessionIsOpenedCold) {
   pool::SessionPool pool(*backend_, policy_, 0);
   auto session = pool.open({});
