@@ -111,7 +111,14 @@ class SeccompCache : public ::testing::Test {
     EXPECT_EQ(::chmod(path, 0700), 0);
     return dir_ + "/cache";
   }
-  std::string dir_;
+  // A fresh disk cache holding `policy`'s programs; returns the file they are in.
+  std::string disk_cache_with(const Seccomp& policy) {
+    cache_dir_ = make_dir();
+    cache::set_disk_directory(cache_dir_);
+    expect_own_programs(policy, "compiled");
+    return cache_dir_ + "/" + cache::disk_file_name(cache::program_key(policy));
+  }
+  std::string dir_, cache_dir_;
 };
 
 TEST_F(SeccompCache, KeysOfDifferentRulesDifferAndOfEqualRulesAgree) {
@@ -147,13 +154,10 @@ TEST_F(SeccompCache, DifferentPoliciesNeverGetAnothersProgram) {
 }
 
 TEST_F(SeccompCache, TheDiskLayerServesTheNextProcessTheSameProgram) {
-  const std::string dir = make_dir();
-  cache::set_disk_directory(dir);
   const auto policy = rules("SCMP_ACT_ALLOW", {rule({"uname"}, "SCMP_ACT_ERRNO", 13)});
-  expect_own_programs(policy, "compiled");
-  const auto file = dir + "/" + cache::disk_file_name(cache::program_key(policy));
+  const auto file = disk_cache_with(policy);
   struct stat st {};
-  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  ASSERT_EQ(::stat(cache_dir_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   ASSERT_EQ(::stat(file.c_str(), &st), 0) << "no cache file written";
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -213,11 +217,8 @@ TEST_F(SeccompCache, FilesNotOursOrWritableByOthersOrForOtherRulesAreNeverUsed) 
 }
 
 TEST_F(SeccompCache, ATruncatedOrAlteredFileIsNeverUsed) {
-  const std::string dir = make_dir();
-  cache::set_disk_directory(dir);
   const auto policy = rules("SCMP_ACT_ALLOW", {rule({"uname"}, "SCMP_ACT_ERRNO", 13)});
-  expect_own_programs(policy, "compiled");
-  const auto file = dir + "/" + cache::disk_file_name(cache::program_key(policy));
+  const auto file = disk_cache_with(policy);
   const auto size = std::filesystem::file_size(file);
 
   std::filesystem::resize_file(file, size - 3);  // cut inside the program
