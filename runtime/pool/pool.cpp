@@ -128,7 +128,10 @@ std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
     sandbox = std::move(ready.front());
     ready.pop_front();
   }
-  wake.notify_one();
+  // The refill thread is woken when this one comes back used (give_back_used), not now: building
+  // the next sandbox while this run's payload starts takes the CPU the run needs (measured on 2
+  // cores: Pool::run of /bin/true 7.7-8.5 ms median with the refill woken here, 5.4-5.7 ms
+  // without; the same sustained throughput).
   return sandbox;
 }
 
