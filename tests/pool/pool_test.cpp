@@ -40,16 +40,6 @@ Result pooled_sh(Pool& pool, const std::string& script, Request request = {}) {
   return pool.run(request);
 }
 
-// Reads what is in the pipe until EOF.
-std::string drain(int fd) {
-  std::string text;
-  char buffer[4096];
-  ssize_t count;
-  while ((count = read(fd, buffer, sizeof buffer)) > 0)
-    text.append(buffer, static_cast<std::size_t>(count));
-  return text;
-}
-
 TEST(Pool, NothingOfOneRunIsVisibleToTheNext) {
   Pool pool(ns_policy(), {.sandboxes = 1});
   ASSERT_TRUE(wait_ready(pool, 1));
@@ -68,11 +58,11 @@ TEST(Pool, NothingOfOneRunIsVisibleToTheNext) {
   EXPECT_TRUE(processes_with_cmdline("sleep 64.9731").empty()) << "outlived its run";
 
   ASSERT_TRUE(wait_ready(pool, 1));
-  const auto two =
-      pooled_sh(pool,
-                "test -e /tmp/marker && echo file || echo no-file; echo ${RLM_POOL_TEST-unset} "
-                "${SEEN-unset}; "
-                "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 64' || true");
+  const auto two = pooled_sh(
+      pool,
+      "test -e /tmp/marker && echo file || echo no-file; echo ${RLM_POOL_TEST-unset} "
+      "${SEEN-unset}; "
+      "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 64' || true");
   ASSERT_EQ(two.status, Status::ok) << describe(two);
   EXPECT_EQ(two.stdout_data, "no-file\nunset unset\n0\n");
   EXPECT_EQ(pool.stats().warm_runs, 2u);
@@ -220,8 +210,8 @@ void expect_output_in_callers_pipes(const std::function<Result(const Request&)>&
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_EQ(result.stdout_data, "");
   EXPECT_EQ(result.stderr_data, "");
-  EXPECT_EQ(drain(out[0]), "to-out\n");
-  EXPECT_EQ(drain(err[0]), "to-err\n");
+  EXPECT_EQ(read_to_eof(out[0]), "to-out\n");
+  EXPECT_EQ(read_to_eof(err[0]), "to-err\n");
   close(out[0]);
   close(err[0]);
 }
