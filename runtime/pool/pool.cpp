@@ -122,11 +122,15 @@ void Pool::State::refill_loop() {
 
 std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
   std::unique_ptr<ns::WarmSandbox> sandbox;
-  {
-    std::lock_guard lock(mutex);
-    if (ready.empty()) return nullptr;
-    sandbox = std::move(ready.front());
-    ready.pop_front();
+  for (;;) {
+    {
+      std::lock_guard lock(mutex);
+      if (ready.empty()) return nullptr;
+      sandbox = std::move(ready.front());
+      ready.pop_front();
+    }
+    if (sandbox->waiting()) break;
+    give_back_used(std::move(sandbox));  // its init was killed while it waited: the next one
   }
   // The refill thread is woken when this one comes back used (give_back_used), not now: building
   // the next sandbox while this run's payload starts takes the CPU the run needs (measured on 2

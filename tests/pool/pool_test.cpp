@@ -4,6 +4,7 @@
 // stdio, and a destroyed pool leaves nothing behind.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -163,6 +164,21 @@ TEST(Pool, OtherPoliciesAndADrainedPoolRunCold) {
   EXPECT_EQ(stats.warm_runs + stats.cold_runs, 5u);
   EXPECT_GE(stats.warm_runs, 1u);
   EXPECT_GE(stats.cold_runs, 2u) << "a drained pool runs cold";
+}
+
+TEST(Pool, ASandboxWhoseInitWasKilledIsNotUsed) {
+  Pool pool(ns_policy(), {.sandboxes = 1});
+  ASSERT_TRUE(wait_ready(pool, 1));
+  // The only children of this process are the pool's waiting inits (PID 1 of their sandboxes).
+  const auto waiting = children_of_this_process();
+  ASSERT_EQ(waiting.size(), 1u);
+  ASSERT_EQ(kill(waiting.front(), SIGKILL), 0);
+  std::this_thread::sleep_for(50ms);
+  const auto result = pooled_sh(pool, "echo ran");
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data, "ran\n");
+  EXPECT_EQ(pool.stats().warm_runs, 0u) << "the dead sandbox served no run";
+  EXPECT_EQ(pool.stats().cold_runs, 1u);
 }
 
 TEST(Pool, FourThreadsShareAPool) {
