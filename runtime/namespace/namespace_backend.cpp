@@ -29,14 +29,8 @@ class NamespaceBackend final : public Backend {
     common::RunStart run("namespace", request, policy);
     if (init_.path.empty())
       return run.setup_failed(init_.problem() + "; to fix: " + common::InitLocation::fix());
-    // The cold path is the warm one without the wait: build the sandbox now, then launch.
-    std::unique_ptr<WarmSandbox> sandbox;
-    try {
-      sandbox = WarmSandbox::build(policy, init_.path, run.deadline());
-    } catch (const Error& error) {
-      return run.setup_failed(error.what());
-    }
-    return sandbox->launch(request, policy, run);
+    // The cold path is the warm one without the waits: build the sandbox now, then launch.
+    return WarmSandbox::run_cold(request, policy, init_.path, run);
   }
 
   std::unique_ptr<WarmSandbox> build_warm(const Policy& policy) const {

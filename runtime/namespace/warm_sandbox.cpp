@@ -190,11 +190,14 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path)
   plan.max_fd = p.launch->max_fd();
 }
 
-// Clone, finish the setup from outside while the child waits, release it, and wait for its exec
-// of init. Throws Error saying what failed; the child is then killed and reaped, before the
-// caller's Preparation removes the cgroup.
-common::InitProcess start_sandbox(Preparation& p, const Policy& policy,
-                                  Clock::time_point deadline) {
+// Clone, finish the setup from outside while the child waits, release it, and (`wait_exec`) wait
+// for its exec of init. Throws Error saying what failed; the child is then killed and reaped,
+// before the caller's Preparation removes the cgroup. Without `wait_exec` the child is still
+// building the sandbox on return: p.errors.read then says later whether it failed (read_setup_
+// failure), and p.release.write stays open until the sandbox is destroyed (the child's check that
+// its parent is alive after PR_SET_PDEATHSIG reads it).
+common::InitProcess start_sandbox(Preparation& p, const Policy& policy, Clock::time_point deadline,
+                                  bool wait_exec) {
   CloneResult child;
   int clone_error = 0;
   {
@@ -213,6 +216,9 @@ common::InitProcess start_sandbox(Preparation& p, const Policy& policy,
   ChildGuard guard(child.pid);
   p.release.read.reset();
   p.errors.write.reset();
+  // The child has its own copy of init's end: from here a child that dies before init takes its
+  // payload turns a send on our end into EPIPE rather than a wait.
+  p.await_init.reset();
 
   write_id_maps(child.pid, p.ids);
   // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.
@@ -226,13 +232,31 @@ common::InitProcess start_sandbox(Preparation& p, const Policy& policy,
   const char go = 1;
   if (write(p.release.write.get(), &go, 1) != 1)
     throw Error("cannot release the sandbox's first process: " + sys::errno_text(errno));
-  wait_for_exec(p.errors.read.get(), sys::poll_timeout_ms(deadline));
-  p.release.write.reset();  // the child no longer needs to see us alive
-
+  if (wait_exec) {
+    wait_for_exec(p.errors.read.get(), sys::poll_timeout_ms(deadline));
+    p.release.write.reset();  // the child no longer needs to see us alive
+  }
+  // Our copies of the child's stdio and report ends go; the child holds its own since the clone.
   auto process = p.launch->finish(child.pid, std::move(child.pidfd));
-  p.await_init.reset();  // init holds it now: its EOF will mean our end closed
   guard.release();
   return process;
+}
+
+// After a start without waiting for the exec, once the child is gone: the step at which it failed
+// before init's exec, or nothing when it reached the exec (the pipe closed on it) or was killed.
+std::optional<std::string> read_setup_failure(int error_read) {
+  pollfd child{error_read, POLLIN, 0};
+  if (poll(&child, 1, 0) != 1) return std::nullopt;  // never waits on the sandbox
+  StepFailure failure{};
+  ssize_t got;
+  while ((got = read(error_read, &failure, sizeof failure)) < 0 && errno == EINTR) {
+  }
+  if (got == 0) return std::nullopt;
+  if (got != static_cast<ssize_t>(sizeof failure))
+    return std::string("sandbox setup failed: reading the setup result: ") +
+           sys::errno_text(got < 0 ? errno : EIO);
+  return std::string("sandbox setup failed: ") + failure.step + ": " +
+         sys::errno_text(failure.error);
 }
 
 bool same_cgroup_limits(const Limits& a, const Limits& b) {
@@ -247,6 +271,7 @@ struct WarmSandbox::State {
   Limits built;  // the limits the cgroup and the root filesystem were made with
   std::string init_path;
   bool launched = false;
+  bool exec_pending = false;  // started without waiting for init's exec (run_cold)
 };
 
 WarmSandbox::WarmSandbox() : state_(std::make_unique<State>()) {}
@@ -266,6 +291,22 @@ WarmSandbox::~WarmSandbox() {
 
 std::unique_ptr<WarmSandbox> WarmSandbox::build(const Policy& policy, const std::string& init_path,
                                                 Clock::time_point deadline) {
+  return start(policy, init_path, deadline, true);
+}
+
+Result WarmSandbox::run_cold(const Request& request, const Policy& policy,
+                             const std::string& init_path, common::RunStart& run) {
+  std::unique_ptr<WarmSandbox> sandbox;
+  try {
+    sandbox = start(policy, init_path, run.deadline(), false);
+  } catch (const Error& error) {
+    return run.setup_failed(error.what());
+  }
+  return sandbox->launch(request, policy, run);
+}
+
+std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std::string& init_path,
+                                                Clock::time_point deadline, bool wait_exec) {
   if (!policy.namespaces.user)
     throw Error(
         "namespaces.user: false is not supported by the namespace backend: its isolation "
@@ -279,7 +320,8 @@ std::unique_ptr<WarmSandbox> WarmSandbox::build(const Policy& policy, const std:
   } catch (const std::exception& error) {
     throw Error(std::string("cannot prepare the sandbox: ") + error.what());
   }
-  s.process = start_sandbox(s.p, policy, deadline);
+  s.process = start_sandbox(s.p, policy, deadline, wait_exec);
+  s.exec_pending = !wait_exec;
   return sandbox;
 }
 
@@ -380,6 +422,13 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
   auto supervision = common::supervise_init(s.process, std::move(options));
   probe_target->detach();
+  if (s.exec_pending) {
+    // Init is reaped: a child that failed before its exec said why on the error pipe.
+    if (auto failure = read_setup_failure(p.errors.read.get())) {
+      if (p.cgroup) p.cgroup->kill_all();
+      return run.setup_failed(*failure);
+    }
+  }
   if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
 
   cgroup::CgroupUsage usage;

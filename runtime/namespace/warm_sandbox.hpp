@@ -51,8 +51,19 @@ class WarmSandbox {
   // launch() with a RunStart of its own: a Pool's run. Throws Error for an invalid request.
   Result run(const Request& request, const Policy& policy);
 
+  // The cold path: build() and launch() at once, except that nobody waits for init's exec. The
+  // payload's message is queued on init's socket while the child still builds the sandbox, so
+  // init starts its payload without a round trip through this process, and this process sleeps
+  // from the release until the report. A failure before the exec is read after supervision.
+  // The payload's wall time counts from the release (before init's exec).
+  static Result run_cold(const Request& request, const Policy& policy, const std::string& init_path,
+                         common::RunStart& run);
+
  private:
   WarmSandbox();
+  static std::unique_ptr<WarmSandbox> start(const Policy& policy, const std::string& init_path,
+                                            std::chrono::steady_clock::time_point deadline,
+                                            bool wait_exec);
   struct State;
   std::unique_ptr<State> state_;
 };
