@@ -39,6 +39,11 @@ struct RootfsPlan::Op {
   // A submount remount whose mount point is hidden by a later mount or not reachable by the
   // sandbox uid: whatever the sandbox cannot reach needs no flags.
   bool unreachable_ok = false;
+  // The path lies in a tree the sandbox builds itself after pivot_root (/dev, /proc): a fresh
+  // tmpfs or procfs no policy mount may reach into, so nothing from an earlier sandbox can have
+  // planted a link in it, and plain path syscalls do what openat2 would (at a fraction of the
+  // calls: no descriptor per operation, no magic-link walk through the host procfs).
+  bool sandbox_built = false;
 };
 
 // prepare()'s errors: `where` is the JSON path of what cannot be honoured

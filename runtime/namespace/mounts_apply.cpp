@@ -68,7 +68,11 @@ class Parent {
  public:
   Parent(int root, const std::string& parent) noexcept
       : fd_(open_in_root(root, parent.c_str(), O_PATH | O_DIRECTORY)) {}
-  ~Parent() { close_keeping_errno(fd_); }
+  Parent() noexcept : fd_(AT_FDCWD) {}  // absolute paths, resolved as they are
+  ~Parent() {
+    if (fd_ != AT_FDCWD) close_keeping_errno(fd_);
+  }
+  bool valid() const noexcept { return fd_ >= 0 || fd_ == AT_FDCWD; }
   Parent(const Parent&) = delete;
   Parent& operator=(const Parent&) = delete;
   int get() const noexcept { return fd_; }
@@ -146,7 +150,7 @@ bool RootfsPlan::apply(StepFailure& failure) const noexcept {
     switch (op.kind) {
       case Op::Kind::mount: {
         bool ok;
-        if (root < 0 || op.path == "/")
+        if (root < 0 || op.path == "/" || op.sandbox_built)
           ok = ::mount(or_null(op.source), path, or_null(op.fstype), op.flags, or_null(op.data)) ==
                0;
         else
@@ -154,7 +158,8 @@ bool RootfsPlan::apply(StepFailure& failure) const noexcept {
         return ok || (op.unreachable_ok && (errno == ENOENT || errno == EACCES || errno == EINVAL));
       }
       case Op::Kind::mkdir: {
-        if (root < 0) return ::mkdir(path, op.mode) == 0 || (op.exists_ok && errno == EEXIST);
+        if (root < 0 || op.sandbox_built)
+          return ::mkdir(path, op.mode) == 0 || (op.exists_ok && errno == EEXIST);
         const Parent dir(root, op.parent);
         if (dir.get() < 0) return false;
         if (::mkdirat(dir.get(), op.leaf.c_str(), op.mode) == 0) return true;
@@ -162,13 +167,15 @@ bool RootfsPlan::apply(StepFailure& failure) const noexcept {
       }
       case Op::Kind::touch:  // a file mount point: write_file with no contents
       case Op::Kind::write_file: {
-        const Parent dir(root, op.parent);
-        if (dir.get() < 0) return false;
+        // Sandbox-built: the plain path, from the new root (the current directory after pivot).
+        const Parent dir = op.sandbox_built ? Parent() : Parent(root, op.parent);
+        if (!dir.valid()) return false;
         const int fd =
-            ::openat(dir.get(), op.leaf.c_str(),
+            ::openat(dir.get(), op.sandbox_built ? path : op.leaf.c_str(),
                      O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, op.mode);
         if (fd < 0)
-          return errno == EEXIST && op.exists_ok && existing_is(dir.get(), op.leaf.c_str(), false);
+          return errno == EEXIST && op.exists_ok &&
+                 existing_is(dir.get(), op.sandbox_built ? path : op.leaf.c_str(), false);
         if (!write_all(fd, op.data)) {
           close_keeping_errno(fd);
           return false;
@@ -176,6 +183,7 @@ bool RootfsPlan::apply(StepFailure& failure) const noexcept {
         return ::close(fd) == 0;
       }
       case Op::Kind::symlink: {
+        if (op.sandbox_built) return ::symlink(op.source.c_str(), path) == 0;
         const Parent dir(root, op.parent);
         return dir.get() >= 0 && ::symlinkat(op.source.c_str(), dir.get(), op.leaf.c_str()) == 0;
       }

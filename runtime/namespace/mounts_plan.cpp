@@ -131,8 +131,21 @@ class Builder {
       op.parent = slash == 0 ? "/" : op.path.substr(0, slash);
       op.leaf = op.path.substr(slash + 1);
     }
+    op.sandbox_built = sandbox_built_;
     return ops_.emplace_back(std::move(op));
   }
+
+  // Marks the operations added while it lives as RootfsPlan::Op::sandbox_built.
+  class SandboxBuilt {
+   public:
+    explicit SandboxBuilt(Builder& build) : build_(build) { build_.sandbox_built_ = true; }
+    ~SandboxBuilt() { build_.sandbox_built_ = false; }
+    SandboxBuilt(const SandboxBuilt&) = delete;
+    SandboxBuilt& operator=(const SandboxBuilt&) = delete;
+
+   private:
+    Builder& build_;
+  };
 
   void mount(std::string step, std::string source, std::string target, std::string fstype,
              unsigned long flags, std::string data = {}, bool unreachable_ok = false) {
@@ -223,6 +236,7 @@ class Builder {
 
   std::vector<RootfsPlan::Op>& ops_;
   std::set<std::string> made_;  // directories already created; mounts are ordered parent-first
+  bool sandbox_built_ = false;
 };
 // A policy bind. `index` is its position in the policy, for messages.
 void prepare_bind(Builder& build, const Mount& mount, std::size_t index,
@@ -421,8 +435,12 @@ RootfsPlan RootfsPlan::prepare(const Policy& policy) {
       prepare_tmpfs(build, mounts[index], policy);
   }
 
-  prepare_dev(build, policy);
-  prepare_proc(build);
+  {
+    // Checked by check_sandbox_path: no policy mount reaches into these two trees.
+    const Builder::SandboxBuilt own_trees(build);
+    prepare_dev(build, policy);
+    prepare_proc(build);
+  }
   prepare_etc(build, policy, policy.filesystem.workdir.empty() ? "/tmp" : workdir);
 
   // The workdir is created where missing; under a read-only mount that fails with EROFS, named.
