@@ -38,6 +38,10 @@ A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
                                      f"{cell.error or ''}"})
         return None
 
+With a server (``rlm-sandbox serve``): ``RlmSandbox(server=PATH)`` (or ``$RLM_SANDBOX_SERVER``)
+opens the session from the server's warm sessions over its socket, with no process started
+here; ``Server(PATH).run(["cmd", ...])`` runs a command there and returns a :class:`RunResult`.
+
 Start-up: the process is started in ``__init__``, which returns once the sandbox is up (or
 raises :class:`RlmSandboxError` with the CLI's own message). ``rlm-sandbox repl`` opens the
 sandbox only when it reads its first request (that line may carry the context), so the
@@ -45,7 +49,10 @@ constructor sends an empty ``execute`` cell to get the ``ready`` event.
 """
 
 from ._process import MAX_LINE_BYTES
-from .result import CellResult, LlmCallback, RlmSandboxError
+from ._wire import ServerError
+from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
+from .server import Server, ServerSession, server_from_environment
 from .session import RlmSandbox
 
-__all__ = ["MAX_LINE_BYTES", "CellResult", "LlmCallback", "RlmSandbox", "RlmSandboxError"]
+__all__ = ["MAX_LINE_BYTES", "CellResult", "LlmCallback", "RlmSandbox", "RlmSandboxError",
+           "RunResult", "Server", "ServerError", "ServerSession", "server_from_environment"]

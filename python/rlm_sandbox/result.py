@@ -65,3 +65,50 @@ class CellResult:
             stderr_truncated=bool(data.get("stderr_truncated", False)),
             raw=dict(data),
         )
+
+
+@dataclass
+class RunResult:
+    """How one run ended (``Result::to_json()``; DESIGN.md §8): ``status`` is ``ok``,
+    ``exit_nonzero``, ``signaled``, ``timeout``, ``cpu_limit``, ``memory_limit``, ``pids_limit``,
+    ``output_limit``, ``seccomp_violation`` or ``sandbox_error``. Through a server, ``stdout`` and
+    ``stderr`` are what this client read from its own pipes, capped at the policy's
+    ``limits.output_bytes`` per stream."""
+
+    status: str
+    exit_code: int = 0
+    signal: int = 0
+    detail: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    wall_ms: float = 0.0
+    cpu_ms: float = 0.0
+    peak_memory_bytes: int = 0
+    backend: str = ""
+    policy: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "RunResult":
+        return cls(
+            status=str(data.get("status", "sandbox_error")),
+            exit_code=int(data.get("exit_code") or 0),
+            signal=int(data.get("signal") or 0),
+            detail=str(data.get("detail") or ""),
+            stdout=data.get("stdout") or "",
+            stderr=data.get("stderr") or "",
+            stdout_truncated=bool(data.get("stdout_truncated", False)),
+            stderr_truncated=bool(data.get("stderr_truncated", False)),
+            wall_ms=float(data.get("wall_ms") or 0.0),
+            cpu_ms=float(data.get("cpu_ms") or 0.0),
+            peak_memory_bytes=int(data.get("peak_memory_bytes") or 0),
+            backend=str(data.get("backend") or ""),
+            policy=str(data.get("policy") or ""),
+            raw=dict(data),
+        )

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, Optional, Union
 
 from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode
 from .result import CellResult, LlmCallback, RlmSandboxError
+from .server import ServerSession, server_from_environment
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ class RlmSandbox:
             thread reading the CLI's output).
         context_json: parse ``context_file`` as JSON (``--context-json``).
         env: the process's environment (default: this process's).
+        server: a ``rlm-sandbox serve`` socket: the session comes from that server's warm
+            sessions, over the socket, with no process started here (``ServerSession``).
+            Default ``$RLM_SANDBOX_SERVER`` when set; ``False``: never a server. With a server,
+            ``backend`` must be ``auto``, and ``lm``, ``binary``, ``extra_args``, ``env`` are
+            refused (they configure a local process); the server never runs elsewhere.
 
     Raises:
         RlmSandboxError: the binary is missing, or the sandbox could not start (the message
@@ -82,6 +88,7 @@ class RlmSandbox:
         max_llm_workers: int = 8,
         context_json: bool = False,
         env: Optional[Dict[str, str]] = None,
+        server: Union[str, os.PathLike, bool, None] = None,
     ) -> None:
         self._conn: Optional[_Connection] = None
         self._closed = False
@@ -93,6 +100,28 @@ class RlmSandbox:
         #: From the ``ready`` event: the backend and policy the session runs with.
         self.backend: Optional[str] = None
         self.policy: Optional[str] = None
+        #: The server session this object stands for, when one was asked for.
+        self._remote: Optional[ServerSession] = None
+
+        if server is None:
+            server = server_from_environment()
+        if server:
+            unsupported = [name for name, given in (
+                ("backend", backend != "auto"), ("lm", lm is not None),
+                ("binary", binary is not None), ("extra_args", bool(tuple(extra_args))),
+                ("env", env is not None)) if given]
+            if unsupported:
+                raise ValueError(f"{', '.join(unsupported)} cannot be combined with a server "
+                                 f"(its policy chooses the backend, and this client answers "
+                                 f"llm_query)")
+            self._remote = ServerSession(
+                os.fspath(server), str(policy), context=context, context_file=context_file,
+                context_json=context_json, on_llm_query=on_llm_query,
+                max_llm_workers=max_llm_workers, timeout=timeout, memory=memory)
+            self._closed = True  # nothing of the local process to clean up
+            self.backend, self.policy = self._remote.backend, str(policy)
+            self.args = []
+            return
 
         if context is not None and context_file is not None:
             raise ValueError("give context or context_file, not both")
@@ -161,7 +190,9 @@ class RlmSandbox:
 
     @property
     def running(self) -> bool:
-        """True while the repl process runs."""
+        """True while the repl process runs (or the server session is open)."""
+        if self._remote is not None:
+            return self._remote.running
         return self._conn is not None and self._conn.proc.poll() is None
 
     @property
@@ -187,6 +218,8 @@ class RlmSandbox:
             RlmSandboxError: the request was refused (e.g. a timeout above the policy's), or
                 the process ended.
         """
+        if self._remote is not None:
+            return self._remote.execute(code, on_llm_query or self.on_llm_query, timeout)
         request: Dict[str, Any] = {"op": "execute", "code": code}
         if timeout is not None:
             if isinstance(timeout, bool) or timeout <= 0:
@@ -197,10 +230,14 @@ class RlmSandbox:
 
     def snapshot(self) -> int:
         """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
+        if self._remote is not None:
+            return self._remote.snapshot()
         return int(self._request({"op": "snapshot"})["snapshot"])
 
     def restore(self, snapshot_id: int) -> None:
         """Replaces the interpreter's state with a fresh copy of a snapshot (reusable)."""
+        if self._remote is not None:
+            return self._remote.restore(snapshot_id)
         self._request({"op": "restore", "snapshot": int(snapshot_id)})
 
     def close(self) -> Dict[str, Any]:
@@ -210,6 +247,8 @@ class RlmSandbox:
         already ended (after an RlmSandboxError). Raises RlmSandboxError if the close request
         itself fails; the process is gone either way.
         """
+        if self._remote is not None:
+            return self._remote.close()
         with self._op_lock:
             if self._closed:
                 return self._close_result

@@ -1,0 +1,144 @@
+"""The framing of ``rlm-sandbox serve`` (docs/pools-and-server.md, "The protocol"): a 4-byte
+big-endian length, then one UTF-8 JSON object; file descriptors ride as SCM_RIGHTS on the
+frame's first bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import threading
+from typing import Any, Dict, Optional, Sequence
+
+from .result import RlmSandboxError
+
+#: The largest frame this client sends (the server refuses more) and takes from the server (a
+#: cell result carries a cell's output, capped by the policy).
+MAX_FRAME_BYTES = 64 << 20
+_MAX_REPLY_BYTES = 256 << 20
+_MAX_FDS = 4
+
+
+class ServerError(RlmSandboxError):
+    """The server refused or failed a request: ``kind`` is ``refused``, ``invalid``,
+    ``unavailable`` or ``internal``; ``diagnostics`` lists ``(path, message)`` for each way a
+    refused policy loosens the offered one."""
+
+    def __init__(self, kind: str, message: str, diagnostics: Sequence[Dict[str, str]] = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.diagnostics = [(str(d.get("path", "")), str(d.get("message", "")))
+                            for d in diagnostics if isinstance(d, dict)]
+
+
+def connect(path: str, timeout: Optional[float]) -> socket.socket:
+    """A connection to the server at `path`; ServerError(``unavailable``) when none answers."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(os.fspath(path))
+    except OSError as error:
+        sock.close()
+        raise ServerError("unavailable", f"no rlm-sandbox server at {path}: {error.strerror or error}"
+                          ) from error
+    return sock
+
+
+class Wire:
+    """One connection: whole frames out (one writer at a time), whole frames in."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, frame: Dict[str, Any], fds: Sequence[int] = ()) -> None:
+        body = json.dumps(frame, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+        if len(body) > MAX_FRAME_BYTES:
+            raise ValueError(f"the frame is {len(body)} bytes; the server takes at most "
+                             f"{MAX_FRAME_BYTES}")
+        data = struct.pack(">I", len(body)) + body
+        with self._send_lock:
+            try:
+                sent = socket.send_fds(self.sock, [data], list(fds)) if fds else 0
+                if sent < len(data):
+                    self.sock.sendall(data[sent:])
+            except OSError as error:
+                # A server that refused an earlier frame said why before it closed: that reason,
+                # not the broken pipe, is what the caller needs.
+                reason = self._pending_error()
+                if reason is not None:
+                    raise reason from error
+                raise ServerError("unavailable", f"the server connection broke: {error}") from error
+
+    def _pending_error(self) -> Optional[ServerError]:
+        previous = self.sock.gettimeout()
+        try:
+            self.sock.settimeout(0.5)
+            frame = self.receive()
+        except RlmSandboxError:
+            return None
+        finally:
+            try:
+                self.sock.settimeout(previous)
+            except OSError:
+                pass
+        try:
+            raise_if_error(frame)
+        except ServerError as error:
+            return error
+        return None
+
+    def _read_exactly(self, size: int) -> bytes:
+        chunks = []
+        while size:
+            # recv_fds, so an fd the server should never send is closed, not leaked.
+            data, fds, _, _ = socket.recv_fds(self.sock, min(size, 1 << 20), _MAX_FDS)
+            for fd in fds:
+                os.close(fd)
+            if not data:
+                raise ServerError("unavailable", "the server closed the connection")
+            chunks.append(data)
+            size -= len(data)
+        return b"".join(chunks)
+
+    def receive(self) -> Dict[str, Any]:
+        """The next frame. An ``error`` frame is returned like any other."""
+        try:
+            (size,) = struct.unpack(">I", self._read_exactly(4))
+            if size > _MAX_REPLY_BYTES:
+                raise ServerError("internal", f"the server sent a frame of {size} bytes")
+            frame = json.loads(self._read_exactly(size).decode("utf-8"))
+        except socket.timeout as error:
+            raise ServerError("unavailable", "the server did not answer in time") from error
+        except OSError as error:
+            raise ServerError("unavailable", f"the server connection broke: {error}") from error
+        except ValueError as error:
+            raise ServerError("internal", f"the server sent a malformed frame: {error}") from error
+        if not isinstance(frame, dict) or not isinstance(frame.get("op"), str):
+            raise ServerError("internal", "the server sent a frame without an \"op\"")
+        return frame
+
+    def expect(self, *ops: str) -> Dict[str, Any]:
+        """The next frame, which must be one of `ops`; an error frame raises ServerError."""
+        frame = self.receive()
+        raise_if_error(frame)
+        if frame["op"] not in ops:
+            raise ServerError("internal", f"the server answered {frame['op']!r} where "
+                              f"{' or '.join(ops)} was due")
+        return frame
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def raise_if_error(frame: Dict[str, Any]) -> None:
+    if frame.get("op") != "error":
+        return
+    message = str(frame.get("message") or "the server refused the request")
+    raise ServerError(str(frame.get("kind") or "internal"), message,
+                      frame.get("diagnostics") or ())

@@ -1,0 +1,483 @@
+"""The client of ``rlm-sandbox serve``, talking to the server directly over its unix socket
+(docs/pools-and-server.md): :class:`Server` runs commands and code in the server's warm
+sandboxes, :class:`ServerSession` is a REPL session with the same interface as
+:class:`~rlm_sandbox.RlmSandbox`.
+
+The payload's stdin, stdout and stderr are pipes this process hands the server as fds: output
+never passes through the server, and this client caps each stream at the policy's
+``limits.output_bytes`` (the server says the cap when the run starts), asking the server to stop
+the run on overflow, as a direct run would.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import selectors
+import threading
+import time
+from typing import Any, Dict, Optional, Sequence, Union
+
+from ._wire import ServerError, Wire, connect, raise_if_error
+from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
+
+#: How long a run's pipes are drained once the server has sent its result (the sandbox is gone;
+#: only a process that was handed a pipe elsewhere could keep it open).
+_DRAIN_SECONDS = 2.0
+_DEFAULT_OUTPUT_BYTES = 1 << 20
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.I)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def server_from_environment() -> Optional[str]:
+    """The socket named by ``$RLM_SANDBOX_SERVER``, or None."""
+    return os.environ.get("RLM_SANDBOX_SERVER") or None
+
+
+def _milliseconds(value: Union[int, float, str], what: str) -> int:
+    """Seconds (a number) or a duration string ("30s", "500ms", "2m") -> milliseconds."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"{what} {value!r}: expected e.g. 30s, 500ms, 2m")
+        scale = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}[match.group(2)]
+        result = float(match.group(1)) * scale
+    elif isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
+    else:
+        result = value * 1000
+    return max(1, round(result))
+
+
+def _bytes(value: Union[int, str], what: str) -> int:
+    """Bytes (an int) or a size string ("256M") -> bytes."""
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if not match:
+            raise ValueError(f"{what} {value!r}: expected e.g. 256M, 1G, 4096")
+        return int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[
+            match.group(2).upper()]
+    if isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{what} must be a positive number of bytes, not {value!r}")
+    return int(value)
+
+
+class Server:
+    """A ``rlm-sandbox serve`` at a unix socket. Each run or session takes a connection of its
+    own, so one Server object serves any number of threads.
+
+    Args:
+        path: the server's socket; default ``$RLM_SANDBOX_SERVER``.
+        connect_timeout: seconds to wait for the server to accept and answer a short request.
+
+    A server that cannot serve (none at the socket, a peer it does not allow, a policy it does
+    not offer, a loosened policy, a bind it does not permit) raises :class:`ServerError`; nothing
+    ever runs anywhere else.
+    """
+
+    def __init__(self, path: Optional[Union[str, os.PathLike]] = None, *,
+                 connect_timeout: float = 10.0) -> None:
+        if path is None:
+            path = server_from_environment()
+        if not path:
+            raise RlmSandboxError("no server: pass path= or set RLM_SANDBOX_SERVER")
+        self.path = os.fspath(path)
+        self.connect_timeout = connect_timeout
+
+    def _connect(self) -> Wire:
+        return Wire(connect(self.path, self.connect_timeout))
+
+    def hello(self) -> Dict[str, Any]:
+        """The server's greeting: ``policies`` it offers, its ``pid``, its pools' counters."""
+        wire = self._connect()
+        try:
+            wire.send({"op": "hello", "version": 1})
+            return wire.expect("hello")
+        finally:
+            wire.close()
+
+    def policy(self, name: str = "default") -> Dict[str, Any]:
+        """The server's copy of an offered policy (``Policy::to_json()``), a base to tighten."""
+        wire = self._connect()
+        try:
+            return _fetch_policy(wire, name)
+        finally:
+            wire.close()
+
+    def run(self, argv: Optional[Sequence[str]] = None, *, code: Optional[str] = None,
+            language: str = "python", policy: str = "default",
+            overrides: Optional[Dict[str, Any]] = None,
+            limits: Optional[Dict[str, Any]] = None, env: Optional[Dict[str, str]] = None,
+            timeout: Optional[Union[int, float, str]] = None,
+            stdin: Optional[Union[bytes, str]] = None) -> RunResult:
+        """Runs a command (`argv`) or a program (`code` in `language`) in a sandbox of the
+        offered `policy`; returns how it ended, with its output.
+
+        Args:
+            overrides: a whole policy (as ``policy()`` returns it) to run instead, which the
+                server accepts only when it tightens the offered one.
+            limits: keys of the policy's ``limits`` to lower (``{"memory_bytes": 64 << 20}``):
+                applied to the server's copy, sent as `overrides`.
+            env: variables for the payload, on top of the policy's.
+            timeout: the run's wall time, in seconds or as "10s" (may only tighten).
+            stdin: the payload's input; default: none (``/dev/null``).
+        """
+        if (argv is None) == (code is None):
+            raise ValueError("give argv or code, not both and not neither")
+        request: Dict[str, Any] = ({"argv": [str(a) for a in argv]} if argv is not None
+                                   else {"code": code, "language": language})
+        if env:
+            request["env"] = {str(k): str(v) for k, v in env.items()}
+        if timeout is not None:
+            request["timeout_ms"] = _milliseconds(timeout, "timeout")
+        request["stdin"] = "null" if stdin is None else "fd"
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+
+        wire = self._connect()
+        try:
+            if limits:
+                overrides = dict(overrides or _fetch_policy(wire, policy))
+                overrides["limits"] = {**overrides.get("limits", {}), **limits}
+            frame: Dict[str, Any] = {"op": "run", "policy": policy, "request": request}
+            if overrides is not None:
+                frame["overrides"] = overrides
+            return _Run(wire, frame, data).result()
+        finally:
+            wire.close()
+
+    def session(self, policy: str = "python-repl", **options: Any) -> "ServerSession":
+        """A REPL session in one of the server's sandboxes (see :class:`ServerSession`)."""
+        return ServerSession(self, policy, **options)
+
+
+def _fetch_policy(wire: Wire, name: str) -> Dict[str, Any]:
+    wire.send({"op": "policy", "policy": name})
+    policy = wire.expect("policy").get("policy")
+    if not isinstance(policy, dict):
+        raise ServerError("internal", "the server sent no policy")
+    return policy
+
+
+class _Run:
+    """One run's connection: the request with its three fds, then the pipes and the socket
+    watched together until the result, with the output capped here."""
+
+    def __init__(self, wire: Wire, frame: Dict[str, Any], stdin: Optional[bytes]) -> None:
+        self.wire = wire
+        self.frame = frame
+        self.stdin = stdin
+        self.output: Dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.truncated = {"stdout": False, "stderr": False}
+        self.stopped = False
+
+    def result(self) -> RunResult:
+        to_close = []
+        try:
+            if self.stdin is None:
+                in_read = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+                in_write = -1
+            else:
+                in_read, in_write = os.pipe2(os.O_CLOEXEC)
+                to_close.append(in_write)
+            to_close.append(in_read)
+            out_read, out_write = os.pipe2(os.O_CLOEXEC)
+            err_read, err_write = os.pipe2(os.O_CLOEXEC)
+            to_close += [out_read, out_write, err_read, err_write]
+            self.wire.send(self.frame, [in_read, out_write, err_write])
+            # Only the sandbox holds the write ends now: its end is the pipes' end.
+            for fd in (in_read, out_write, err_write):
+                os.close(fd)
+                to_close.remove(fd)
+            started = self.wire.expect("started")
+            cap = started.get("output_bytes")
+            self.cap = int(cap) if isinstance(cap, int) and cap >= 0 else _DEFAULT_OUTPUT_BYTES
+            reply = self._watch({out_read: "stdout", err_read: "stderr"}, in_write)
+        finally:
+            for fd in to_close:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        result = dict(reply.get("result") or {})
+        for stream in ("stdout", "stderr"):
+            result[stream] = bytes(self.output[stream]).decode("utf-8", "replace")
+            result[f"{stream}_truncated"] = (bool(result.get(f"{stream}_truncated"))
+                                             or self.truncated[stream])
+        return RunResult.from_json(result)
+
+    def _watch(self, readers: Dict[int, str], in_write: int) -> Dict[str, Any]:
+        selector = selectors.DefaultSelector()
+        try:
+            selector.register(self.wire.sock, selectors.EVENT_READ, "socket")
+            for fd, stream in readers.items():
+                os.set_blocking(fd, False)
+                selector.register(fd, selectors.EVENT_READ, stream)
+            pending = memoryview(self.stdin or b"")
+            if in_write >= 0:
+                os.set_blocking(in_write, False)
+                selector.register(in_write, selectors.EVENT_WRITE, "stdin")
+            reply: Optional[Dict[str, Any]] = None
+            drain_until = None
+            while True:
+                open_pipes = [key for key in selector.get_map().values()
+                              if key.data in ("stdout", "stderr")]
+                if reply is not None and (not open_pipes or time.monotonic() >= drain_until):
+                    return reply
+                wait = None if drain_until is None else max(0.0, drain_until - time.monotonic())
+                for key, _ in selector.select(wait):
+                    if key.data == "socket":
+                        frame = self.wire.receive()
+                        raise_if_error(frame)
+                        if frame["op"] == "result":
+                            reply = frame
+                            drain_until = time.monotonic() + _DRAIN_SECONDS
+                            selector.unregister(self.wire.sock)
+                    elif key.data == "stdin":
+                        try:
+                            pending = pending[os.write(in_write, pending[:65536]):]
+                        except (BlockingIOError, InterruptedError):
+                            continue
+                        except OSError:  # EPIPE: the payload does not read its input
+                            pending = pending[len(pending):]
+                        if not pending:
+                            selector.unregister(in_write)
+                            os.close(in_write)  # the payload sees end of input
+                    else:
+                        self._read(selector, key.fd, key.data)
+        finally:
+            selector.close()
+
+    def _read(self, selector: selectors.BaseSelector, fd: int, stream: str) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not data:
+            selector.unregister(fd)
+            return
+        kept = self.output[stream]
+        room = self.cap - len(kept)
+        kept += data[:max(0, room)]
+        if len(data) > room:
+            self.truncated[stream] = True
+            selector.unregister(fd)  # a payload that writes on meets a closed pipe
+            if not self.stopped:
+                self.stopped = True
+                self.wire.send({"op": "stop", "reason": "output_limit", "stream": stream})
+
+
+def _context_fd(context: Any, context_file: Any, context_json: bool):
+    """The context as an fd the server reads to its end: the file, opened here with this
+    process's rights, or a memfd holding the text. Returns (fd or None, is_json)."""
+    if context is not None and context_file is not None:
+        raise ValueError("give context or context_file, not both")
+    if context_file is not None:
+        return os.open(os.fspath(context_file), os.O_RDONLY | os.O_CLOEXEC), context_json
+    if context is None:
+        return None, False
+    as_json = context_json or not isinstance(context, str)
+    text = (json.dumps(context, ensure_ascii=False, allow_nan=False) if as_json else context)
+    fd = os.memfd_create("rlm-sandbox-context", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(text.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, as_json
+
+
+class ServerSession:
+    """A REPL session in one of a server's warm sandboxes, with the interface of
+    :class:`~rlm_sandbox.RlmSandbox`: ``execute``, ``snapshot``, ``restore``, ``close``, a
+    context manager, and ``on_llm_query`` answering the cell's ``llm_query`` calls.
+
+    Args:
+        server: a :class:`Server` or its socket path.
+        policy: an offered policy name.
+        context, context_file, context_json: the REPL's ``context`` (as RlmSandbox takes them).
+        on_llm_query: the default ``callback(prompt, model) -> str``; None: calls fail in the
+            cell unless ``execute`` is given one.
+        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread).
+        timeout: the session's wall time limit, and memory: its memory limit, each only
+            tightening the offered policy (seconds or "30s"; bytes or "256M").
+        overrides: a whole tightened policy to run instead of the offered one.
+        lifetime: seconds the session may live (the server ends it then).
+    """
+
+    def __init__(self, server: Union[Server, str, os.PathLike, None] = None,
+                 policy: str = "python-repl", *, context: Any = None,
+                 context_file: Optional[Union[str, os.PathLike]] = None,
+                 context_json: bool = False, on_llm_query: Optional[LlmCallback] = None,
+                 max_llm_workers: int = 8, timeout: Optional[Union[int, float, str]] = None,
+                 memory: Optional[Union[int, str]] = None,
+                 overrides: Optional[Dict[str, Any]] = None,
+                 lifetime: Optional[float] = None) -> None:
+        self._wire: Optional[Wire] = None
+        self._closed = False
+        self._close_result: Dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self._workers = max(1, int(max_llm_workers))
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.on_llm_query = on_llm_query
+        self.server = server if isinstance(server, Server) else Server(server)
+        self.policy = policy
+        self.backend: Optional[str] = None
+
+        fd, as_json = _context_fd(context, context_file, context_json)
+        wire = self.server._connect()
+        try:
+            if timeout is not None or memory is not None:
+                overrides = dict(overrides or _fetch_policy(wire, policy))
+                limits = dict(overrides.get("limits", {}))
+                if timeout is not None:
+                    limits["wall_time_ms"] = _milliseconds(timeout, "timeout")
+                if memory is not None:
+                    limits["memory_bytes"] = _bytes(memory, "memory")
+                overrides["limits"] = limits
+            options: Dict[str, Any] = {"context_is_json": as_json, "llm": "client"}
+            if lifetime is not None:
+                options["lifetime_ms"] = _milliseconds(lifetime, "lifetime")
+            frame: Dict[str, Any] = {"op": "session_open", "policy": policy, "options": options}
+            if overrides is not None:
+                frame["overrides"] = overrides
+            # No read timeout from here on: a cell runs as long as its policy lets it, and the
+            # server bounds that.
+            wire.sock.settimeout(None)
+            wire.send(frame, [fd] if fd is not None else [])
+            if fd is not None:
+                os.close(fd)
+                fd = None
+            opened = wire.expect("session_opened")
+            self.backend = opened.get("backend")
+        except BaseException:
+            wire.close()
+            raise
+        finally:
+            if fd is not None:
+                os.close(fd)
+        self._wire = wire
+
+    # -- public API (RlmSandbox's) ---------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._wire is not None and not self._closed
+
+    def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
+                timeout: Optional[float] = None) -> CellResult:
+        """Runs one cell and returns its result (RlmSandbox.execute)."""
+        request: Dict[str, Any] = {"op": "execute", "code": code}
+        if timeout is not None:
+            request["timeout_ms"] = _milliseconds(timeout, "timeout")
+        callback = on_llm_query if on_llm_query is not None else self.on_llm_query
+        reply = self._request(request, "cell_result", callback)
+        return CellResult.from_json(reply.get("result") or {})
+
+    def snapshot(self) -> int:
+        """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
+        return int(self._request({"op": "snapshot"}, "snapshot")["id"])
+
+    def restore(self, snapshot_id: int) -> None:
+        """Replaces the interpreter's state with a fresh copy of a snapshot (reusable)."""
+        self._request({"op": "restore", "id": int(snapshot_id)}, "restored")
+
+    def close(self) -> Dict[str, Any]:
+        """Ends the session; returns the sandbox's Result dict. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return self._close_result
+            try:
+                if self._wire is not None:
+                    self._close_result = dict(
+                        self._request({"op": "close"}, "closed").get("result") or {})
+            finally:
+                self._closed = True
+                self._shutdown()
+            return self._close_result
+
+    def __enter__(self) -> "ServerSession":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - do not hide the exception that is propagating
+            self._closed = True
+            self._shutdown()
+
+    def __del__(self) -> None:
+        # A session nobody closed: the server closes it when the connection goes.
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._shutdown()
+
+    def __repr__(self) -> str:
+        return (f"ServerSession(server={self.server.path!r}, policy={self.policy!r}, "
+                f"backend={self.backend!r}, {'closed' if self._closed else 'open'})")
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def _request(self, frame: Dict[str, Any], answer_op: str,
+                 callback: Optional[LlmCallback] = None) -> Dict[str, Any]:
+        with self._lock:
+            if self._closed or self._wire is None:
+                raise RlmSandboxError("the session is closed")
+            wire = self._wire
+            wire.send(frame)
+            while True:
+                reply = wire.receive()
+                if reply["op"] == "llm_call":
+                    self._answer(reply, callback)
+                    continue
+                raise_if_error(reply)
+                if reply["op"] != answer_op:
+                    raise ServerError("internal", f"the server answered {reply['op']!r} where "
+                                      f"{answer_op!r} was due")
+                return reply
+
+    def _answer(self, call: Dict[str, Any], callback: Optional[LlmCallback]) -> None:
+        wire = self._wire
+        call_id = call.get("id")
+        prompt = str(call.get("prompt") or "")
+        model = call.get("model")
+
+        def answer() -> None:
+            if callback is None:
+                reply = {"op": "llm_answer", "id": call_id,
+                         "error": "no llm_query handler: pass on_llm_query"}
+            else:
+                try:
+                    reply = {"op": "llm_answer", "id": call_id,
+                             "text": str(callback(prompt, model))}
+                except Exception as error:  # noqa: BLE001 - the cell sees it as RuntimeError
+                    reply = {"op": "llm_answer", "id": call_id, "error": str(error) or
+                             type(error).__name__}
+            try:
+                wire.send(reply)
+            except (RlmSandboxError, ValueError):
+                pass  # the session ended (or the answer was too large): the cell sees an error
+
+        if self._workers == 1:
+            answer()
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._workers, thread_name_prefix="rlm-sandbox-llm")
+        self._pool.submit(answer)
+

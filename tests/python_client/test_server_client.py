@@ -1,0 +1,246 @@
+"""The rlm_sandbox package's server client (python/rlm_sandbox/server.py) against a real
+``rlm-sandbox serve`` started by this module (and stopped, leaving nothing, at its end).
+
+Run: ``RLM_SANDBOX_BIN=build/bin/rlm-sandbox python3 -m unittest -v test_server_client`` from
+tests/python_client (ctest's ``python_server_client`` test does this).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from typing import List, Optional
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import rlm_sandbox  # noqa: E402
+from rlm_sandbox import (RlmSandbox, RlmSandboxError, Server, ServerError,  # noqa: E402
+                         ServerSession)
+
+BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+_server: Optional[subprocess.Popen] = None
+_dir: Optional[str] = None
+SOCKET = ""
+PERMITTED = ""
+
+
+def _wait_for_socket(path: str, proc: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rlm-sandbox serve exited with {proc.returncode}: "
+                               f"{proc.stderr.read().decode(errors='replace')}")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+            return
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise RuntimeError(f"rlm-sandbox serve did not listen on {path} within {seconds} s")
+
+
+def setUpModule() -> None:  # noqa: N802 - unittest's name
+    global _server, _dir, SOCKET, PERMITTED
+    if not BINARY:
+        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
+    _dir = tempfile.mkdtemp(prefix="rlm-server-client-")
+    os.chmod(_dir, 0o755)
+    SOCKET = os.path.join(_dir, "server.sock")
+    PERMITTED = os.path.join(_dir, "permitted")
+    os.mkdir(PERMITTED)
+    with open(os.path.join(PERMITTED, "note.txt"), "w") as note:
+        note.write("from the host\n")
+    _server = subprocess.Popen(
+        [BINARY, "serve", "--socket", SOCKET, "--pool", "default=1",
+         "--session-pool", "python-repl=1", "--permit-bind", f"{os.getuid()}:{PERMITTED}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_socket(SOCKET, _server, 60)
+    except BaseException:
+        tearDownModule()
+        raise
+
+
+def tearDownModule() -> None:  # noqa: N802 - unittest's name
+    if _server is not None and _server.poll() is None:
+        _server.send_signal(signal.SIGTERM)
+        try:
+            _server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _server.kill()
+            _server.wait()
+    if _server is not None and _server.stderr is not None:
+        _server.stderr.close()
+    if _dir is not None:
+        shutil.rmtree(_dir, ignore_errors=True)
+
+
+class RunTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.server = Server(SOCKET)
+
+    def test_hello_lists_the_offered_policies(self) -> None:
+        hello = self.server.hello()
+        self.assertIn("default", hello["policies"])
+        self.assertIn("python-repl", hello["policies"])
+        self.assertEqual(hello["pid"], _server.pid)
+
+    def test_command_output_comes_through_the_clients_own_pipes(self) -> None:
+        result = self.server.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        self.assertEqual(result.status, "exit_nonzero", result)
+        self.assertEqual(result.exit_code, 3)
+        self.assertEqual(result.stdout, "out\n")
+        self.assertEqual(result.stderr, "err\n")
+        self.assertEqual(result.backend, "namespace")
+
+    def test_code_with_stdin_env_and_sandbox_identity(self) -> None:
+        result = self.server.run(
+            code="import os, sys\nprint(sys.stdin.read().upper(), os.environ['GREETING'], "
+                 "os.getuid(), open('/proc/1/cmdline','rb').read().split(b'\\0')[0])",
+            env={"GREETING": "hi"}, stdin="piped in")
+        self.assertEqual(result.status, "ok", result)
+        self.assertIn("PIPED IN hi 1000", result.stdout)
+        self.assertIn("rlm-sandbox-init", result.stdout)
+
+    def test_output_beyond_the_policys_cap_is_truncated_and_stops_the_run(self) -> None:
+        policy = self.server.policy("default")
+        cap = 4096
+        result = self.server.run(["sh", "-c", "yes 0123456789 | head -c 1000000; sleep 30"],
+                                 limits={"output_bytes": cap})
+        self.assertEqual(result.status, "output_limit", result)
+        self.assertTrue(result.stdout_truncated)
+        self.assertEqual(len(result.stdout), cap)
+        self.assertLess(result.wall_ms, 20000)
+        self.assertGreater(policy["limits"]["output_bytes"], cap)
+
+    def test_timeout_tightens_the_policy(self) -> None:
+        result = self.server.run(["sleep", "30"], timeout=0.5)
+        self.assertEqual(result.status, "timeout", result)
+
+    def test_permitted_bind_is_readable_inside(self) -> None:
+        policy = self.server.policy("default")
+        policy["filesystem"]["mounts"].append(
+            {"type": "bind", "source": PERMITTED, "target": "/data", "readonly": True,
+             "optional": False})
+        result = self.server.run(["cat", "/data/note.txt"], overrides=policy)
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(result.stdout, "from the host\n")
+
+
+class RefusalTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.server = Server(SOCKET)
+
+    def test_no_server_at_the_socket_is_unavailable(self) -> None:
+        with self.assertRaises(ServerError) as caught:
+            Server(os.path.join(_dir, "nobody.sock")).run(["true"])
+        self.assertEqual(caught.exception.kind, "unavailable")
+
+    def test_policy_not_offered_is_refused(self) -> None:
+        with self.assertRaises(ServerError) as caught:
+            self.server.run(["true"], policy="strict")
+        self.assertEqual(caught.exception.kind, "refused")
+        self.assertIn("not offered", str(caught.exception))
+
+    def test_loosened_limit_is_refused_with_its_path(self) -> None:
+        with self.assertRaises(ServerError) as caught:
+            self.server.run(["true"], limits={"memory_bytes": 8 << 30})
+        self.assertEqual(caught.exception.kind, "refused")
+        self.assertIn("limits.memory_bytes", [path for path, _ in caught.exception.diagnostics])
+
+    def test_bind_outside_what_is_permitted_is_refused(self) -> None:
+        policy = self.server.policy("default")
+        policy["filesystem"]["mounts"].append(
+            {"type": "bind", "source": "/etc", "target": "/hostetc", "readonly": True,
+             "optional": False})
+        with self.assertRaises(ServerError) as caught:
+            self.server.run(["ls", "/hostetc"], overrides=policy)
+        self.assertEqual(caught.exception.kind, "refused")
+        paths: List[str] = [path for path, _ in caught.exception.diagnostics]
+        self.assertTrue(any(p.endswith(".source") for p in paths), paths)
+
+    def test_writable_bind_of_a_read_only_permission_is_refused(self) -> None:
+        policy = self.server.policy("default")
+        policy["filesystem"]["mounts"].append(
+            {"type": "bind", "source": PERMITTED, "target": "/data", "readonly": False,
+             "optional": False})
+        with self.assertRaises(ServerError) as caught:
+            self.server.run(["touch", "/data/x"], overrides=policy)
+        self.assertIn("readonly", str(caught.exception))
+        self.assertFalse(os.path.exists(os.path.join(PERMITTED, "x")))
+
+
+class SessionTest(unittest.TestCase):
+    def session(self, **options) -> ServerSession:
+        session = Server(SOCKET).session("python-repl", **options)
+        self.addCleanup(session.close)
+        return session
+
+    def test_state_persists_and_llm_query_reaches_the_callback(self) -> None:
+        asked = []
+
+        def answer(prompt: str, model: Optional[str]) -> str:
+            asked.append((prompt, model))
+            return prompt[::-1]
+
+        sb = self.session(context="the context", on_llm_query=answer)
+        self.assertEqual(sb.execute("x = llm_query('abc')").status, "ok")
+        result = sb.execute("print(x, context)")
+        self.assertEqual(result.stdout, "cba the context\n")
+        self.assertEqual(asked, [("abc", None)])
+
+    def test_callback_error_is_an_exception_in_the_cell(self) -> None:
+        def fail(prompt: str, model: Optional[str]) -> str:
+            raise ValueError("no model here")
+
+        sb = self.session(on_llm_query=fail)
+        result = sb.execute("llm_query('q')")
+        self.assertEqual(result.status, "error")
+        self.assertIn("no model here", result.error)
+
+    def test_snapshot_restore_and_close(self) -> None:
+        sb = self.session(context={"k": [1, 2]})
+        self.assertEqual(sb.execute("n = len(context['k'])").status, "ok")
+        snap = sb.snapshot()
+        sb.execute("n = 100")
+        sb.restore(snap)
+        self.assertEqual(sb.execute("print(n)").stdout, "2\n")
+        closed = sb.close()
+        self.assertIn("status", closed)
+        with self.assertRaises(RlmSandboxError):
+            sb.execute("1")
+
+    def test_rlm_sandbox_takes_a_server(self) -> None:
+        with RlmSandbox(server=SOCKET, context="ctx", timeout=20) as sb:
+            self.assertIsNone(sb.pid)  # no local process
+            self.assertEqual(sb.execute("print(context * 2)").stdout, "ctxctx\n")
+            self.assertEqual(sb.backend, "namespace")
+        with self.assertRaises(ValueError):
+            RlmSandbox(server=SOCKET, lm="echo")
+
+    def test_rlm_sandbox_server_from_the_environment(self) -> None:
+        os.environ["RLM_SANDBOX_SERVER"] = SOCKET
+        try:
+            with RlmSandbox() as sb:
+                self.assertEqual(sb.execute("print(1 + 1)").stdout, "2\n")
+        finally:
+            del os.environ["RLM_SANDBOX_SERVER"]
+
+    def test_loosened_session_is_refused(self) -> None:
+        with self.assertRaises(ServerError) as caught:
+            ServerSession(SOCKET, "python-repl", memory="64G")
+        self.assertIn("limits.memory_bytes", [path for path, _ in caught.exception.diagnostics])
+
+
+class PackageTest(unittest.TestCase):
+    def test_exports(self) -> None:
+        for name in ("Server", "ServerSession", "ServerError", "RunResult"):
+            self.assertIn(name, rlm_sandbox.__all__)
