@@ -97,6 +97,11 @@ class RunCgroup {
   // pids.max bounds every fork flood.
   virtual void kill_all() = 0;
   virtual std::string describe() const = 0;  // its paths, for messages
+  // Lowers the group's memory (no swap) and pids limits to `limits`', and its CPU bandwidth where
+  // the group has one (cpu_bandwidth_limited()) and `limits` sets cpus: a warm sandbox's request
+  // tightening its policy, written before the payload starts. The caller has checked that no
+  // limit rises. Throws Error naming the file that could not be written.
+  virtual void tighten(const Limits& limits) = 0;
 };
 
 // Removes groups under the rlm-sandbox parents whose owning runtime process is gone (e.g. it was

@@ -22,8 +22,9 @@ class V1Cgroup final : public GroupDirs {
  public:
   V1Cgroup(const RunId& id, std::vector<std::string> dirs, std::string memory, std::string pids,
            std::string cpuacct)
-      : GroupDirs(id, std::move(dirs),
-                  UsageReader::v1(std::move(memory), std::move(pids), std::move(cpuacct))) {}
+      : GroupDirs(id, std::move(dirs), UsageReader::v1(memory, pids, std::move(cpuacct))),
+        memory_(std::move(memory)),
+        pids_(std::move(pids)) {}
 
   int clone_into_fd() const override { return -1; }
   void attach(pid_t pid) override { attach_all(pid); }
@@ -50,6 +51,7 @@ class V1Cgroup final : public GroupDirs {
   // CFS bandwidth: cpu.cfs_quota_us of every cpu.cfs_period_us (the period first: the quota is
   // checked against it). Needs a kernel with CONFIG_CFS_BANDWIDTH.
   void limit_cpu(const std::string& dir, double cpus) {
+    cpu_ = dir;
     const std::string quota = dir + "/cpu.cfs_quota_us", period = dir + "/cpu.cfs_period_us";
     if (!cgfs::exists(quota)) {
       cpu_problem_ = "the kernel has no CFS bandwidth control (" + quota + " is missing)";
@@ -66,8 +68,24 @@ class V1Cgroup final : public GroupDirs {
   }
   void cpu_unavailable(std::string why) { cpu_problem_ = "cgroup v1: " + std::move(why); }
 
+  void tighten(const Limits& limits) override {
+    const auto set = [](const std::string& file, const std::string& value) {
+      if (int err = cgfs::write_file(file, value))
+        throw Error("cannot set " + file + ": " + sys::errno_text(err));
+    };
+    // limit_in_bytes first: lowering it keeps memsw (still the old value) above it.
+    const std::string bytes = std::to_string(limits.memory_bytes);
+    set(memory_ + "/memory.limit_in_bytes", bytes);
+    if (cgfs::exists(memory_ + "/memory.memsw.limit_in_bytes"))
+      set(memory_ + "/memory.memsw.limit_in_bytes", bytes);
+    set(pids_ + "/pids.max", std::to_string(limits.pids));
+    if (limits.cpus && cpu_limited_)
+      set(cpu_ + "/cpu.cfs_quota_us", std::to_string(cpu_quota_us(*limits.cpus)));
+  }
+
  private:
   std::vector<common::UniqueFd> join_fds_;
+  std::string memory_, pids_, cpu_;
 };
 
 std::string non_root_hint() {

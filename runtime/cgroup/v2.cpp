@@ -11,6 +11,7 @@
 #include "cgroup/files.hpp"
 #include "cgroup/group.hpp"
 #include "common/unique_fd.hpp"
+#include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::cgroup {
@@ -39,6 +40,18 @@ class V2Cgroup final : public GroupDirs {
   }
 
   std::string describe() const override { return "cgroup v2 " + dir_; }
+
+  void tighten(const Limits& limits) override {
+    const auto set = [this](const char* file, const std::string& value) {
+      if (int err = cgfs::write_file(dir_ + "/" + file, value))
+        throw Error("cannot set " + dir_ + "/" + file + ": " + sys::errno_text(err));
+    };
+    set("memory.max", std::to_string(limits.memory_bytes));
+    set("pids.max", std::to_string(limits.pids));
+    if (limits.cpus && cpu_limited_)
+      set("cpu.max",
+          std::to_string(cpu_quota_us(*limits.cpus)) + " " + std::to_string(kCpuPeriodUs));
+  }
 
   // cpu.max "<quota> <period>": the group's processes together get `cpus` CPUs' worth of time.
   void limit_cpu(double cpus) {

@@ -1,12 +1,16 @@
 #include "common/init.hpp"
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iterator>
@@ -16,6 +20,7 @@
 
 #include "common/supervise.hpp"
 #include "rlm_init/protocol.hpp"
+#include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::common {
@@ -43,6 +48,11 @@ std::vector<std::string> default_candidates() {
   candidates.push_back(RLM_SANDBOX_INIT_INSTALL_PATH);
   candidates.push_back(RLM_SANDBOX_INIT_BUILD_PATH);
   return candidates;
+}
+
+std::string rlimit_text(const ResourceLimit& limit) {
+  return std::string(resource_name(limit.resource)) + "=" + std::to_string(limit.soft) + ":" +
+         std::to_string(limit.hard);
 }
 
 // ---- Its report -----------------------------------------------------------------------------
@@ -84,6 +94,8 @@ std::string setup_problem(const InitReport& report, const RunContext& context,
                "': " + errno_text(report.value);
       if (report.step == "seccomp")
         return "cannot install the seccomp filter in the payload: " + errno_text(report.value);
+      if (report.step == "fds")
+        return "cannot give the payload its stdio and inherited fds: " + errno_text(report.value);
       if (report.step == "guard")
         return "cannot guard the payload's signals (a seccomp listener: refused when already "
                "inside a sandbox that uses one, or on kernels before 5.0): " +
@@ -158,10 +170,21 @@ std::vector<std::string> init_arguments(const std::string& init_path, InitSettin
   std::vector<std::string> args{init_path, protocol::kReportFdFlag,
                                 std::to_string(protocol::kReportFd), protocol::kGraceFlag,
                                 std::to_string(settings.grace.count())};
+  if (settings.await_fd >= 0) {
+    for (int fd : {settings.seccomp_fd, settings.seccomp_notify_fd}) {
+      if (fd < 0) continue;
+      args.push_back(fd == settings.seccomp_fd ? protocol::kSeccompFdFlag
+                                               : protocol::kSeccompNotifyFdFlag);
+      args.push_back(std::to_string(fd));
+    }
+    if (settings.pid1) args.push_back(protocol::kPid1Flag);
+    args.push_back(protocol::kAwaitPayloadFlag);
+    args.push_back(std::to_string(settings.await_fd));
+    return args;
+  }
   for (const auto& limit : settings.rlimits) {
     args.push_back(protocol::kRlimitFlag);
-    args.push_back(std::string(resource_name(limit.resource)) + "=" + std::to_string(limit.soft) +
-                   ":" + std::to_string(limit.hard));
+    args.push_back(rlimit_text(limit));
   }
   if (!settings.workdir.empty()) {
     args.push_back(protocol::kChdirFlag);
@@ -181,6 +204,88 @@ std::vector<std::string> init_arguments(const std::string& init_path, InitSettin
   args.insert(args.end(), std::make_move_iterator(settings.payload_argv.begin()),
               std::make_move_iterator(settings.payload_argv.end()));
   return args;
+}
+
+// ---- Await mode's payload message -------------------------------------------------------------
+
+std::string encode_payload_message(const PayloadMessage& message) {
+  if (message.argv.empty()) throw Error("the payload message needs a command");
+  if (message.rlimits.size() > protocol::kPayloadMaxLimits ||
+      message.inherit_fds.size() > protocol::kPayloadMaxInherited)
+    throw Error("the payload message has too many rlimits or inherited fds");
+  if (message.argv.size() + message.environment.size() > protocol::kPayloadMaxStrings)
+    throw Error("the payload's command line and environment have too many strings");
+  std::string body;
+  const auto add = [&body](std::string_view text, const char* what) {
+    if (text.find('\0') != std::string_view::npos)
+      throw Error(std::string("the payload's ") + what + " holds a NUL byte");
+    body.append(text);
+    body.push_back('\0');
+  };
+  add(message.workdir, "working directory");
+  for (const auto& limit : message.rlimits) add(rlimit_text(limit), "rlimit");
+  for (int fd : message.inherit_fds) add(std::to_string(fd), "inherited fd");
+  for (const auto& arg : message.argv) add(arg, "command line");
+  for (const auto& entry : message.environment) add(entry, "environment");
+  if (body.size() > protocol::kPayloadMaxBodyBytes)
+    throw Error("the payload's command line and environment exceed " +
+                std::to_string(protocol::kPayloadMaxBodyBytes) + " bytes");
+
+  const bool stdio = message.stdio[0] >= 0;
+  const std::uint32_t grace = static_cast<std::uint32_t>(
+      std::clamp<long long>(message.grace.count(), 0, protocol::kPayloadMaxGraceMs));
+  const std::uint32_t header[protocol::kPayloadHeaderWords] = {
+      protocol::kPayloadMagic,
+      static_cast<std::uint32_t>(body.size()),
+      static_cast<std::uint32_t>(message.argv.size()),
+      static_cast<std::uint32_t>(message.environment.size()),
+      static_cast<std::uint32_t>(message.rlimits.size()),
+      static_cast<std::uint32_t>(message.inherit_fds.size()),
+      (message.guard_signals ? protocol::kPayloadGuardSignals : 0u) |
+          (stdio ? protocol::kPayloadStdio : 0u),
+      grace,
+  };
+  std::string bytes(reinterpret_cast<const char*>(header), sizeof header);
+  return bytes + body;
+}
+
+void send_payload_message(int socket, const PayloadMessage& message,
+                          std::chrono::steady_clock::time_point deadline) {
+  const std::string bytes = encode_payload_message(message);
+  std::vector<int> fds;
+  if (message.stdio[0] >= 0) fds.assign(message.stdio.begin(), message.stdio.end());
+  fds.insert(fds.end(), message.inherit_fds.begin(), message.inherit_fds.end());
+
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    iovec io{const_cast<char*>(bytes.data() + sent), bytes.size() - sent};
+    msghdr header{};
+    header.msg_iov = &io;
+    header.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (3 + protocol::kPayloadMaxInherited))];
+    if (sent == 0 && !fds.empty()) {
+      header.msg_control = control;
+      header.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* rights = CMSG_FIRSTHDR(&header);
+      rights->cmsg_level = SOL_SOCKET;
+      rights->cmsg_type = SCM_RIGHTS;
+      rights->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(rights), fds.data(), sizeof(int) * fds.size());
+    }
+    const ssize_t count = sendmsg(socket, &header, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (count > 0) {
+      sent += static_cast<std::size_t>(count);
+      continue;
+    }
+    if (count < 0 && errno == EINTR) continue;
+    if (count < 0 && errno == EAGAIN) {
+      pollfd room{socket, POLLOUT, 0};
+      const int ready = poll(&room, 1, sys::poll_timeout_ms(deadline));
+      if (ready == 0) throw Error("rlm-sandbox-init did not take its payload in time");
+      continue;
+    }
+    throw Error("cannot hand rlm-sandbox-init its payload: " + sys::errno_text(errno));
+  }
 }
 
 // ---- Its report -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 // about how the run ended.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -43,11 +44,37 @@ struct InitSettings {
   bool pid1 = false;           // init runs as PID 1 of a PID namespace
   bool guard_signals = false;  // --guard-signals (needs seccomp_fd)
   std::vector<std::string> payload_argv;
+  // >= 0: await mode (--await-payload): init waits on this socket for its PayloadMessage, which
+  // then carries what rlimits, workdir, guard_signals and payload_argv say here (all unused).
+  int await_fd = -1;
 };
 
-// argv for execve: init_path, the flags, "--", the payload's argv (moved over). The report fd is
-// always init_protocol::kReportFd.
+// argv for execve: init_path, the flags, "--", the payload's argv (moved over); in await mode
+// the flags and --await-payload. The report fd is always init_protocol::kReportFd.
 std::vector<std::string> init_arguments(const std::string& init_path, InitSettings settings);
+
+// ---- Await mode's payload message -------------------------------------------------------------
+
+struct PayloadMessage {
+  std::vector<std::string> argv;         // the payload's
+  std::vector<std::string> environment;  // "NAME=value", the payload's whole environment
+  std::string workdir;                   // "" keeps init's directory
+  std::vector<ResourceLimit> rlimits;    // only ever lowered by init
+  bool guard_signals = false;
+  std::chrono::milliseconds grace{200};
+  std::array<int, 3> stdio{-1, -1, -1};  // >= 0: the payload's stdin, stdout, stderr (sent)
+  std::vector<int> inherit_fds;          // sent; the payload has them under these numbers
+};
+
+// The message's bytes (rlm_init/protocol.hpp). Throws Error for what init would refuse (no argv,
+// a string holding NUL, too many strings, fds or limits, a body over the bound).
+std::string encode_payload_message(const PayloadMessage& message);
+
+// Sends `message` on `socket` (the host's end of init's await socket), its fds on the first byte,
+// waiting at most until `deadline` for room. Throws Error when it cannot be sent whole (init is
+// gone, the deadline passed).
+void send_payload_message(int socket, const PayloadMessage& message,
+                          std::chrono::steady_clock::time_point deadline);
 
 // ---- Its report -----------------------------------------------------------------------------
 

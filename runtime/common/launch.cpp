@@ -96,8 +96,23 @@ Pipe make_pipe() {
   return {above_stdio(std::move(read_end)), above_stdio(std::move(write_end))};
 }
 
+StdioPipes make_stdio_pipes() {
+  StdioPipes pipes;
+  auto in = make_pipe(), out = make_pipe(), err = make_pipe();
+  pipes.child = {std::move(in.read), std::move(out.write), std::move(err.write)};
+  pipes.host = {std::move(in.write), std::move(out.read), std::move(err.read)};
+  return pipes;
+}
+
+void attach_stdio(InitProcess& process, std::array<UniqueFd, 3> host) {
+  for (auto& end : host) set_nonblocking(end);
+  process.stdin_pipe = std::move(host[0]);
+  process.stdout_pipe = std::move(host[1]);
+  process.stderr_pipe = std::move(host[2]);
+}
+
 InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
-                       std::vector<std::string> env)
+                       std::vector<std::string> env, InitStdio stdio)
     : path_(std::move(init_path)),
       args_(std::move(args)),
       env_(std::move(env)),
@@ -108,15 +123,39 @@ InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
   max_fd_ = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
                 ? static_cast<unsigned>(files.rlim_cur)
                 : (1u << 20);
-  const auto open_pipe = [](UniqueFd& read_end, UniqueFd& write_end) {
-    auto pipe = make_pipe();
-    read_end = std::move(pipe.read);
-    write_end = std::move(pipe.write);
-  };
-  open_pipe(child_stdin_, stdin_);
-  open_pipe(stdout_, child_stdout_);
-  open_pipe(stderr_, child_stderr_);
-  open_pipe(report_, child_report_);
+  switch (stdio.kind) {
+    case InitStdio::Kind::pipes: {
+      auto pipes = make_stdio_pipes();
+      child_stdin_ = std::move(pipes.child[0]);
+      child_stdout_ = std::move(pipes.child[1]);
+      child_stderr_ = std::move(pipes.child[2]);
+      stdin_ = std::move(pipes.host[0]);
+      stdout_ = std::move(pipes.host[1]);
+      stderr_ = std::move(pipes.host[2]);
+      break;
+    }
+    case InitStdio::Kind::given:
+    case InitStdio::Kind::null: {
+      UniqueFd null_fd;
+      if (stdio.kind == InitStdio::Kind::null) {
+        null_fd = UniqueFd(open("/dev/null", O_RDWR | O_CLOEXEC));
+        if (!null_fd) throw system_error("open(/dev/null)");
+      }
+      // Our own copies above init's stdio: the caller's may sit on 0-2 and would be overwritten
+      // by an earlier dup2 in the child.
+      UniqueFd* copies[3] = {&child_stdin_, &child_stdout_, &child_stderr_};
+      for (int i = 0; i < 3; ++i) {
+        const int source = null_fd ? null_fd.get() : stdio.fds[static_cast<std::size_t>(i)];
+        const int copy = fcntl(source, F_DUPFD_CLOEXEC, kFirstFreeFd);
+        if (copy < 0) throw system_error("fcntl(F_DUPFD_CLOEXEC)");
+        *copies[i] = UniqueFd(copy);
+      }
+      break;
+    }
+  }
+  auto report = make_pipe();
+  report_ = std::move(report.read);
+  child_report_ = std::move(report.write);
 }
 
 void InitLaunch::exec_in_child() const noexcept {
@@ -136,17 +175,23 @@ void InitLaunch::exec_in_child() const noexcept {
   _exit(init_protocol::kInitFailureExit);
 }
 
-void InitLaunch::inherit(const std::vector<int>& fds) {
+void check_inherit_fds(const std::vector<int>& fds) {
   if (fds.size() > kMaxInheritedFds)
     throw Error("at most " + std::to_string(kMaxInheritedFds) +
                 " fds can be inherited by the payload");
-  for (std::size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i] < kFirstFreeFd)
+  for (const int fd : fds) {
+    if (fd < kFirstFreeFd)
       throw Error("an inherited fd must be >= " + std::to_string(kFirstFreeFd) + " (0-" +
                   std::to_string(kFirstFreeFd - 1) + " are init's stdio and report pipe), got " +
-                  std::to_string(fds[i]));
-    inherited_[i] = fds[i];
+                  std::to_string(fd));
+    if (std::count(fds.begin(), fds.end(), fd) > 1)
+      throw Error("an inherited fd is listed twice: " + std::to_string(fd));
   }
+}
+
+void InitLaunch::inherit(const std::vector<int>& fds) {
+  check_inherit_fds(fds);
+  for (std::size_t i = 0; i < fds.size(); ++i) inherited_[i] = fds[i];
 }
 
 bool InitLaunch::install_stdio() const noexcept {
@@ -168,7 +213,8 @@ InitProcess InitLaunch::finish(pid_t pid, UniqueFd pidfd) {
   // Our unreaped child, so the pid cannot have been recycled yet.
   process.pidfd =
       pidfd ? std::move(pidfd) : UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
-  for (UniqueFd* end : {&stdin_, &stdout_, &stderr_, &report_}) set_nonblocking(*end);
+  for (UniqueFd* end : {&stdin_, &stdout_, &stderr_, &report_})
+    if (*end) set_nonblocking(*end);
   process.stdin_pipe = std::move(stdin_);
   process.stdout_pipe = std::move(stdout_);
   process.stderr_pipe = std::move(stderr_);
@@ -177,8 +223,9 @@ InitProcess InitLaunch::finish(pid_t pid, UniqueFd pidfd) {
 }
 
 InitProcess launch_init(std::string init_path, std::vector<std::string> args,
-                        std::vector<std::string> env, const std::vector<int>& inherit_fds) {
-  InitLaunch launch(std::move(init_path), std::move(args), std::move(env));
+                        std::vector<std::string> env, const std::vector<int>& inherit_fds,
+                        InitStdio stdio) {
+  InitLaunch launch(std::move(init_path), std::move(args), std::move(env), stdio);
   launch.inherit(inherit_fds);
   // Blocked from before the fork until init has set up its signalfd: no host signal handler
   // can run in the child, and a SIGTERM that arrives early stays pending for init.

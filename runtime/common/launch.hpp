@@ -36,6 +36,10 @@ void close_fds_except(unsigned first, KeptFds keep, unsigned ceiling) noexcept;
 // Clears close-on-exec on every fd of `keep`; false (errno set) when one fcntl fails.
 bool clear_cloexec(const KeptFds& keep) noexcept;
 
+// Throws Error unless `fds` may be inherited by a payload: at most kMaxInheritedFds, each >= 4
+// (0-3 are init's stdio and report pipe).
+void check_inherit_fds(const std::vector<int>& fds);
+
 // ---- Launching init ---------------------------------------------------------------------------
 
 // A started init and the host's ends of its pipes (all nonblocking and close-on-exec).
@@ -60,11 +64,34 @@ struct Pipe {
 };
 Pipe make_pipe();
 
+// The payload's three stdio pipes: the ends its side uses (stdin's read end, stdout's and
+// stderr's write ends) and the host's, all close-on-exec and above init's stdio. Throws
+// std::system_error.
+struct StdioPipes {
+  std::array<UniqueFd, 3> child, host;
+};
+StdioPipes make_stdio_pipes();
+
+// Hands the host's ends of the payload's pipes to a started init's process (nonblocking there).
+void attach_stdio(InitProcess& process, std::array<UniqueFd, 3> host);
+
+// Init's own stdio (fds 0-2 in its process).
+struct InitStdio {
+  enum class Kind {
+    pipes,  // pipes to the host, which the payload inherits (InitProcess has the host's ends)
+    given,  // `fds` (Request::payload_stdio): the payload inherits them; the host has no pipes
+    null,   // /dev/null: await mode, where the payload's stdio comes with its message
+  };
+  Kind kind = Kind::pipes;
+  std::array<int, 3> fds{-1, -1, -1};  // given: the caller's, duplicated (the caller keeps its)
+};
+
 class InitLaunch {
  public:
-  // Creates the pipes and the argv/envp arrays. Throws std::system_error when a pipe cannot be
-  // made (out of fds).
-  InitLaunch(std::string init_path, std::vector<std::string> args, std::vector<std::string> env);
+  // Creates the pipes (or opens what `stdio` names) and the argv/envp arrays. Throws
+  // std::system_error when a pipe cannot be made (out of fds).
+  InitLaunch(std::string init_path, std::vector<std::string> args, std::vector<std::string> env,
+             InitStdio stdio = {});
 
   // Fds (>= 4, at most kMaxInheritedFds) that init, and through it the payload, inherits under
   // their own numbers; the caller keeps them open until finish(). Throws Error for a bad list.
@@ -109,6 +136,7 @@ class InitLaunch {
 // prepare + fork (every signal blocked around it) + exec_in_child + finish. Returns the process,
 // or throws std::system_error when the pipes or the fork fail.
 InitProcess launch_init(std::string init_path, std::vector<std::string> args,
-                        std::vector<std::string> env, const std::vector<int>& inherit_fds = {});
+                        std::vector<std::string> env, const std::vector<int>& inherit_fds = {},
+                        InitStdio stdio = {});
 
 }  // namespace rlm::common

@@ -1,5 +1,6 @@
 #include "common/run_start.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -55,11 +56,26 @@ std::vector<std::string> payload_environment(
   return entries;
 }
 
+bool uses_payload_stdio(const Request& request) {
+  const auto& fds = request.payload_stdio;
+  const auto given = std::count_if(fds.begin(), fds.end(), [](int fd) { return fd >= 0; });
+  if (given == 0) return false;
+  if (given != 3)
+    throw Error("Request.payload_stdio: give all three fds (stdin, stdout, stderr) or none");
+  if (!request.stdin_data.empty() || request.stdin_fd >= 0 || request.on_stdout ||
+      request.on_stderr)
+    throw Error(
+        "Request.payload_stdio: the payload's stdio are the caller's fds, so stdin_data, stdin_fd, "
+        "on_stdout and on_stderr must be unset");
+  return true;
+}
+
 RunStart::RunStart(std::string_view backend, const Request& request, const Policy& policy)
     : argv(resolve_argv(request)),
       wall_limit(effective_wall_time(request, policy)),
       environment(payload_environment(policy.env, request.env)),
       start(Clock::now()) {
+  uses_payload_stdio(request);  // throws for a request that mixes it with the other stdio
   result.backend = backend;
   result.policy = policy.name;
 }

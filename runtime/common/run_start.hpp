@@ -27,10 +27,17 @@ struct RunEnd;
 std::vector<std::string> payload_environment(const Environment& rules,
                                              const std::map<std::string, std::string>& request_env);
 
+// Whether the request's payload has the caller's fds as its stdio (Request::payload_stdio). Throws
+// Error when only some of the three are set, or when stdin_data, stdin_fd, on_stdout or on_stderr
+// are set beside them.
+bool uses_payload_stdio(const Request& request);
+
 struct RunStart {
   using Clock = std::chrono::steady_clock;
 
-  // Throws Error for an invalid request; the clock starts only once the request is resolved.
+  // Throws Error for an invalid request (uses_payload_stdio included); the clock starts only once
+  // the request is resolved. A backend that builds the sandbox first restarts it (`start`) when
+  // the payload is released: the wall time is the payload's.
   RunStart(std::string_view backend, const Request& request, const Policy& policy);
 
   std::vector<std::string> argv;  // the payload's: the caller moves it into init's command line

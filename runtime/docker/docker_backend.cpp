@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -266,6 +267,10 @@ void require_runnable(const Request& request) {
   if (!http::available())
     throw NeedsFullBinary(
         "the docker backend needs the HTTP client, which this build of rlm-sandbox leaves out");
+  if (request.payload_stdio != std::array<int, 3>{-1, -1, -1})
+    throw Error(
+        "Request.payload_stdio: the docker backend does not support the caller's fds as the "
+        "payload's stdio (not supported); use the namespace or local backend");
   if (!request.inherit_fds.empty())
     throw Error(
         "Request.inherit_fds: the docker backend cannot pass file descriptors into a container; "

@@ -102,9 +102,14 @@ class LocalBackend final : public Backend {
     // Launch.
     common::InitProcess process;
     try {
+      // The caller's fds as the payload's stdio (payload_stdio): they are init's, which the
+      // payload inherits; no pipes pass through this process.
+      common::InitStdio stdio;
+      if (common::uses_payload_stdio(request))
+        stdio = {common::InitStdio::Kind::given, request.payload_stdio};
       process =
           common::launch_init(init_.path, common::init_arguments(init_.path, std::move(settings)),
-                              std::move(run.environment), request.inherit_fds);
+                              std::move(run.environment), request.inherit_fds, stdio);
     } catch (const std::system_error& error) {
       return run.setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
     }

@@ -1,229 +1,17 @@
-// The namespace backend's orchestration. Phases: prepare (parent, before clone: everything that
-// allocates or may fail in a way worth a message), the child's pipeline (child.cpp, raw syscalls
-// only), finish in the parent (id maps, cgroup attach, release, supervision, Result).
+// The namespace backend: health, and run() as a sandbox built (warm_sandbox.cpp) and launched at
+// once. A Pool builds the same sandboxes ahead of time (build_warm_sandbox).
 #include "namespace/namespace_backend.hpp"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <chrono>
 
-#include <algorithm>
-#include <mutex>
-#include <optional>
-
-#include "cgroup/cgroup.hpp"
 #include "common/init.hpp"
-#include "common/launch.hpp"
-#include "common/outcome.hpp"
 #include "common/run_start.hpp"
-#include "common/supervise.hpp"
-#include "namespace/child.hpp"
-#include "namespace/child_setup.hpp"
-#include "namespace/clone.hpp"
 #include "namespace/health.hpp"
-#include "namespace/limits.hpp"
-#include "namespace/userns.hpp"
-#include "rlm_init/protocol.hpp"
+#include "namespace/warm_sandbox.hpp"
 #include "rlm_sandbox/error.hpp"
-#include "rlm_sys/sys.hpp"
-#include "seccomp/seccomp.hpp"
 
 namespace rlm::ns {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using common::UniqueFd;
-
-std::uint64_t clone_flags(const Policy& policy) {
-  std::uint64_t flags = CLONE_NEWUSER;
-  if (policy.namespaces.pid) flags |= CLONE_NEWPID;
-  if (policy.namespaces.mount) flags |= CLONE_NEWNS;
-  // "none" is what the network namespace gives; "host" shares the host's (policy validation
-  // makes namespaces.net agree; a policy built in code that does not is held to `network`).
-  if (policy.network == Network::none) flags |= CLONE_NEWNET;
-  if (policy.namespaces.ipc) flags |= CLONE_NEWIPC;
-  if (policy.namespaces.uts) flags |= CLONE_NEWUTS;
-  // The cgroup namespace is made by the child once it is inside the run's group.
-  return flags;
-}
-
-// Kills and reaps the cloned child unless supervision took it over. SIGKILL to PID 1 of the
-// namespace takes everything in it along.
-class ChildGuard {
- public:
-  explicit ChildGuard(pid_t pid) : pid_(pid) {}
-  ~ChildGuard() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
-  ChildGuard(const ChildGuard&) = delete;
-  ChildGuard& operator=(const ChildGuard&) = delete;
-  void release() { pid_ = -1; }
-
- private:
-  pid_t pid_;
-};
-
-// Everything the child needs, built before clone; it outlives the child's exec.
-struct Preparation {
-  UniqueFd init_fd;
-  seccomp::PayloadFilter filter;
-  IdMapping ids;
-  std::optional<RootfsPlan> rootfs;
-  std::optional<LoopbackPlan> loopback;
-  std::optional<PrivilegePlan> privileges;
-  std::unique_ptr<cgroup::RunCgroup> cgroup;
-  std::string cgroup_problem;  // why there is no cgroup
-  std::optional<common::InitLaunch> launch;
-  common::Pipe release, errors;
-  ChildPlan plan;
-};
-
-// The live counters a caller may read from another thread while run() supervises.
-class CgroupProbe {
- public:
-  explicit CgroupProbe(const cgroup::RunCgroup* cgroup) : cgroup_(cgroup) {}
-  LiveCounters read() {
-    std::lock_guard lock(mutex_);
-    LiveCounters counters;
-    if (!cgroup_) return counters;
-    try {
-      counters.oom_kills = cgroup_->oom_kills();
-      counters.cpu = cgroup_->cpu_time();
-    } catch (const std::exception&) {
-    }
-    return counters;
-  }
-  void detach() {
-    std::lock_guard lock(mutex_);
-    cgroup_ = nullptr;
-  }
-
- private:
-  std::mutex mutex_;
-  const cgroup::RunCgroup* cgroup_;
-};
-
-void collect_stale_groups_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    try {
-      cgroup::collect_stale_groups();
-    } catch (const std::exception&) {
-      // Leftovers of a crashed runtime are not this run's problem.
-    }
-  });
-}
-
-// Throws Error or std::system_error with a message for the Result. Takes the payload's argv and
-// environment over.
-void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
-             std::vector<std::string> argv, std::vector<std::string> environment,
-             const Request& request) {
-  p.init_fd = common::above_stdio(UniqueFd(open(init_path.c_str(), O_RDONLY | O_CLOEXEC)));
-  if (!p.init_fd) throw Error("cannot open " + init_path + ": " + sys::errno_text(errno));
-  p.filter = seccomp::prepare_payload_filter(policy.seccomp);
-  p.filter.kill = common::above_stdio(std::move(p.filter.kill));
-  p.filter.notify = common::above_stdio(std::move(p.filter.notify));
-  p.ids = prepare_id_mapping(policy.user);
-  if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
-  if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
-  p.privileges = PrivilegePlan::prepare(policy);
-
-  collect_stale_groups_once();
-  auto created = cgroup::RunCgroup::create(policy.limits);
-  p.cgroup = std::move(created.group);
-  p.cgroup_problem = std::move(created.problem);
-
-  common::InitSettings settings;
-  settings.grace = policy.limits.kill_grace;
-  settings.rlimits = init_rlimits(policy.limits, p.cgroup != nullptr);
-  settings.workdir = policy.filesystem.workdir;
-  settings.payload_argv = std::move(argv);
-  settings.seccomp_fd = p.filter.kill.get();
-  settings.seccomp_notify_fd = p.filter.notify.get();
-  settings.pid1 = policy.namespaces.pid;
-  settings.guard_signals = request.guard_signals;
-  // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's.
-  auto args = common::init_arguments(init_protocol::kBinaryName, std::move(settings));
-  p.launch.emplace(init_path, std::move(args), std::move(environment));
-  p.launch->inherit(request.inherit_fds);
-  p.release = common::make_pipe();
-  p.errors = common::make_pipe();
-
-  ChildPlan& plan = p.plan;
-  if (p.cgroup) {
-    const auto join = p.cgroup->self_join_fds();
-    if (join.size() > plan.join_cgroup_fds.size())
-      throw Error("more cgroup hierarchies than a sandbox joins: " + p.cgroup->describe());
-    std::copy(join.begin(), join.end(), plan.join_cgroup_fds.begin());
-  }
-  plan.release_read = p.release.read.get();
-  plan.release_write = p.release.write.get();
-  plan.error_read = p.errors.read.get();
-  plan.error_write = p.errors.write.get();
-  plan.ids = &p.ids;
-  plan.cgroup_namespace = policy.namespaces.cgroup;
-  plan.rootfs = p.rootfs ? &*p.rootfs : nullptr;
-  if (policy.namespaces.uts) {
-    plan.hostname = policy.hostname.c_str();
-    plan.hostname_length = policy.hostname.size();
-  }
-  plan.loopback = p.loopback ? &*p.loopback : nullptr;
-  plan.launch = &*p.launch;
-  plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
-  plan.privileges = &*p.privileges;
-  plan.init_fd = p.init_fd.get();
-  plan.max_fd = p.launch->max_fd();
-}
-
-// Clone, finish the setup from outside while the child waits, release it, and wait for its exec
-// of init. Throws Error saying what failed; the child is then killed and reaped, before the
-// caller's Preparation removes the cgroup.
-common::InitProcess start_sandbox(Preparation& p, const Policy& policy,
-                                  Clock::time_point deadline) {
-  CloneResult child;
-  int clone_error = 0;
-  {
-    // Every signal blocked from before the clone until init has its signalfd: no host handler runs
-    // in the child, and an early SIGTERM stays pending for init.
-    const SignalsBlocked blocked;
-    // The user namespace is owned by the sandbox's host uid, not root (userns.hpp).
-    const OwnerSwitch owner(p.ids);
-    child = clone_process(clone_flags(policy), p.cgroup ? p.cgroup->clone_into_fd() : -1);
-    if (child.pid == 0) run_child(p.plan);
-    clone_error = errno;
-  }  // the thread's own ids and signal mask are back
-  if (child.pid < 0)
-    throw Error("cannot create the sandbox's namespaces (clone: " + sys::errno_text(clone_error) +
-                "); to fix: " + user_namespace_fix());
-  ChildGuard guard(child.pid);
-  p.release.read.reset();
-  p.errors.write.reset();
-
-  write_id_maps(child.pid, p.ids);
-  // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.
-  if (p.cgroup && !child.into_cgroup && p.plan.join_cgroup_fds[0] < 0) {
-    try {
-      p.cgroup->attach(child.pid);
-    } catch (const std::exception& error) {
-      throw Error(std::string("cannot move the sandbox into its cgroup: ") + error.what());
-    }
-  }
-  const char go = 1;
-  if (write(p.release.write.get(), &go, 1) != 1)
-    throw Error("cannot release the sandbox's first process: " + sys::errno_text(errno));
-  wait_for_exec(p.errors.read.get(), sys::poll_timeout_ms(deadline));
-  p.release.write.reset();  // the child no longer needs to see us alive
-
-  auto process = p.launch->finish(child.pid, std::move(child.pidfd));
-  guard.release();
-  return process;
-}
 
 class NamespaceBackend final : public Backend {
  public:
@@ -239,77 +27,24 @@ class NamespaceBackend final : public Backend {
   Result run(const Request& request, const Policy& policy) override {
     // An invalid request throws here, before anything starts.
     common::RunStart run("namespace", request, policy);
-    const auto deadline = run.deadline();
-
-    if (!policy.namespaces.user)
-      return run.setup_failed(
-          "namespaces.user: false is not supported by the namespace backend: its isolation "
-          "(an unmapped root, capabilities confined to the sandbox) rests on a user namespace");
     if (init_.path.empty())
       return run.setup_failed(init_.problem() + "; to fix: " + common::InitLocation::fix());
-
-    const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
-                                             init_.path, run.wall_limit);
-    Preparation p;
+    // The cold path is the warm one without the wait: build the sandbox now, then launch.
+    std::unique_ptr<WarmSandbox> sandbox;
     try {
-      prepare(p, policy, init_.path, std::move(run.argv), std::move(run.environment), request);
-    } catch (const std::exception& error) {
-      return run.setup_failed(std::string("cannot prepare the sandbox: ") + error.what());
-    }
-    auto options = common::supervision_options(request, policy, deadline);
-
-    common::InitProcess process;
-    try {
-      process = start_sandbox(p, policy, deadline);
+      sandbox = WarmSandbox::build(policy, init_.path, run.deadline());
     } catch (const Error& error) {
       return run.setup_failed(error.what());
     }
-    // The sandbox's CPU time, counted over every process it ever had (RLIMIT_CPU, which init
-    // still sets, counts each process alone: a chain of short-lived ones escapes it).
-    const auto cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);
-    auto stopped_at = std::make_shared<CgroupLimit>(CgroupLimit::none);
-    if (p.cgroup) {
-      // A run that has hit its process limit is stopped there rather than left to spin (a fork
-      // bomb retries forever) until the wall limit; one that has used its CPU time at once.
-      options.limit_reached = [cgroup = p.cgroup.get(), cpu_budget, stopped_at] {
-        try {
-          if (const auto cpu = cgroup->cpu_time(); cpu && *cpu >= cpu_budget) {
-            *stopped_at = CgroupLimit::cpu_time;
-            return true;
-          }
-          if (cgroup->usage().pids_limit_hit) {
-            *stopped_at = CgroupLimit::pids;
-            return true;
-          }
-        } catch (const std::exception&) {
-        }
-        return false;
-      };
-    }
-    // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
-    auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get());
-    if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
-    auto supervision = common::supervise_init(process, std::move(options));
-    probe_target->detach();
-    if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
+    return sandbox->launch(request, policy, run);
+  }
 
-    cgroup::CgroupUsage usage;
-    std::string bandwidth_problem;
-    if (p.cgroup) {
-      p.cgroup->kill_all();
-      usage = p.cgroup->usage();  // after the kill: what the last processes used counts too
-      if (policy.limits.cpus && !p.cgroup->cpu_bandwidth_limited())
-        bandwidth_problem = p.cgroup->cpu_bandwidth_problem();
-      p.cgroup.reset();
-    }
-    auto end = common::init_run_end(std::move(supervision), context);
-    add_cgroup_account(end, usage, cpu_budget, *stopped_at);
-    run.fill_from(std::move(end));
-    if (!p.cgroup_problem.empty())
-      note_limit_fallbacks(run.result, p.cgroup_problem, policy.limits);
-    if (p.cgroup_problem.empty() && !usage.cpu) note_cpu_time_per_process(run.result);
-    if (!bandwidth_problem.empty()) note_cpu_bandwidth_missing(run.result, bandwidth_problem);
-    return run.finish();
+  std::unique_ptr<WarmSandbox> build_warm(const Policy& policy) const {
+    if (init_.path.empty())
+      throw Error(init_.problem() + "; to fix: " + common::InitLocation::fix());
+    // Built ahead of any request: the policy's wall time bounds how long setting up may take.
+    return WarmSandbox::build(policy, init_.path,
+                              std::chrono::steady_clock::now() + policy.limits.wall_time);
   }
 
  private:
@@ -320,6 +55,18 @@ class NamespaceBackend final : public Backend {
 
 std::unique_ptr<Backend> make_namespace_backend() {
   return std::make_unique<NamespaceBackend>();
+}
+
+bool has_warm_sandboxes(const Backend& backend) {
+  return dynamic_cast<const NamespaceBackend*>(&backend) != nullptr;
+}
+
+std::unique_ptr<WarmSandbox> build_warm_sandbox(const Backend& backend, const Policy& policy) {
+  const auto* ns = dynamic_cast<const NamespaceBackend*>(&backend);
+  if (!ns)
+    throw Error(std::string("the ") + std::string(backend.name()) +
+                " backend has no warm sandboxes");
+  return ns->build_warm(policy);
 }
 
 }  // namespace rlm::ns

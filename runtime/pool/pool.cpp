@@ -1,31 +1,178 @@
-// A stand-in Pool that serves everything on the cold path; the warm pool replaces it.
+// The warm pool: a queue of namespace sandboxes of the pool's policy, built by a refill thread
+// before anyone asks (ns::WarmSandbox), each used for one run and destroyed. A run that finds the
+// queue empty, or a policy a warm sandbox cannot serve, goes cold on the backend at once: it never
+// waits for the refill. docs/pools-and-server.md.
 #include "rlm_sandbox/pool.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "namespace/namespace_backend.hpp"
+#include "namespace/warm_sandbox.hpp"
 #include "pool/session_pool.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/error.hpp"
 
 namespace rlm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After a failed build the refill thread waits this long, doubling up to the maximum, so a host
+// that cannot build sandboxes is not hammered; runs go cold meanwhile (and say why).
+constexpr std::chrono::milliseconds kFirstBackoff{50};
+constexpr std::chrono::milliseconds kMaxBackoff{2000};
+
+// What a warm sandbox was built from, besides the limits: the policy's JSON without them (and
+// without its name and description, which build nothing).
+nlohmann::json shape_of(const Policy& policy) {
+  auto json = policy.to_json();
+  for (const char* key : {"limits", "name", "description"}) json.erase(key);
+  return json;
+}
+
+// Every limit of `candidate` that is looser than `base`'s, by its JSON name.
+std::vector<std::string> looser_limits(const Limits& base, const Limits& candidate) {
+  std::vector<std::string> looser;
+  const auto check = [&](const char* name, auto base_value, auto candidate_value) {
+    if (candidate_value > base_value) looser.push_back(std::string("limits.") + name);
+  };
+  check("wall_time_ms", base.wall_time, candidate.wall_time);
+  check("cpu_time_ms", base.cpu_time, candidate.cpu_time);
+  check("kill_grace_ms", base.kill_grace, candidate.kill_grace);
+  check("memory_bytes", base.memory_bytes, candidate.memory_bytes);
+  check("output_bytes", base.output_bytes, candidate.output_bytes);
+  check("file_size_bytes", base.file_size_bytes, candidate.file_size_bytes);
+  check("tmpfs_bytes", base.tmpfs_bytes, candidate.tmpfs_bytes);
+  check("session_buffer_bytes", base.session_buffer_bytes, candidate.session_buffer_bytes);
+  check("pids", base.pids, candidate.pids);
+  check("open_files", base.open_files, candidate.open_files);
+  // No bandwidth limit is the loosest of all.
+  if (base.cpus && (!candidate.cpus || *candidate.cpus > *base.cpus))
+    looser.push_back("limits.cpus");
+  return looser;
+}
+
+}  // namespace
 
 struct Pool::State {
   Policy policy;
   PoolOptions options;
   std::unique_ptr<Backend> backend;
-  std::atomic<std::uint64_t> cold_runs{0};
+  bool warm = false;  // the backend builds warm sandboxes and the pool keeps some
+  nlohmann::json shape;
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;  // the refill thread: room in the queue, used ones, stop
+  std::deque<std::unique_ptr<ns::WarmSandbox>> ready;
+  std::vector<std::unique_ptr<ns::WarmSandbox>> used;  // destroyed by the refill thread
+  bool stopping = false;
+  std::thread refill;
+
+  std::atomic<std::uint64_t> warm_runs{0}, cold_runs{0};
   std::unique_ptr<pool::SessionPool> sessions;
+
+  void refill_loop();
+  std::unique_ptr<ns::WarmSandbox> take();
+  void give_back_used(std::unique_ptr<ns::WarmSandbox> sandbox);
 };
+
+void Pool::State::refill_loop() {
+  auto backoff = kFirstBackoff;
+  std::unique_lock lock(mutex);
+  while (!stopping) {
+    if (!used.empty()) {
+      // Off the callers' path: killing what is left and removing the cgroup waits on the kernel.
+      auto batch = std::move(used);
+      used.clear();
+      lock.unlock();
+      batch.clear();
+      lock.lock();
+      continue;
+    }
+    if (ready.size() < options.sandboxes) {
+      lock.unlock();
+      std::unique_ptr<ns::WarmSandbox> sandbox;
+      try {
+        sandbox = ns::build_warm_sandbox(*backend, policy);
+        backoff = kFirstBackoff;
+      } catch (const std::exception&) {
+        // The cold path reports the same problem in its Result when a run needs one.
+      }
+      lock.lock();
+      if (sandbox) {
+        ready.push_back(std::move(sandbox));
+      } else {
+        wake.wait_for(lock, backoff, [this] { return stopping; });
+        backoff = std::min(backoff * 2, kMaxBackoff);
+      }
+      continue;
+    }
+    wake.wait(lock,
+              [this] { return stopping || !used.empty() || ready.size() < options.sandboxes; });
+  }
+}
+
+std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
+  std::unique_ptr<ns::WarmSandbox> sandbox;
+  {
+    std::lock_guard lock(mutex);
+    if (ready.empty()) return nullptr;
+    sandbox = std::move(ready.front());
+    ready.pop_front();
+  }
+  wake.notify_one();
+  return sandbox;
+}
+
+void Pool::State::give_back_used(std::unique_ptr<ns::WarmSandbox> sandbox) {
+  {
+    std::lock_guard lock(mutex);
+    if (!stopping) {
+      used.push_back(std::move(sandbox));
+      sandbox = nullptr;
+    }
+  }
+  wake.notify_one();
+  // A pool being destroyed has no refill thread to hand it to: destroyed here.
+}
 
 Pool::Pool(Policy policy, PoolOptions options) : state_(std::make_unique<State>()) {
   state_->backend = select_backend(policy);
   state_->policy = std::move(policy);
   state_->options = options;
+  state_->warm = options.sandboxes > 0 && ns::has_warm_sandboxes(*state_->backend);
+  if (state_->warm) {
+    state_->shape = shape_of(state_->policy);
+    // Every sandbox is built on this thread, which lives as long as the pool: a sandbox's first
+    // process dies with the thread that cloned it (PR_SET_PDEATHSIG), so no other thread may.
+    state_->refill = std::thread([state = state_.get()] { state->refill_loop(); });
+  }
   state_->sessions =
       std::make_unique<pool::SessionPool>(*state_->backend, state_->policy, options.sessions);
 }
 
 Pool::~Pool() {
-  if (state_) state_->sessions.reset();  // before the backend they run on
+  if (!state_) return;
+  state_->sessions.reset();  // before the backend they run on
+  if (state_->refill.joinable()) {
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->stopping = true;
+    }
+    state_->wake.notify_all();
+    state_->refill.join();
+  }
+  // Every waiting init is killed with everything in it, reaped, and its cgroup removed.
+  state_->ready.clear();
+  state_->used.clear();
 }
 
 const Policy& Pool::policy() const {
@@ -37,8 +184,32 @@ Result Pool::run(const Request& request) {
 }
 
 Result Pool::run(const Request& request, const Policy& policy) {
-  ++state_->cold_runs;
-  return state_->backend->run(request, policy);
+  State& state = *state_;
+  if (&policy != &state.policy) {
+    if (const auto looser = looser_limits(state.policy.limits, policy.limits); !looser.empty()) {
+      std::string list;
+      for (const auto& name : looser) list += (list.empty() ? "" : ", ") + name;
+      throw Error("the request loosens the pool's policy '" + state.policy.name + "': " + list +
+                  " above the policy's");
+    }
+  }
+  if (state.warm && (&policy == &state.policy || shape_of(policy) == state.shape)) {
+    if (auto sandbox = state.take()) {
+      if (sandbox->can_apply(policy.limits)) {
+        ++state.warm_runs;
+        // A request the sandbox refuses (invalid) throws; the sandbox is destroyed all the same.
+        struct GiveBack {
+          State& state;
+          std::unique_ptr<ns::WarmSandbox>& sandbox;
+          ~GiveBack() { state.give_back_used(std::move(sandbox)); }
+        } give_back{state, sandbox};
+        return sandbox->run(request, policy);
+      }
+      state.give_back_used(std::move(sandbox));
+    }
+  }
+  ++state.cold_runs;
+  return state.backend->run(request, policy);
 }
 
 std::unique_ptr<Session> Pool::open_session(SessionOptions options) {
@@ -47,7 +218,12 @@ std::unique_ptr<Session> Pool::open_session(SessionOptions options) {
 
 PoolStats Pool::stats() const {
   PoolStats stats;
+  stats.warm_runs = state_->warm_runs;
   stats.cold_runs = state_->cold_runs;
+  {
+    std::lock_guard lock(state_->mutex);
+    stats.ready_sandboxes = state_->ready.size();
+  }
   stats.warm_sessions = state_->sessions->warm_opened();
   stats.cold_sessions = state_->sessions->cold_opened();
   stats.ready_sessions = state_->sessions->ready();

@@ -15,7 +15,9 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "await_payload.hpp"
 #include "guard_program.hpp"
 #include "options.hpp"
 #include "payload.hpp"
@@ -87,19 +89,12 @@ int main(int argc, char** argv) {
   if (options.report_fd >= 0 && fcntl(options.report_fd, F_SETFD, FD_CLOEXEC) != 0)
     return fail(-1, with_errno("--report-fd"));
 
-  for (int fd : {options.seccomp_fd, options.seccomp_notify_fd})
+  for (int fd : {options.seccomp_fd, options.seccomp_notify_fd, options.await_fd})
     if (fd >= 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
-      return fail(options.report_fd, with_errno("--seccomp-fd"));
+      return fail(options.report_fd, with_errno("--seccomp-fd/--await-payload"));
   rlm::init::Filters filters;
   if (auto error = rlm::init::load_filters(options, filters); !error.empty())
     return fail(options.report_fd, error);
-  std::optional<rlm::init::SignalGuard> guard;
-  if (options.guard_signals) {
-    const auto& base = filters.notify.empty() ? filters.kill : filters.notify;
-    if (auto error = rlm::init::add_signal_guard(base, filters.guarded); !error.empty())
-      return fail(options.report_fd, error);
-    guard.emplace();
-  }
 
   const bool pid1 = options.pid1 || getpid() == 1;
   // The payload runs as init's uid: without this it could ptrace init (were ptrace allowed) or
@@ -112,15 +107,35 @@ int main(int argc, char** argv) {
   const int signal_fd = signalfd(-1, &supervised, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) return fail(options.report_fd, with_errno("signalfd"));
 
+  // Await mode: everything above is done before anyone asked; the message says what to run.
+  rlm::init::AwaitedPayload awaited;
+  if (options.await_fd >= 0) {
+    if (auto error = rlm::init::await_payload(options.await_fd, signal_fd, options, awaited);
+        !error.empty())
+      return fail(options.report_fd, error);
+    if (options.guard_signals && options.seccomp_fd < 0)
+      return fail(options.report_fd, std::string(rlm::init_protocol::kGuardSignalsFlag) +
+                                         " needs " + rlm::init_protocol::kSeccompFdFlag);
+  }
+  std::optional<rlm::init::SignalGuard> guard;
+  if (options.guard_signals) {
+    const auto& base = filters.notify.empty() ? filters.kill : filters.notify;
+    if (auto error = rlm::init::add_signal_guard(base, filters.guarded); !error.empty())
+      return fail(options.report_fd, error);
+    guard.emplace();
+  }
+
   rlm::init::StartFailure failure;
   int listener_fd = -1;
   const pid_t payload = rlm::init::start_payload(options, filters, failure, listener_fd);
   if (payload < 0) return fail(options.report_fd, with_errno("fork"));
   release_payload_stdio();
+  // The payload has its own copies: a reader of its stdout sees EOF when the payload's tree ends.
+  for (int& fd : awaited.fds) close(std::exchange(fd, -1));
 
   rlm::init::NotifyListener listener(listener_fd);
   Outcome outcome = rlm::init::Supervisor(payload, signal_fd, options.grace_ms, listener, pid1,
-                                          guard ? &*guard : nullptr)
+                                          guard ? &*guard : nullptr, options.await_fd)
                         .run();
   if (failure.error != 0) {
     // The child's own exit status says little; the errno and the step say what went wrong.

@@ -41,6 +41,8 @@ bool parse_limit_value(std::string_view text, rlim_t& value) {
   return true;
 }
 
+}  // namespace
+
 // "NAME=SOFT:HARD" or "NAME=VALUE" (soft and hard alike).
 std::string parse_rlimit(std::string_view text, ResourceLimit& limit) {
   const auto equals = text.find('=');
@@ -64,8 +66,6 @@ std::string parse_rlimit(std::string_view text, ResourceLimit& limit) {
   return "";
 }
 
-}  // namespace
-
 std::string parse_options(int argc, char** argv, Options& options) {
   namespace protocol = rlm::init_protocol;
   int i = 1;
@@ -85,7 +85,8 @@ std::string parse_options(int argc, char** argv, Options& options) {
     }
     const bool known = flag == protocol::kReportFdFlag || flag == protocol::kGraceFlag ||
                        flag == protocol::kRlimitFlag || flag == protocol::kChdirFlag ||
-                       flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag;
+                       flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag ||
+                       flag == protocol::kAwaitPayloadFlag;
     if (!known) return std::string(flag) + ": unknown flag";
     if (i + 1 >= argc) return std::string(flag) + ": missing value";
     const std::string_view value = argv[i + 1];
@@ -94,6 +95,10 @@ std::string parse_options(int argc, char** argv, Options& options) {
       if (!parse_number(value, number) || number > 1'000'000)
         return "--report-fd " + std::string(value) + ": expected a file descriptor number";
       options.report_fd = static_cast<int>(number);
+    } else if (flag == protocol::kAwaitPayloadFlag) {
+      if (!parse_number(value, number) || number > 1'000'000)
+        return std::string(flag) + " " + std::string(value) + ": expected a file descriptor number";
+      options.await_fd = static_cast<int>(number);
     } else if (flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag) {
       if (!parse_number(value, number) || number > 1'000'000)
         return std::string(flag) + " " + std::string(value) + ": expected a file descriptor number";
@@ -111,6 +116,16 @@ std::string parse_options(int argc, char** argv, Options& options) {
       options.workdir = argv[i + 1];
     }
     ++i;
+  }
+  if (options.await_fd >= 0) {
+    // The message says what to run, in which directory, under which limits.
+    if (i < argc || options.workdir || !options.limits.empty() || options.guard_signals)
+      return std::string(protocol::kAwaitPayloadFlag) +
+             " takes the command, --chdir, --rlimit and --guard-signals from its message";
+    if (options.seccomp_notify_fd >= 0 && options.seccomp_fd < 0)
+      return std::string(protocol::kSeccompNotifyFdFlag) + " needs " + protocol::kSeccompFdFlag +
+             " (the program to fall back to)";
+    return "";
   }
   if (i >= argc) return "no command given after '--'";
   if (options.seccomp_notify_fd >= 0 && options.seccomp_fd < 0)

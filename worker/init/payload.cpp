@@ -9,10 +9,12 @@
 
 #include <cerrno>
 
+extern char** environ;
+
 namespace rlm::init {
 namespace {
 
-enum class Step : int { exec, chdir, setrlimit, seccomp, guard };
+enum class Step : int { exec, chdir, setrlimit, seccomp, guard, fds };
 
 // What the child sends back over the CLOEXEC pipe when it fails before (or at) exec.
 struct ChildError {
@@ -44,6 +46,43 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   _exit(step == Step::exec ? (error == ENOENT ? 127 : 126) : 125);
 }
 
+// In the forked child, await mode: the payload's stdio and inherited fds onto their numbers.
+// First every source, and the two fds the child still needs, move above every number in play, so
+// that no dup2 overwrites a source not yet placed; the moved copies are close-on-exec. False
+// (errno set) when an fcntl or dup2 fails. Syscalls only.
+bool place_fds(const Options& options, int& error_fd, int& listener_socket) {
+  const int count = options.inherited_count;
+  const bool stdio = options.payload_stdio[0] >= 0;
+  if (!stdio && count == 0) return true;
+  int sources[7], targets[7], used = 0;
+  for (int i = 0; stdio && i < 3; ++i) {
+    sources[used] = options.payload_stdio[i];
+    targets[used++] = i;
+  }
+  for (int i = 0; i < count && i < 4; ++i) {
+    sources[used] = options.inherited_fds[i];
+    targets[used++] = options.inherited_targets[i];
+  }
+  int ceiling = error_fd > listener_socket ? error_fd : listener_socket;
+  for (int i = 0; i < used; ++i) {
+    if (sources[i] > ceiling) ceiling = sources[i];
+    if (targets[i] > ceiling) ceiling = targets[i];
+  }
+  const auto lift = [ceiling](int& fd) {
+    if (fd < 0) return true;
+    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, ceiling + 1);
+    if (moved < 0) return false;
+    fd = moved;
+    return true;
+  };
+  if (!lift(error_fd) || !lift(listener_socket)) return false;
+  for (int i = 0; i < used; ++i)
+    if (!lift(sources[i])) return false;
+  for (int i = 0; i < used; ++i)  // dup2 clears close-on-exec on the target
+    if (dup2(sources[i], targets[i]) < 0) return false;
+  return true;
+}
+
 // Runs in the forked child: init is single-threaded, but this still only makes syscalls.
 [[noreturn]] void apply_in_child(const Options& options, const std::vector<ResourceLimit>& limits,
                                  const Filters& filters, pid_t init_pid, int error_fd,
@@ -53,6 +92,8 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   // If init dies without tearing the tree down (it was SIGKILLed), the payload goes with it.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != init_pid) _exit(125);
+  // Before the limits: RLIMIT_NOFILE may be below an inherited fd's number.
+  if (!place_fds(options, error_fd, listener_socket)) fail_in_child(error_fd, Step::fds, errno);
   for (std::size_t i = 0; i < limits.size(); ++i) {
     const rlimit value{limits[i].soft, limits[i].hard};
     if (setrlimit(limits[i].resource, &value) != 0)
@@ -65,6 +106,8 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   // Last: the filter may deny what the steps above need; only sendmsg and execve follow it.
   if (const int error = install_in_child(filters, listener_socket); error != 0)
     fail_in_child(error_fd, filters.guarded.empty() ? Step::seccomp : Step::guard, error);
+  // Await mode: the message's environment, also for execvp's PATH search.
+  if (options.payload_envp) environ = options.payload_envp;
   execvp(options.payload_argv[0], options.payload_argv);
   fail_in_child(error_fd, Step::exec, errno);
 }
@@ -123,6 +166,10 @@ pid_t start_payload(const Options& options, const Filters& filters, StartFailure
         case Step::seccomp:
           failure.step = "seccomp";
           failure.path = "the payload's filter";
+          break;
+        case Step::fds:
+          failure.step = "fds";
+          failure.path = "the payload's stdio and inherited fds";
           break;
         case Step::guard:
           failure.step = "guard";

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ sigset_t supervised_signals() {
 }
 
 Supervisor::Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener,
-                       bool pid1, const SignalGuard* guard)
+                       bool pid1, const SignalGuard* guard, int host_fd)
     : self_(getpid()),
       launcher_(getppid()),
       payload_(payload),
@@ -49,10 +50,11 @@ Supervisor::Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListene
       grace_ms_(grace_ms),
       listener_(listener),
       pid1_(pid1),
-      guard_(guard) {}
+      guard_(guard),
+      host_fd_(host_fd) {}
 
 Outcome Supervisor::run() {
-  while (!payload_done_ && seccomp_syscall_ < 0) {
+  while (!payload_done_ && seccomp_syscall_ < 0 && !host_gone_) {
     int timeout_ms = -1;
     if (terminating_) {
       const long long left = kill_deadline_ms_ - now_ms();
@@ -66,7 +68,7 @@ Outcome Supervisor::run() {
   kill_everything();
 
   Outcome outcome;
-  outcome.terminated = terminating_;
+  outcome.terminated = terminating_ || host_gone_;
   outcome.terminated_by_payload = terminating_ && terminated_by_payload_;
   outcome.seccomp_syscall = seccomp_syscall_;
   outcome.cpu_us = cpu_microseconds(payload_usage_);
@@ -100,17 +102,34 @@ bool Supervisor::reap_exited() {
 }
 
 bool Supervisor::wait_for_signal(int timeout_ms) {
-  pollfd watched[2] = {{signal_fd_, POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
+  pollfd watched[3] = {{signal_fd_, POLLIN, 0},
+                       {listener_.fd(), POLLIN, 0},
+                       {host_gone_ ? -1 : host_fd_, POLLIN, 0}};
   int ready;
-  while ((ready = poll(watched, 2, timeout_ms)) < 0 && errno == EINTR) {
+  while ((ready = poll(watched, 3, timeout_ms)) < 0 && errno == EINTR) {
   }
   if (ready <= 0) return false;
+  if (watched[2].revents) handle_host();
   if (watched[1].revents & POLLIN) {
     handle_notification();
   } else if (watched[1].revents & (POLLHUP | POLLERR)) {
     listener_.close();  // no process uses the filter any more
   }
   return (watched[0].revents & POLLIN) != 0;
+}
+
+void Supervisor::handle_host() {
+  char discard[256];
+  for (;;) {
+    const ssize_t count = recv(host_fd_, discard, sizeof discard, MSG_DONTWAIT);
+    if (count > 0) continue;  // the host writes nothing after the message; ignore it
+    if (count < 0 && errno == EINTR) continue;
+    if (count < 0 && errno == EAGAIN) return;
+    break;  // EOF or an error (ECONNRESET): the host is gone
+  }
+  // Nothing may outlive its host: no grace, the tree goes at once (run() then kills everything).
+  host_gone_ = true;
+  signal_tree(SIGKILL);
 }
 
 void Supervisor::handle_notification() {

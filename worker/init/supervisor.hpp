@@ -23,8 +23,10 @@ class Supervisor {
   // payload filter's notify listener (fd -1 for none). `pid1`: init is PID 1 of a PID namespace,
   // so every other process in it is a descendant and kill(-1) reaches exactly those. `guard`:
   // decides the listener's notifications for guarded syscalls (nullptr: --guard-signals is off).
+  // `host_fd`: await mode's socket (-1: none); when the host's end closes, the whole tree is
+  // killed at once.
   Supervisor(pid_t payload, int signal_fd, int grace_ms, NotifyListener& listener, bool pid1,
-             const SignalGuard* guard = nullptr);
+             const SignalGuard* guard = nullptr, int host_fd = -1);
 
   // Runs until the payload's main process has exited and no descendant is left. The outcome is
   // exited or signaled (a failed exec shows as the child's own exit), with seccomp_syscall set
@@ -47,6 +49,8 @@ class Supervisor {
   // Waits up to `timeout_ms` for a signal or a notification (-1: forever); true when a signal is
   // readable. Notifications are handled here.
   bool wait_for_signal(int timeout_ms);
+  // The await socket is readable: EOF (or a reset) means the host is gone; stray bytes are dropped.
+  void handle_host();
 
   pid_t self_;
   pid_t launcher_;  // init's parent when it started: the runtime
@@ -56,6 +60,8 @@ class Supervisor {
   NotifyListener& listener_;
   bool pid1_;
   const SignalGuard* guard_;
+  int host_fd_;
+  bool host_gone_ = false;    // the host's end of the await socket closed
   int seccomp_syscall_ = -1;  // the first syscall a notification reported
   bool payload_done_ = false;
   int payload_status_ = 0;

@@ -40,6 +40,27 @@
 // measures). Without --report-fd init only mirrors the payload in its exit status (the code, or
 // 128+N for signal N).
 //
+// Await mode (warm sandboxes, docs/pools-and-server.md):
+//   rlm-sandbox-init [--report-fd N] [--grace-ms G] [--seccomp-fd N [--seccomp-notify-fd M]]
+//                    [--pid1] --await-payload FD
+// FD is a unix stream socket to the host. Init does everything above up to starting the payload
+// (signals, filters loaded, non-dumpable, subreaper), then waits on FD for ONE payload message
+// (below). EOF (or SIGTERM) before a whole message: init reports init_error and exits without
+// starting anything; so does a malformed message. After the payload has started, init keeps FD:
+// when the host's end closes (the host died), init SIGKILLs the whole tree at once, without
+// grace, and reports "terminated":true. The host never writes to FD after the message.
+//
+// The payload message, all integers little-endian u32:
+//   magic kPayloadMagic, body_bytes, argc (>= 1), envc, nlimits, ninherit, flags, grace_ms,
+//   then body_bytes of NUL-terminated strings, in this order and nothing after them:
+//   workdir ("" keeps the current directory), nlimits rlimits as "NAME=SOFT:HARD" (as --rlimit),
+//   ninherit fd numbers in decimal (>= 4, distinct), argc argv strings, envc "NAME=value" strings.
+// flags: kPayloadGuardSignals (as --guard-signals), kPayloadStdio (three fds come with it).
+// SCM_RIGHTS on the message's first byte: with kPayloadStdio, the payload's stdin, stdout and
+// stderr, then the ninherit fds the payload inherits under the numbers listed (in that order);
+// any other count is malformed. The payload runs with exactly argv and envp (ARGV[0] is looked up
+// in envp's PATH); without kPayloadStdio it inherits init's stdio.
+//
 // Signals to init: SIGTERM stops the whole tree (SIGTERM + SIGCONT to every descendant, SIGKILL
 // after the grace); SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 are forwarded to the payload.
 #pragma once
@@ -56,6 +77,19 @@ inline constexpr const char* kSeccompFdFlag = "--seccomp-fd";
 inline constexpr const char* kSeccompNotifyFdFlag = "--seccomp-notify-fd";
 inline constexpr const char* kPid1Flag = "--pid1";
 inline constexpr const char* kGuardSignalsFlag = "--guard-signals";
+inline constexpr const char* kAwaitPayloadFlag = "--await-payload";
+
+// The payload message (await mode).
+inline constexpr unsigned kPayloadMagic = 0x314d4c52;  // "RLM1"
+inline constexpr unsigned kPayloadHeaderWords = 8;
+inline constexpr unsigned kPayloadGuardSignals = 1u << 0;
+inline constexpr unsigned kPayloadStdio = 1u << 1;
+// Bounds init enforces on a message (the kernel's ARG_MAX is smaller than the body bound).
+inline constexpr unsigned kPayloadMaxBodyBytes = 8u << 20;
+inline constexpr unsigned kPayloadMaxStrings = 1u << 18;
+inline constexpr unsigned kPayloadMaxLimits = 16;
+inline constexpr unsigned kPayloadMaxInherited = 4;
+inline constexpr unsigned kPayloadMaxGraceMs = 3'600'000;
 
 // The fd number the runtime hands the report pipe on (0-2 are the payload's stdio).
 inline constexpr int kReportFd = 3;

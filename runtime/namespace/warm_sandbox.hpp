@@ -1,0 +1,57 @@
+// A namespace sandbox built before its payload is known: the policy's namespaces, root filesystem,
+// cgroup, seccomp filter and sandbox uid in place, and rlm-sandbox-init started in await mode
+// (rlm_init/protocol.hpp), waiting on a socket for its payload. Nothing of any request is in it.
+// launch() hands it one request; a sandbox is used once and destroyed.
+//
+// The backend's run() is build() + launch(): the cold path and a Pool's warm path are one code
+// path. docs/namespace-backend.md, docs/pools-and-server.md.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/run_start.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
+#include "rlm_sandbox/result.hpp"
+
+namespace rlm::ns {
+
+class WarmSandbox {
+ public:
+  // Builds a sandbox of `policy` whose init is `init_path`, waiting at most until `deadline` for
+  // init to start. Throws Error saying what failed; nothing is left behind then.
+  static std::unique_ptr<WarmSandbox> build(const Policy& policy, const std::string& init_path,
+                                            std::chrono::steady_clock::time_point deadline);
+
+  // Kills init (and with it everything in the sandbox) unless launch() already reaped it, removes
+  // the cgroup (waiting, bounded, for the kernel to let go of it) and frees the sandbox uid.
+  ~WarmSandbox();
+  WarmSandbox(const WarmSandbox&) = delete;
+  WarmSandbox& operator=(const WarmSandbox&) = delete;
+
+  // Whether launch() can give a policy with these limits what it asks for: the root filesystem's
+  // tmpfs sizes are the built ones, and a CPU bandwidth other than the built one needs a group
+  // that has one. (Whether the limits are no looser is the caller's to check.)
+  bool can_apply(const Limits& limits) const;
+
+  // Runs the request here, once: `policy` is the one the sandbox was built from, or one that
+  // differs from it only in limits that are no looser and that can_apply() accepts. The request's
+  // limits are applied before the payload starts (the cgroup's memory, pids and CPU bandwidth
+  // files, init's rlimits in the message; the wall time, output cap, grace and CPU budget on this
+  // side); `run` is the request resolved (its argv and environment are moved into the message),
+  // and its clock restarts when the payload is released. Supervises until everything in the
+  // sandbox is gone, and returns the Result (a payload that could not start is a sandbox_error).
+  Result launch(const Request& request, const Policy& policy, common::RunStart& run);
+
+  // launch() with a RunStart of its own: a Pool's run. Throws Error for an invalid request.
+  Result run(const Request& request, const Policy& policy);
+
+ private:
+  WarmSandbox();
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace rlm::ns

@@ -1,0 +1,165 @@
+// rlm-pool-bench: what a run from a warm pool costs, beside what running the same program costs
+// with no sandbox at all, measured in the same process:
+//   fork_exec     fork + exec + wait of /bin/true on the host (no sandbox): the baseline
+//   pool_run      Pool::run of /bin/true on the shipped default policy, a warm sandbox ready:
+//                 the payload message, its exec, supervision and the Result (the pool is waited
+//                 for, untimed, to be full again before each sample)
+//   cold_run      the namespace backend's run() of /bin/true: the cold path beside it
+// Samples are interleaved round by round. Then, honestly, the sustained figure: back-to-back
+// Pool::run calls with no wait between them (the refill thread races the caller; runs that find
+// the pool empty go cold), as runs per second and the share that was warm.
+//
+//   rlm-pool-bench [--samples=N] [--sustained=N] [--sandboxes=N] [Google Benchmark flags...]
+#include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/pool.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+long g_samples = 300;
+long g_sustained = 300;
+std::size_t g_sandboxes = 4;
+std::map<std::string, std::vector<double>> g_samples_ms;
+struct Sustained {
+  double seconds = 0;
+  long runs = 0, warm = 0, failed = 0;
+} g_sustained_result;
+
+double percentile(std::vector<double> samples, double q) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(samples.size())));
+  return samples[std::clamp<std::size_t>(rank, 1, samples.size()) - 1];
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// fork + execve + waitpid of /bin/true; negative when it failed.
+double fork_exec_ms() {
+  const auto start = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    char* const envp[] = {nullptr};
+    execve(argv[0], argv, envp);
+    _exit(127);
+  }
+  if (pid < 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const double ms = ms_since(start);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? ms : -1;
+}
+
+void wait_full(const rlm::Pool& pool) {
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (pool.stats().ready_sandboxes < g_sandboxes && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+void BM_InterleavedPoolRun(benchmark::State& state) {
+  const rlm::Policy policy = rlm::load_policy("default");
+  rlm::Pool pool(policy, {.sandboxes = g_sandboxes});
+  auto backend = rlm::make_backend("namespace");
+  rlm::Request request;
+  request.argv = {"/bin/true"};
+  for (auto _ : state) {
+    for (long round = 0; round < g_samples; ++round) {
+      const double baseline = fork_exec_ms();
+      if (baseline >= 0) g_samples_ms["fork_exec"].push_back(baseline);
+
+      wait_full(pool);  // untimed: the pool as a caller finds it after a pause
+      const auto warm_before = pool.stats().warm_runs;
+      auto start = Clock::now();
+      const auto pooled = pool.run(request);
+      const double pooled_ms = ms_since(start);
+      if (pooled.status == rlm::Status::ok && pool.stats().warm_runs == warm_before + 1)
+        g_samples_ms["pool_run"].push_back(pooled_ms);
+
+      if (round % 5 == 0) {  // the cold path is slow: fewer samples, same rounds
+        start = Clock::now();
+        const auto cold = backend->run(request, policy);
+        if (cold.status == rlm::Status::ok) g_samples_ms["cold_run"].push_back(ms_since(start));
+      }
+    }
+    // Sustained: back to back, no waiting for the refill.
+    wait_full(pool);
+    const auto before = pool.stats();
+    const auto start = Clock::now();
+    for (long i = 0; i < g_sustained; ++i) {
+      const auto result = pool.run(request);
+      if (result.status != rlm::Status::ok) ++g_sustained_result.failed;
+    }
+    g_sustained_result.seconds = ms_since(start) / 1000;
+    const auto after = pool.stats();
+    g_sustained_result.runs = g_sustained;
+    g_sustained_result.warm = static_cast<long>(after.warm_runs - before.warm_runs);
+  }
+  for (const char* name : {"fork_exec", "pool_run", "cold_run"})
+    state.counters[std::string(name) + "_median_ms"] = percentile(g_samples_ms[name], 0.5);
+}
+BENCHMARK(BM_InterleavedPoolRun)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+void print_table() {
+  std::printf("\n%-10s %10s %10s %10s %8s   %s\n", "step", "median ms", "p99.9 ms", "p99.9/med",
+              "samples", "ratio to fork_exec median");
+  const double base = percentile(g_samples_ms["fork_exec"], 0.5);
+  for (const char* name : {"fork_exec", "pool_run", "cold_run"}) {
+    const auto& samples = g_samples_ms[name];
+    if (samples.empty()) {
+      std::printf("%-10s no successful samples\n", name);
+      continue;
+    }
+    const double median = percentile(samples, 0.5), tail = percentile(samples, 0.999);
+    std::printf("%-10s %10.3f %10.3f %9.2fx %8zu   %.2fx\n", name, median, tail, tail / median,
+                samples.size(), base > 0 ? median / base : 0.0);
+  }
+  const auto& s = g_sustained_result;
+  if (s.runs > 0 && s.seconds > 0)
+    std::printf(
+        "\nsustained: %ld back-to-back Pool::run in %.2f s = %.0f runs/s (%ld warm, %ld cold, "
+        "%ld failed; pool of %zu)\n",
+        s.runs, s.seconds, static_cast<double>(s.runs) / s.seconds, s.warm, s.runs - s.warm,
+        s.failed, g_sandboxes);
+  std::printf("targets: pool_run median <= 2x fork_exec; p99.9 <= 5x its median\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--samples=", 10) == 0)
+      g_samples = std::max(1L, std::atol(argv[i] + 10));
+    else if (std::strncmp(argv[i], "--sustained=", 12) == 0)
+      g_sustained = std::max(0L, std::atol(argv[i] + 12));
+    else if (std::strncmp(argv[i], "--sandboxes=", 12) == 0)
+      g_sandboxes = static_cast<std::size_t>(std::max(1L, std::atol(argv[i] + 12)));
+    else
+      rest.push_back(argv[i]);
+  }
+  int count = static_cast<int>(rest.size());
+  benchmark::Initialize(&count, rest.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_table();
+  return 0;
+}
