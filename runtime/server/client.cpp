@@ -45,11 +45,10 @@ namespace {
 // rights), or a memfd holding the text.
 UniqueFd context_fd(const SessionOptions& options) {
   if (!options.context_file.empty()) {
-    UniqueFd fd(open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd)
-      throw Error("cannot open the context file '" + options.context_file +
-                  "': " + sys::errno_text(errno));
-    return fd;
+    const int file = open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file >= 0) return UniqueFd(file);
+    throw Error(options.context_file + ": the context file cannot be read (" +
+                sys::errno_text(errno) + ")");
   }
   if (options.context.empty() && !options.context_is_json) return {};
   UniqueFd fd(memfd_create("rlm-sandbox-context", MFD_CLOEXEC));

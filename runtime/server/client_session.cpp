@@ -1,7 +1,6 @@
 // A session relayed to the server: each call is one frame and its answer; the cell's llm_call
 // frames are answered by the caller's LlmHandler, from whatever thread it answers on.
 #include <atomic>
-#include <mutex>
 
 #include "server/client_state.hpp"
 
@@ -11,40 +10,11 @@ namespace {
 using common::UniqueFd;
 using nlohmann::json;
 
-// The sending side, shared with LM answers that may come after the session ended.
-class Outbox {
- public:
-  explicit Outbox(int socket) : socket_(socket) {}
-  void send(const json& message) {
-    std::lock_guard lock(mutex_);
-    if (socket_ < 0) throw Error("the session is over");
-    try {
-      send_frame(socket_, message, Clock::now() + kReplyTimeout);
-    } catch (const WireError& error) {
-      throw Error(std::string("the server is gone: ") + error.what());
-    }
-  }
-  void send_quietly(const json& message) {
-    try {
-      send(message);
-    } catch (const Error&) {
-    }
-  }
-  void detach() {
-    std::lock_guard lock(mutex_);
-    socket_ = -1;
-  }
-
- private:
-  std::mutex mutex_;
-  int socket_;
-};
-
 class RelayedSession final : public Session {
  public:
   RelayedSession(UniqueFd socket, SessionOptions options)
       : socket_(std::move(socket)),
-        outbox_(std::make_shared<Outbox>(socket_.get())),
+        outbox_(std::make_shared<SharedSender>(socket_.get(), kReplyTimeout)),
         llm_(std::move(options.llm)) {}
   ~RelayedSession() override { close(); }
 
@@ -114,7 +84,10 @@ class RelayedSession final : public Session {
   // error frame (the session goes on) and ServerRefused when the connection ends (it does not).
   json call(const json& frame, const std::shared_ptr<std::atomic<bool>>& cancelled) {
     if (!ended_.empty()) throw Error("the session is over: " + ended_);
-    outbox_->send(frame);
+    if (!outbox_->send(frame)) {
+      ended_ = "the server is gone";
+      throw Error("the session is over: " + ended_);
+    }
     for (;;) {
       json reply;
       try {
@@ -135,7 +108,7 @@ class RelayedSession final : public Session {
   void answer(const json& call_frame, const std::shared_ptr<std::atomic<bool>>& cancelled) {
     const json id = call_frame.value("id", json());
     if (!id.is_number_unsigned()) return;
-    std::weak_ptr<Outbox> outbox = outbox_;
+    std::weak_ptr<SharedSender> outbox = outbox_;
     auto reply = [outbox, id](LlmAnswer answer) {
       if (auto box = outbox.lock()) {
         json frame{{"op", "llm_answer"}, {"id", id}};
@@ -143,7 +116,7 @@ class RelayedSession final : public Session {
           frame["text"] = *answer.text;
         else
           frame["error"] = answer.error;
-        box->send_quietly(frame);
+        box->send(frame);
       }
     };
     if (!llm_) return reply(LlmAnswer::of_error("no LM handler in this session"));
@@ -158,7 +131,7 @@ class RelayedSession final : public Session {
   }
 
   UniqueFd socket_;
-  std::shared_ptr<Outbox> outbox_;
+  std::shared_ptr<SharedSender> outbox_;
   std::shared_ptr<LlmHandler> llm_;
   std::string ended_;
   std::optional<Result> closed_;

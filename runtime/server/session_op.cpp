@@ -22,38 +22,11 @@ using nlohmann::json;
 constexpr std::chrono::hours kMaxLifetime{24};
 constexpr std::chrono::seconds kContextDeadline{60};
 
-// The connection's sending side, shared with the LM handler, which may outlive the connection
-// (limit_llm_handler's threads): once detached, nothing more is sent and the socket is not used.
-class Link {
- public:
-  Link(int socket, std::chrono::milliseconds timeout) : socket_(socket), timeout_(timeout) {}
-
-  bool send(const json& message) {
-    std::lock_guard lock(mutex_);
-    if (socket_ < 0) return false;
-    try {
-      send_frame(socket_, message, Clock::now() + timeout_);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  }
-  void detach() {
-    std::lock_guard lock(mutex_);
-    socket_ = -1;
-  }
-
- private:
-  std::mutex mutex_;
-  int socket_;
-  std::chrono::milliseconds timeout_;
-};
-
 // Answers the cell's calls by asking the client. Every call gets an id; the client's llm_answer
 // with that id completes it; calls still open when the connection ends are answered with errors.
 class ClientHandler final : public LlmHandler {
  public:
-  explicit ClientHandler(std::shared_ptr<Link> link) : link_(std::move(link)) {}
+  explicit ClientHandler(std::shared_ptr<SharedSender> link) : link_(std::move(link)) {}
 
   void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
     std::uint64_t id;
@@ -98,7 +71,7 @@ class ClientHandler final : public LlmHandler {
   }
 
  private:
-  std::shared_ptr<Link> link_;
+  std::shared_ptr<SharedSender> link_;
   std::mutex mutex_;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending_;
@@ -248,7 +221,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
     options.context_file = "/proc/self/fd/" + std::to_string(context.get());
   }
 
-  auto link = std::make_shared<Link>(connection.socket, connection.config.frame_timeout);
+  auto link = std::make_shared<SharedSender>(connection.socket, connection.config.frame_timeout);
   auto client = std::make_shared<ClientHandler>(link);
   if (llm == "client") options.llm = limit_llm_handler(client, limits);
 

@@ -165,6 +165,22 @@ std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_dead
   return frame;
 }
 
+bool SharedSender::send(const json& message) {
+  std::lock_guard lock(mutex_);
+  if (socket_ < 0) return false;
+  try {
+    send_frame(socket_, message, Clock::now() + timeout_);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+void SharedSender::detach() {
+  std::lock_guard lock(mutex_);
+  socket_ = -1;
+}
+
 json error_frame(std::string_view kind, const std::string& message,
                  const std::vector<Diagnostic>& diagnostics) {
   json frame{{"op", "error"}, {"kind", kind}, {"message", message}};

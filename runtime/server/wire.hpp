@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -54,6 +55,23 @@ std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_dead
 
 // Waits until `socket` has something to read (or EOF) or `deadline` passes; true when readable.
 bool wait_readable(int socket, Clock::time_point deadline);
+
+// One connection's sending side shared by threads (an LM answer may come from any): frames go
+// whole, one at a time, each within `timeout`; once detached (the connection is over, its fd may
+// be reused) nothing more is sent.
+class SharedSender {
+ public:
+  SharedSender(int socket, std::chrono::milliseconds timeout)
+      : socket_(socket), timeout_(timeout) {}
+  // False when detached, or when the peer did not take the frame in time.
+  bool send(const nlohmann::json& message);
+  void detach();
+
+ private:
+  std::mutex mutex_;
+  int socket_;
+  std::chrono::milliseconds timeout_;
+};
 
 // {"op":"error","kind":KIND,"message":MESSAGE[,"diagnostics":[{"path","message"}...]]}
 nlohmann::json error_frame(std::string_view kind, const std::string& message,

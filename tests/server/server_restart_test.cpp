@@ -43,9 +43,11 @@ std::vector<std::string> sandbox_groups_of(pid_t pid) {
     const std::string controllers = line.substr(line.find(':') + 1, colon - line.find(':') - 1);
     const std::string path = line.substr(colon + 1);
     if (path.find("/rlm-sandbox/") == std::string::npos) continue;
-    const std::string root =
-        controllers.empty() ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup/" + controllers;
-    if (std::filesystem::exists(root + path)) groups.push_back(root + path);
+    // v1: one hierarchy per controller list; v2: the unified one, beside v1 or alone.
+    for (const std::string root :
+         controllers.empty() ? std::vector<std::string>{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}
+                             : std::vector<std::string>{"/sys/fs/cgroup/" + controllers})
+      if (std::filesystem::exists(root + path)) groups.push_back(root + path);
   }
   return groups;
 }
@@ -77,6 +79,9 @@ TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
   std::vector<std::string> groups;
   for (pid_t pid : sleepers)
     for (auto& group : sandbox_groups_of(pid)) groups.push_back(group);
+
+  if (std::filesystem::exists("/sys/fs/cgroup/memory/rlm-sandbox"))
+    EXPECT_FALSE(groups.empty()) << "the run's cgroups were not found";
 
   server->kill_hard();
   EXPECT_TRUE(eventually([&] { return processes_running(payload).empty(); }))
@@ -129,6 +134,37 @@ TEST(ServerRestart, CleanStopRemovesTheSocketFile) {
   ASSERT_TRUE(server.ready()) << server.log();
   EXPECT_EQ(server.stop(), 0) << server.log();
   EXPECT_FALSE(std::filesystem::exists(dir.file("s.sock")));
+}
+
+}  // namespace
+}  // namespace rlm::test
+
+namespace rlm::test {
+namespace {
+
+// systemd's socket activation (LISTEN_FDS): the server takes the socket it is given, and leaves
+// the socket file to whoever made it.
+TEST(ServerSystemd, SocketActivationServesOnThePassedSocket) {
+  const char* activate = "/usr/bin/systemd-socket-activate";
+  if (access(activate, X_OK) != 0) GTEST_SKIP() << "no " << activate;
+  TempDir dir;
+  const std::string socket = dir.file("activated.sock");
+  const pid_t activator =
+      spawn({activate, "-l", socket, bin_path("rlm-sandbox"), "serve", "--pool", "default=0"});
+  ASSERT_GT(activator, 0);
+  bool served = false;
+  std::string err;
+  for (int i = 0; i < 100 && !served; ++i) {
+    auto outcome = cli({"run", "--server", socket, "--", "/bin/echo", "activated"});
+    served = outcome.exit_code == 0 && outcome.out == "activated\n";
+    err = outcome.err;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(served) << err;
+  kill(activator, SIGTERM);
+  int status = 0;
+  waitpid(activator, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the server stops cleanly";
 }
 
 }  // namespace
