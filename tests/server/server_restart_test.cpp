@@ -44,9 +44,10 @@ std::vector<std::string> sandbox_groups_of(pid_t pid) {
     const std::string path = line.substr(colon + 1);
     if (path.find("/rlm-sandbox/") == std::string::npos) continue;
     // v1: one hierarchy per controller list; v2: the unified one, beside v1 or alone.
-    for (const std::string root :
-         controllers.empty() ? std::vector<std::string>{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}
-                             : std::vector<std::string>{"/sys/fs/cgroup/" + controllers})
+    const std::vector<std::string> roots =
+        controllers.empty() ? std::vector<std::string>{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}
+                            : std::vector<std::string>{"/sys/fs/cgroup/" + controllers};
+    for (const auto& root : roots)
       if (std::filesystem::exists(root + path)) groups.push_back(root + path);
   }
   return groups;
@@ -80,8 +81,9 @@ TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
   for (pid_t pid : sleepers)
     for (auto& group : sandbox_groups_of(pid)) groups.push_back(group);
 
-  if (std::filesystem::exists("/sys/fs/cgroup/memory/rlm-sandbox"))
+  if (std::filesystem::exists("/sys/fs/cgroup/memory/rlm-sandbox")) {
     EXPECT_FALSE(groups.empty()) << "the run's cgroups were not found";
+  }
 
   server->kill_hard();
   EXPECT_TRUE(eventually([&] { return processes_running(payload).empty(); }))
