@@ -22,8 +22,6 @@ using server::Clock;
 
 namespace {
 
-constexpr std::chrono::seconds kDrainAfterResult{2};
-
 struct Pipe {
   UniqueFd read, write;
 };
@@ -121,18 +119,23 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
     if (output.accept({chunk.data(), static_cast<std::size_t>(got)})) stop_for(stream);
   };
 
+  // Nonblocking, so that once the Result is in, what the pipes hold is read without waiting for
+  // their EOF: every process of the sandbox is dead by then (the server reports a run after its
+  // PID 1 is reaped), so nothing more can come, and EOF itself may wait for the server to
+  // dispose of the used sandbox off its critical path.
+  for (const auto* pipe : {&out.read, &err.read})
+    if (*pipe) fcntl(pipe->get(), F_SETFL, O_NONBLOCK);
   std::optional<Result> result;
-  Clock::time_point drain_deadline{};
   while (!result || out.read || err.read) {
     pollfd fds[5] = {{result ? -1 : socket, POLLIN, 0},
                      {out.read.get(), POLLIN, 0},
                      {err.read.get(), POLLIN, 0},
                      {pump ? pump->write_fd() : -1, POLLOUT, 0},
                      {pump ? pump->read_fd() : -1, POLLIN, 0}};
-    const int timeout = result ? sys::poll_timeout_ms(drain_deadline) : -1;
+    const int timeout = result ? 0 : -1;
     const int ready = poll(fds, 5, timeout);
     if (ready < 0 && errno != EINTR) throw Error("poll: " + sys::errno_text(errno));
-    if (ready == 0 && result) break;  // something in the sandbox kept a pipe: enough
+    if (ready == 0 && result) break;  // the pipes are drained
     constexpr short kReady = POLLIN | POLLHUP | POLLERR;
     if (fds[1].revents & kReady) drain(out.read, capped_out, "stdout");
     if (fds[2].revents & kReady) drain(err.read, capped_err, "stderr");
@@ -143,7 +146,6 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
       if (reply["op"] != "result" || !reply.contains("result"))
         throw ServerRefused("internal", "the server answered out of turn");
       result = result_from_json(reply["result"]);
-      drain_deadline = Clock::now() + kDrainAfterResult;
       if (pump) pump->close();
     }
   }

@@ -13,6 +13,7 @@
 //
 //   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--rlm-sandbox=PATH]
 //                    [--bwrap=PATH]
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,9 +50,8 @@ std::optional<double> time_command(const std::vector<std::string>& argv) {
   const auto begin = Clock::now();
   const pid_t child = fork();
   if (child == 0) {
-    if (FILE* null = freopen("/dev/null", "r", stdin)) (void)null;
-    if (FILE* null = freopen("/dev/null", "w", stdout)) (void)null;
-    if (FILE* null = freopen("/dev/null", "w", stderr)) (void)null;
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
     execv(words[0], words.data());
     _exit(127);
   }
