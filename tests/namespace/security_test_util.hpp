@@ -26,7 +26,16 @@
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
 #include "support/lane.hpp"
+#include "support/server_process.hpp"
 #include "support/subprocess.hpp"
+
+// The server client is part of the build once the server is (issue 12's server part); until then
+// RLM_SECURITY_BACKEND=server fails every test, and security_tests.cmake registers no
+// via_server variant.
+#if __has_include("rlm_sandbox/client.hpp")
+#include "rlm_sandbox/client.hpp"
+#define RLM_SECTEST_HAS_SERVER 1
+#endif
 
 namespace rlm {
 // So that a failed EXPECT_EQ on a status reads "memory_limit", not a byte dump.
@@ -103,6 +112,23 @@ inline std::string backend_under_test() {
   return name && *name ? name : "namespace";
 }
 
+// RLM_SECURITY_BACKEND=server: every run goes through a real `rlm-sandbox serve`, started once
+// per test process (the first test that asks) and stopped when the process exits. It offers the
+// policies the tests use -- default (2 warm sandboxes) and python-repl (1) -- and permits this
+// uid read-write binds beneath /tmp, where the tests' scratch directories (test::TempDir,
+// SharedDir) are made, so their binds are the same requests the direct runs make. Everything
+// else a test asks for is checked by the server like any client's request.
+inline bool via_server() {
+  return backend_under_test() == "server";
+}
+
+inline const test::ServerProcess& security_server() {
+  static const test::ServerProcess server({"--pool", "default=2", "--pool", "python-repl=1",
+                                           "--permit-bind",
+                                           std::to_string(::getuid()) + ":/tmp:rw"});
+  return server;
+}
+
 // Every test starts from the shipped default policy on the namespace backend. A build without
 // the backend, or a host where it reports itself unavailable, fails the test: the suite exists to
 // prove the default sandbox holds, and a sandbox that does not run proves nothing.
@@ -110,7 +136,17 @@ class NamespaceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string name = backend_under_test();
-    backend_ = make_backend(name);
+    if (via_server()) {
+#ifdef RLM_SECTEST_HAS_SERVER
+      // The CLI-driven tests go through the same server ($RLM_SANDBOX_SERVER, as a user sets it).
+      ::setenv("RLM_SANDBOX_SERVER", security_server().socket().c_str(), 1);
+      backend_ = make_server_client(security_server().socket());
+#else
+      FAIL() << "RLM_SECURITY_BACKEND=server, but this build has no server client";
+#endif
+    } else {
+      backend_ = make_backend(name);
+    }
     ASSERT_NE(backend_, nullptr) << "make_backend(\"" << name
                                  << "\") returned nullptr: that backend is not part of this build";
     Health health = backend_->health();
@@ -119,22 +155,45 @@ class NamespaceTest : public ::testing::Test {
     policy_ = load_policy("default");
   }
 
-  Result run(std::vector<std::string> argv) { return run(std::move(argv), policy_); }
+  Result run(std::vector<std::string> argv) {
+    return run(std::move(argv), policy_);
+  }
   Result run(std::vector<std::string> argv, const Policy& policy,
              std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
     Request request;
     request.argv = std::move(argv);
     request.timeout = timeout;
-    return backend_->run(request, policy);
+    return run_request(request, policy);
   }
-  Result python(std::string code) { return python(std::move(code), policy_); }
+  Result python(std::string code) {
+    return python(std::move(code), policy_);
+  }
   Result python(std::string code, const Policy& policy,
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
     Request request;
     request.code = std::move(code);
     request.language = "python";
     request.timeout = timeout;
+    return run_request(request, policy);
+  }
+
+  // A server that refuses a request ran nothing: to these tests that is a sandbox that could not
+  // be set up, as a direct run reports a policy its backend cannot build (sandbox_error, with the
+  // server's reason and each diagnostic's path in the detail). A direct run never throws this.
+  Result run_request(const Request& request, const Policy& policy) {
+#ifdef RLM_SECTEST_HAS_SERVER
+    try {
+      return backend_->run(request, policy);
+    } catch (const ServerRefused& refused) {
+      Result result;
+      result.status = Status::sandbox_error;
+      result.detail = std::string("refused by the server: ") + refused.what();
+      result.backend = "server";
+      return result;
+    }
+#else
     return backend_->run(request, policy);
+#endif
   }
 
   // The default policy plus a read-write bind of `host_dir` at `target`.
