@@ -50,17 +50,17 @@ inline pid_t spawn_cli(std::vector<std::string> args, int& out) {
   return pid;
 }
 
-class ServerProcess {
+class ServerUnderTest {
  public:
   // Starts `rlm-sandbox serve --socket <dir>/s.sock ARGS...`, its stderr kept in <dir>/serve.log.
-  ServerProcess(const TempDir& dir, std::vector<std::string> args)
+  ServerUnderTest(const TempDir& dir, std::vector<std::string> args)
       : socket_(dir.file("s.sock")), log_(dir.file("serve.log")) {
     args.insert(args.begin(), {bin_path("rlm-sandbox"), "serve", "--socket", socket_});
     start(args);
   }
-  ~ServerProcess() { stop(); }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
+  ~ServerUnderTest() { stop(); }
+  ServerUnderTest(const ServerUnderTest&) = delete;
+  ServerUnderTest& operator=(const ServerUnderTest&) = delete;
 
   const std::string& socket() const { return socket_; }
   pid_t pid() const { return pid_; }
@@ -130,7 +130,7 @@ class SharedServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::make_unique<TempDir>();
-    server_ = std::make_unique<ServerProcess>(*dir_, Suite::server_args());
+    server_ = std::make_unique<ServerUnderTest>(*dir_, Suite::server_args());
   }
   static void TearDownTestSuite() {
     server_.reset();
@@ -138,7 +138,7 @@ class SharedServerTest : public ::testing::Test {
   }
   void SetUp() override { ASSERT_TRUE(server_->ready()) << server_->log(); }
   static inline std::unique_ptr<TempDir> dir_;
-  static inline std::unique_ptr<ServerProcess> server_;
+  static inline std::unique_ptr<ServerUnderTest> server_;
 };
 
 }  // namespace rlm::test

@@ -19,13 +19,13 @@ class ServerRefusalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     chmod(dir_.path().c_str(), 0755);  // the unprivileged peer must reach the socket
-    server_ = std::make_unique<ServerProcess>(
+    server_ = std::make_unique<ServerUnderTest>(
         dir_, std::vector<std::string>{"--pool", "default=0", "--socket-mode", "0666",
                                        "--permit-bind", "0:" + dir_.path()});
     ASSERT_TRUE(server_->ready()) << server_->log();
   }
   TempDir dir_;
-  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<ServerUnderTest> server_;
 };
 
 TEST_F(ServerRefusalTest, PolicyNotOfferedExits125WithTheReason) {
@@ -130,8 +130,8 @@ TEST_F(ServerRefusalTest, PeerUidNotAllowedIsRefusedNamingTheUid) {
 TEST(ServerAllowList, AllowedUidIsServed) {
   TempDir dir;
   chmod(dir.path().c_str(), 0755);
-  ServerProcess server(dir,
-                       {"--pool", "default=0", "--socket-mode", "0666", "--allow-uid", "65534"});
+  ServerUnderTest server(dir,
+                         {"--pool", "default=0", "--socket-mode", "0666", "--allow-uid", "65534"});
   ASSERT_TRUE(server.ready()) << server.log();
   const std::string binary = bin_path("rlm-sandbox");
   const pid_t child = fork();

@@ -64,7 +64,7 @@ bool eventually(const std::function<bool()>& condition) {
 TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
   TempDir dir;
   auto server =
-      std::make_unique<ServerProcess>(dir, std::vector<std::string>{"--pool", "default=1"});
+      std::make_unique<ServerUnderTest>(dir, std::vector<std::string>{"--pool", "default=1"});
   ASSERT_TRUE(server->ready()) << server->log();
 
   const std::vector<std::string> payload = {"sleep", "61.25"};
@@ -95,7 +95,7 @@ TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
   close(out);
   EXPECT_TRUE(std::filesystem::exists(dir.file("s.sock"))) << "a killed server leaves its socket";
 
-  server = std::make_unique<ServerProcess>(dir, std::vector<std::string>{"--pool", "default=1"});
+  server = std::make_unique<ServerUnderTest>(dir, std::vector<std::string>{"--pool", "default=1"});
   ASSERT_TRUE(server->ready()) << "the stale socket was not replaced: " << server->log();
   auto next = cli({"run", "--server", server->socket(), "--", "/bin/echo", "again"});
   EXPECT_EQ(next.exit_code, 0) << next.err;
@@ -113,7 +113,7 @@ TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
 
 TEST(ServerRestart, LiveServerSocketIsNotTakenOver) {
   TempDir dir;
-  ServerProcess first(dir, {"--pool", "default=0"});
+  ServerUnderTest first(dir, {"--pool", "default=0"});
   ASSERT_TRUE(first.ready()) << first.log();
   auto second = cli({"serve", "--socket", first.socket(), "--pool", "default=0"});
   EXPECT_EQ(second.exit_code, 125);
@@ -132,7 +132,7 @@ TEST(ServerRestart, FileThatIsNotASocketIsNeverReplaced) {
 
 TEST(ServerRestart, CleanStopRemovesTheSocketFile) {
   TempDir dir;
-  ServerProcess server(dir, {"--pool", "default=0"});
+  ServerUnderTest server(dir, {"--pool", "default=0"});
   ASSERT_TRUE(server.ready()) << server.log();
   EXPECT_EQ(server.stop(), 0) << server.log();
   EXPECT_FALSE(std::filesystem::exists(dir.file("s.sock")));
