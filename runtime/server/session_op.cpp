@@ -135,11 +135,12 @@ class Executor {
     changed_.notify_all();
     thread_.join();
   }
-  // False when one is running already.
+  // Holds one op while another runs (its answer is sent before the op counts as done, so the
+  // client's next request may come first); false when one is held already.
   bool post(json op) {
     {
       std::lock_guard lock(mutex_);
-      if (op_ || busy_) return false;
+      if (op_ || done_) return false;
       op_ = std::move(op);
     }
     changed_.notify_all();
@@ -158,11 +159,9 @@ class Executor {
       if (!op_) return;
       json op = std::move(*op_);
       op_.reset();
-      busy_ = true;
       lock.unlock();
       const bool more = work_(op);
       lock.lock();
-      busy_ = false;
       if (!more) {
         done_ = true;
         return;
@@ -174,7 +173,7 @@ class Executor {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<json> op_;
-  bool busy_ = false, quit_ = false, done_ = false;
+  bool quit_ = false, done_ = false;
   std::thread thread_;
 };
 
