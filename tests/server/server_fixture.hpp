@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,8 +23,9 @@
 namespace rlm::test {
 
 // Starts argv[0] with argv, its stdout and stderr on the given fds (-1: /dev/null), stdin on
-// /dev/null. Returns its pid.
-inline pid_t spawn(std::vector<std::string> argv, int out = -1, int err = -1) {
+// /dev/null; as uid and gid 65534 with no supplementary groups when `as_nobody`. Returns its pid.
+inline pid_t spawn(std::vector<std::string> argv, int out = -1, int err = -1,
+                   bool as_nobody = false) {
   std::vector<char*> words;
   for (auto& word : argv) words.push_back(word.data());
   words.push_back(nullptr);
@@ -33,6 +35,9 @@ inline pid_t spawn(std::vector<std::string> argv, int out = -1, int err = -1) {
     dup2(null, 0);
     dup2(out >= 0 ? out : null, 1);
     dup2(err >= 0 ? err : null, 2);
+    if (as_nobody && (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+                      setresuid(65534, 65534, 65534) != 0))
+      _exit(126);
     execv(words[0], words.data());
     _exit(127);
   }

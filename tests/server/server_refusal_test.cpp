@@ -15,6 +15,25 @@
 namespace rlm::test {
 namespace {
 
+// `rlm-sandbox ARGS...` as uid 65534: how it exited and what it said on stderr.
+ProcessOutcome cli_as_nobody(std::vector<std::string> args) {
+  int err[2];
+  ProcessOutcome outcome;
+  if (pipe2(err, O_CLOEXEC) != 0) return outcome;
+  args.insert(args.begin(), bin_path("rlm-sandbox"));
+  outcome.pid = spawn(std::move(args), -1, err[1], /*as_nobody=*/true);
+  close(err[1]);
+  char buffer[4096];
+  for (ssize_t n; (n = read(err[0], buffer, sizeof buffer)) > 0;) outcome.err.append(buffer, n);
+  close(err[0]);
+  int status = 0;
+  waitpid(outcome.pid, &status, 0);
+  if (WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
+  EXPECT_NE(outcome.exit_code, 126) << "cannot become uid 65534";
+  EXPECT_NE(outcome.exit_code, 127) << "uid 65534 cannot execute " << bin_path("rlm-sandbox");
+  return outcome;
+}
+
 class ServerRefusalTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,32 +117,12 @@ TEST_F(ServerRefusalTest, PermittedBindRuns) {
 }
 
 TEST_F(ServerRefusalTest, PeerUidNotAllowedIsRefusedNamingTheUid) {
-  int err_pipe[2];
-  ASSERT_EQ(pipe2(err_pipe, O_CLOEXEC), 0);
   const auto marker = dir_.file("ran-as-nobody");
-  const std::string binary = bin_path("rlm-sandbox");
-  const pid_t child = fork();
-  if (child == 0) {
-    dup2(err_pipe[1], 2);
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-        setresuid(65534, 65534, 65534) != 0)
-      _exit(99);
-    execl(binary.c_str(), binary.c_str(), "run", "--server", server_->socket().c_str(), "--",
-          "/bin/sh", "-c", ("echo > " + marker).c_str(), nullptr);
-    _exit(98);
-  }
-  close(err_pipe[1]);
-  std::string err;
-  char buffer[4096];
-  for (ssize_t n; (n = read(err_pipe[0], buffer, sizeof buffer)) > 0;) err.append(buffer, n);
-  close(err_pipe[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_NE(WEXITSTATUS(status), 98) << "nobody cannot execute " << binary;
-  EXPECT_EQ(WEXITSTATUS(status), 125) << err;
-  EXPECT_NE(err.find("uid 65534"), std::string::npos) << err;
-  EXPECT_NE(err.find("not allowed"), std::string::npos) << err;
+  const auto outcome = cli_as_nobody(
+      {"run", "--server", server_->socket(), "--", "/bin/sh", "-c", "echo > " + marker});
+  EXPECT_EQ(outcome.exit_code, 125) << outcome.err;
+  EXPECT_NE(outcome.err.find("uid 65534"), std::string::npos) << outcome.err;
+  EXPECT_NE(outcome.err.find("not allowed"), std::string::npos) << outcome.err;
   EXPECT_FALSE(std::filesystem::exists(marker));
 }
 
@@ -133,23 +132,9 @@ TEST(ServerAllowList, AllowedUidIsServed) {
   ServerUnderTest server(dir,
                          {"--pool", "default=0", "--socket-mode", "0666", "--allow-uid", "65534"});
   ASSERT_TRUE(server.ready()) << server.log();
-  const std::string binary = bin_path("rlm-sandbox");
-  const pid_t child = fork();
-  if (child == 0) {
-    const int null = open("/dev/null", O_RDWR);
-    dup2(null, 1);
-    dup2(null, 2);
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-        setresuid(65534, 65534, 65534) != 0)
-      _exit(99);
-    execl(binary.c_str(), binary.c_str(), "run", "--server", server.socket().c_str(), "--",
-          "/bin/sh", "-c", "exit 7", nullptr);
-    _exit(98);
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 7) << server.log();
+  const auto outcome =
+      cli_as_nobody({"run", "--server", server.socket(), "--", "/bin/sh", "-c", "exit 7"});
+  EXPECT_EQ(outcome.exit_code, 7) << outcome.err << server.log();
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "bwrap_line.hpp"
 #include "rlm_sandbox/client.hpp"
 
 namespace {
@@ -175,17 +176,7 @@ int main(int argc, char** argv) {
        {settings.rlm_sandbox, "run", "--server", socket, "--policy", "default", "--", "/bin/true"},
        {},
        0},
-      {"bwrap",
-       {settings.bwrap, "--unshare-all", "--die-with-parent",
-        "--ro-bind",    "/usr",          "/usr",
-        "--symlink",    "usr/lib",       "/lib",
-        "--symlink",    "usr/lib64",     "/lib64",
-        "--symlink",    "usr/bin",       "/bin",
-        "--proc",       "/proc",         "--dev",
-        "/dev",         "--tmpfs",       "/tmp",
-        "/bin/true"},
-       {},
-       0},
+      {"bwrap", rlm::bench::bwrap_true(settings.bwrap), {}, 0},
       {"rlm-sandbox run (cold)",
        {settings.rlm_sandbox, "run", "--policy", "default", "--", "/bin/true"},
        {},

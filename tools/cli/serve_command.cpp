@@ -48,35 +48,33 @@ then:
   RLM_SANDBOX_SERVER=/run/rlm-sandbox.sock rlm-sandbox repl --policy python-repl --lm echo
 )";
 
+// `text` as a whole number in `base`, at most `max`; throws Error naming `flag` otherwise.
+unsigned long whole_number(const std::string& flag, const std::string& text, unsigned long max,
+                           int base = 10) {
+  std::size_t used = 0;
+  unsigned long value = 0;
+  try {
+    value = std::stoul(text, &used, base);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || value > max)
+    throw Error(flag + ": expected a whole number" + (base == 8 ? " in octal" : "") +
+                " from 0 to " + std::to_string(max) + ", not '" + text + "'");
+  return value;
+}
+
 // POLICY=N (the last '=' splits, so a policy path may hold one).
 std::pair<std::string, std::size_t> pool_flag(const std::string& flag, const std::string& value) {
   const auto equals = value.rfind('=');
   if (equals == std::string::npos || equals == 0)
     throw Error(flag + " " + value + ": expected POLICY=N, e.g. default=4");
-  const std::string count = value.substr(equals + 1);
-  std::size_t used = 0;
-  unsigned long number = 0;
-  try {
-    number = std::stoul(count, &used, 10);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (count.empty() || used != count.size() || number > 1024)
-    throw Error(flag + " " + value + ": N must be a whole number from 0 to 1024");
-  return {value.substr(0, equals), static_cast<std::size_t>(number)};
+  return {value.substr(0, equals),
+          whole_number(flag + " " + value, value.substr(equals + 1), 1024)};
 }
 
 std::uint32_t id_flag(const std::string& flag, const std::string& text) {
-  std::size_t used = 0;
-  unsigned long value = 0;
-  try {
-    value = std::stoul(text, &used, 10);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || value >= 0xFFFFFFFFul)
-    throw Error(flag + " " + text + ": expected a numeric id");
-  return static_cast<std::uint32_t>(value);
+  return static_cast<std::uint32_t>(whole_number(flag + " " + text, text, 0xFFFFFFFEul));
 }
 
 // UID:DIR[:rw]
@@ -137,18 +135,9 @@ int serve_command(const std::vector<std::string>& args) {
   ServerConfig config;
   if (values.count("config")) config = load_server_config(values["config"].as<std::string>());
   if (values.count("socket")) config.socket_path = values["socket"].as<std::string>();
-  if (values.count("socket-mode")) {
-    const auto text = values["socket-mode"].as<std::string>();
-    std::size_t used = 0;
-    unsigned long mode = 01000;
-    try {
-      mode = std::stoul(text, &used, 8);
-    } catch (const std::exception&) {
-    }
-    if (used != text.size() || mode > 0777)
-      throw Error("--socket-mode " + text + ": expected octal");
-    config.socket_mode = static_cast<mode_t>(mode);
-  }
+  if (values.count("socket-mode"))
+    config.socket_mode = static_cast<mode_t>(
+        whole_number("--socket-mode", values["socket-mode"].as<std::string>(), 0777, /*base=*/8));
   const auto each = [&](const char* name, auto&& apply) {
     if (values.count(name))
       for (const auto& value : values[name].as<std::vector<std::string>>()) apply(value);
