@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +24,22 @@
 #include "support/subprocess.hpp"
 
 namespace rlm::test {
+
+// Host pids of processes whose command line is exactly `words`.
+inline std::vector<pid_t> processes_running(const std::vector<std::string>& words) {
+  std::string wanted;
+  for (const auto& word : words) wanted += word + '\0';
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str() == wanted) found.push_back(std::stoi(name));
+  }
+  return found;
+}
 
 // Starts argv[0] with argv, its stdout and stderr on the given fds (-1: /dev/null), stdin on
 // /dev/null; as uid and gid 65534 with no supplementary groups when `as_nobody`. Returns its pid.

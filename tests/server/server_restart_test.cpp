@@ -18,22 +18,6 @@
 namespace rlm::test {
 namespace {
 
-// Host pids of processes whose command line is exactly `words`.
-std::vector<pid_t> processes_running(const std::vector<std::string>& words) {
-  std::string wanted;
-  for (const auto& word : words) wanted += word + '\0';
-  std::vector<pid_t> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const auto name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (text.str() == wanted) found.push_back(std::stoi(name));
-  }
-  return found;
-}
-
 // The cgroup directories (on the host) a process is in, below an "rlm-sandbox" parent.
 std::vector<std::string> sandbox_groups_of(pid_t pid) {
   std::vector<std::string> groups;

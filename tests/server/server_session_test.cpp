@@ -5,6 +5,7 @@
 #include "../cli/repl_driver.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/llm.hpp"
+#include "server/client_wire.hpp"
 #include "server_fixture.hpp"
 
 namespace rlm::test {
@@ -61,6 +62,33 @@ TEST_F(ServerSessionTest, WithoutAHandlerLlmQueryFailsInTheCell) {
   auto cell = session->execute("llm_query('x')");
   EXPECT_EQ(cell.status, CellStatus::error);
   session->close();
+}
+
+// A client that vanishes mid-session: the server closes the session, and what the cell started
+// dies with its sandbox.
+TEST_F(ServerSessionTest, DisconnectingClosesTheSession) {
+  const std::vector<std::string> marker = {"sleep", "73.125"};
+  {
+    const auto socket = server::connect_to_server(server_->socket());
+    const auto deadline = [] { return server::Clock::now() + std::chrono::seconds(60); };
+    server::send_frame(socket.get(), {{"op", "session_open"}, {"policy", "python-repl"}},
+                       deadline());
+    ASSERT_EQ(server::server_reply(socket.get(), deadline())["op"], "session_opened");
+    server::send_frame(
+        socket.get(),
+        {{"op", "execute"}, {"code", "import subprocess\nsubprocess.Popen(['sleep', '73.125'])"}},
+        deadline());
+    const auto cell = server::server_reply(socket.get(), deadline());
+    ASSERT_EQ(cell["op"], "cell_result") << cell.dump();
+    ASSERT_EQ(cell["result"]["status"], "ok") << cell.dump();
+    ASSERT_FALSE(processes_running(marker).empty()) << "the cell's process is not running";
+  }  // the connection closes here, without a close frame
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = processes_running(marker).empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "the session outlived its client";
 }
 
 TEST_F(ServerSessionTest, PolicyNotOfferedForSessionsIsRefused) {
