@@ -1,5 +1,6 @@
-// The warm sessions of a Pool: REPL sessions started ahead (the worker's imports done, its first
-// checkpoint taken), each waiting for the context and LM handler of the caller it is handed to.
+// The warm sessions of a Pool: REPL sessions started ahead (the sandbox up, the worker's imports
+// done, its hello said), each waiting for the context and LM handler of the one caller it is
+// handed to, and destroyed after that caller. docs/pools-and-server.md, "Warm sessions".
 #pragma once
 
 #include <cstddef>
@@ -14,13 +15,16 @@ namespace rlm::pool {
 
 class SessionPool {
  public:
-  // Keeps `size` sessions of `policy` ready on `backend` (which outlives this object).
+  // Keeps `size` sessions of `policy` ready on `backend` (both outlive this object), started by a
+  // refill thread of its own.
   SessionPool(Backend& backend, const Policy& policy, std::size_t size);
-  ~SessionPool();  // closes every waiting session
+  ~SessionPool();  // stops the refill thread and closes every waiting session
   SessionPool(const SessionPool&) = delete;
   SessionPool& operator=(const SessionPool&) = delete;
 
-  // A warm session handed over with `options`, or a cold one when none is ready.
+  // A warm session handed over with `options`, or a cold one when none is ready (never waits for
+  // a refill). A waiting session whose sandbox ended, or whose run would end before `options`'
+  // lifetime, is never handed over. Thread-safe. Throws Error as Backend::open_session does.
   std::unique_ptr<Session> open(SessionOptions options);
 
   std::uint64_t warm_opened() const;

@@ -203,14 +203,7 @@ void Cell::step() {
   if (fds[2].revents) answer();
   if (fds[1].revents && s_.standby_) serve_standby(fds[1].revents, room);
   if (fds[0].revents) serve_checkpoint(fds[0].revents);
-  if (!finished_ && fds[3].revents) {
-    std::string detail;
-    {
-      std::lock_guard lock(s_.run_->mutex);
-      if (s_.run_->result) detail = ": " + s_.run_->result->detail;
-    }
-    throw Error("the sandbox ended" + detail);
-  }
+  if (!finished_ && fds[3].revents) throw Error("the sandbox ended" + s_.run_end_detail());
 }
 
 void Cell::serve_checkpoint(short revents) {

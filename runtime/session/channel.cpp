@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <span>
 
+#include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::session {
@@ -43,16 +44,34 @@ void Channel::close() {
 }
 
 bool Channel::send(const nlohmann::json& message) {
-  if (!fd_) return false;
+  return send(message, -1);
+}
+
+bool Channel::send(const nlohmann::json& message, int fd) {
+  if (!fd_ || (fd >= 0 && !outbound_.empty())) return false;
   std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string header(FrameDecoder::kHeader, '\0');
   const auto length = static_cast<std::uint32_t>(body.size());
   for (std::size_t i = 0; i < FrameDecoder::kHeader; ++i)
     header[i] = static_cast<char>((length >> (8 * (FrameDecoder::kHeader - 1 - i))) & 0xff);
-  unsent_ += header.size() + body.size();
-  outbound_.push_back(std::move(header));
+  std::size_t offset = 0;
+  if (fd >= 0) {
+    // The header's first byte goes with the fd. It is 0: the hand-over frame is small, far
+    // below 16 MiB. A socket that takes nothing now is refused (nothing is queued before the
+    // hand-over, so its buffer is empty).
+    if (length >> 24 != 0 || sys::send_fd(fd_.get(), fd) != 0) return false;
+    offset = 1;
+  }
+  unsent_ += header.size() - offset + body.size();
+  if (offset < header.size()) outbound_.push_back(header.substr(offset));
   outbound_.push_back(std::move(body));
   return flush();
+}
+
+void Channel::set_max_frame(std::uint64_t max_frame) {
+  if (decoder_.buffered() != 0 || !frame_fds_.empty())
+    throw Error("the frame limit can only change between frames");
+  decoder_ = FrameDecoder(max_frame);  // counts frames from 0 again: no fd is held for one
 }
 
 bool Channel::flush() {

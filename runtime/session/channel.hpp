@@ -36,6 +36,9 @@ class Channel {
   // Queues one frame and writes what the socket takes now, without blocking; the rest waits for
   // flush(). Returns false when the peer is gone.
   bool send(const nlohmann::json& message);
+  // The same with `fd` attached (SCM_RIGHTS) to the frame's first byte: only the hand-over, on a
+  // channel with nothing queued (else returns false).
+  bool send(const nlohmann::json& message, int fd);
   // Writes queued bytes until the socket would block. Returns false when the peer is gone.
   bool flush();
   // Bytes queued and not yet written: poll for POLLOUT while there are some.
@@ -51,6 +54,10 @@ class Channel {
   // The fd that came on the first byte of the frame next_frame() returned last (a `fork`
   // frame's), or an empty one. Not taken, it is closed with the next frame.
   common::UniqueFd take_fd() { return std::move(frame_fd_); }
+
+  // The largest frame taken from now on. Only between frames with nothing buffered (the
+  // hand-over, right after hello); throws Error otherwise.
+  void set_max_frame(std::uint64_t max_frame);
 
   // Bytes received and not yet taken as frames (the partial frame included).
   std::uint64_t unread() const { return decoder_.buffered(); }

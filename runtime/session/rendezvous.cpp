@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "rlm_sandbox/error.hpp"
@@ -78,18 +77,6 @@ Rendezvous::Rendezvous(const SessionOptions& options) : max_frame_(options.max_f
   if (bind(listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       chmod(path.c_str(), 0666) != 0 || listen(listener_.get(), 4) != 0)
     throw system_error("binding the session socket");
-  if (!options.context_file.empty() || !options.context.empty() || options.context_is_json) {
-    std::error_code ec;
-    if (!options.context_file.empty()) {
-      std::filesystem::copy_file(options.context_file, dir_ + "/context", ec);
-      if (ec)
-        throw Error("cannot read the context file '" + options.context_file + "': " + ec.message());
-    } else {
-      std::ofstream(dir_ + "/context", std::ios::binary) << options.context;
-    }
-    chmod((dir_ + "/context").c_str(), 0644);
-    has_context_ = true;
-  }
 }
 
 Rendezvous::~Rendezvous() {

@@ -27,7 +27,7 @@ class Rendezvous {
  public:
   static constexpr const char* kInside = "/run/rlm-sandbox";
 
-  // Makes the directory (in /tmp), its socket and its context file. Throws Error.
+  // Makes the directory (in /tmp) and its socket. Throws Error.
   explicit Rendezvous(const SessionOptions& options);
   ~Rendezvous();  // removes the directory
   Rendezvous(const Rendezvous&) = delete;
@@ -36,8 +36,6 @@ class Rendezvous {
   // The bind mount that puts the directory at kInside in the sandbox.
   Mount mount() const;
   std::string socket_inside() const { return std::string(kInside) + "/channel.sock"; }
-  std::string context_inside() const { return std::string(kInside) + "/context"; }
-  bool has_context() const { return has_context_; }
 
   // Accepts until a connection's first frame is the hello with `token`, which it returns, and
   // makes that connection `channel`; the listener is closed then. nullopt at `deadline` or once
@@ -50,7 +48,6 @@ class Rendezvous {
   std::string dir_;
   common::UniqueFd listener_;
   std::uint64_t max_frame_;
-  bool has_context_ = false;
 };
 
 }  // namespace rlm::session

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@ using std::chrono::milliseconds;
 
 constexpr int kFirstSandboxFd = 10;  // above init's 0-3 and anything a host keeps low
 constexpr std::size_t kWorkerStderrKept = 16 * 1024;
+constexpr std::size_t kWorkerErrorKept = 1024;  // of a failed hand-over's error text
 // After close, the interpreters exit on EOF and the worker's root once it has no children; what
 // a cell left running in the background is stopped with the sandbox after this long.
 constexpr milliseconds kGracefulEnd{3'000};
@@ -43,13 +45,14 @@ UniqueFd raised(UniqueFd fd) {
   return UniqueFd(moved);
 }
 
+// The context as the hand-over passes it: the file opened, or a memfd holding the text.
 UniqueFd context_fd(const SessionOptions& options) {
   if (!options.context_file.empty()) {
-    UniqueFd fd(open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
     if (!fd)
       throw Error("cannot open the context file '" + options.context_file +
                   "': " + sys::errno_text(errno));
-    return raised(std::move(fd));
+    return fd;
   }
   if (options.context.empty() && !options.context_is_json) return {};
   UniqueFd fd(memfd_create("rlm-sandbox-context", MFD_CLOEXEC));
@@ -61,8 +64,7 @@ UniqueFd context_fd(const SessionOptions& options) {
     if (count < 0) throw system_error("writing the context");
     written += static_cast<std::size_t>(count);
   }
-  lseek(fd.get(), 0, SEEK_SET);
-  return raised(std::move(fd));
+  return fd;  // at its end: the worker reads from offset 0
 }
 
 // Whether `fd` is a connected unix stream socket: the only thing a fork frame may carry.
@@ -87,22 +89,86 @@ bool wait_readable(int fd, milliseconds timeout) {
 
 }  // namespace
 
-std::unique_ptr<Session> open_worker_session(Backend& backend, const Policy& policy,
-                                             SessionOptions options) {
-  return std::make_unique<WorkerSession>(backend, policy, std::move(options));
+Handover prepare_handover(SessionOptions options) {
+  Handover handover;
+  handover.context = context_fd(options);
+  handover.options = std::move(options);
+  return handover;
 }
 
-WorkerSession::WorkerSession(Backend& backend, const Policy& policy, SessionOptions options)
+std::unique_ptr<Session> open_worker_session(Backend& backend, const Policy& policy,
+                                             SessionOptions options) {
+  return open_worker_session(backend, policy, prepare_handover(std::move(options)));
+}
+
+std::unique_ptr<Session> open_worker_session(Backend& backend, const Policy& policy,
+                                             Handover handover) {
+  auto session = std::make_unique<WorkerSession>(backend, policy, handover.options);
+  session->hand_over(std::move(handover));
+  return session;
+}
+
+WorkerSession::WorkerSession(Backend& backend, const Policy& policy, const SessionOptions& start)
     : backend_(backend),
       name_(backend.name()),
       policy_(policy),
-      options_(std::move(options)),
+      options_(start),
       cell_limit_(policy.limits.wall_time),
       answers_(std::make_shared<broker::AnswerQueue>()),
       run_(std::make_shared<RunState>()) {
   if (!run_->done) throw system_error("eventfd");
+  options_.llm = nullptr;  // nothing of a caller before the hand-over
+  options_.context.clear();
+  options_.context_file.clear();
   policy_.limits.wall_time = options_.lifetime;
-  start();
+  run_ends_ = Clock::now() + options_.lifetime;
+  this->start();
+}
+
+void WorkerSession::hand_over(Handover handover) {
+  if (handed_over_) throw Error("the session has been handed over already");
+  handed_over_ = true;
+  require_alive();
+  options_ = std::move(handover.options);
+  if (!stopping_) {
+    arm_stop(options_.lifetime);
+    lifetime_armed_ = true;
+  }
+  try {
+    own_checkpoint_.set_max_frame(options_.max_frame_bytes);
+    standby_.set_max_frame(options_.max_frame_bytes);
+    json message = {{"op", "handover"},
+                    {"id", 0},
+                    {"max_frame", options_.max_frame_bytes},
+                    {"context", nullptr}};
+    if (handover.context) message["context"] = options_.context_is_json ? "json" : "text";
+    // The standby applies it now and answers; the checkpoint keeps it, and applies it only
+    // before it forks again (a rollback of the first cell, a restore of a snapshot of it).
+    const int fd = handover.context ? handover.context.get() : -1;
+    if (!own_checkpoint_.send(message, fd) || !standby_.send(message, fd))
+      fail("the worker is gone");
+    handover.context.reset();
+    const auto reply = next_frame_or_fail(standby_, "handed_over", options_.start_timeout);
+    if (text_field(reply, "type") != "handed_over" || field(reply, "id") != json(0))
+      fail("expected the standby's handed_over, got " + describe_frame(reply));
+    if (const auto& error = field(reply, "error"); error.is_string())
+      fail(error.get<std::string>().substr(0, kWorkerErrorKept));
+  } catch (const Error& error) {
+    if (!closed_) abandon();
+    throw Error(std::string("the session could not start: ") + error.what());
+  }
+}
+
+bool WorkerSession::waiting() const {
+  if (handed_over_ || !ended_.empty() || closed_ || !own_checkpoint_) return false;
+  if (!standby_) return false;
+  // Neither interpreter says anything before the hand-over: a frame (a rollback of a standby that
+  // died) or EOF means the session is not as started.
+  pollfd fds[3] = {
+      {own_checkpoint_.fd(), POLLIN, 0}, {standby_.fd(), POLLIN, 0}, {run_->done.get(), POLLIN, 0}};
+  if (poll(fds, 3, 0) < 0) return false;
+  return fds[0].revents == 0 && fds[1].revents == 0 && fds[2].revents == 0 &&
+         own_checkpoint_.unread() == 0 && standby_.unread() == 0;
 }
 
 WorkerSession::~WorkerSession() {
@@ -166,7 +232,7 @@ Result WorkerSession::close() {
 
 void WorkerSession::start() {
   const bool by_socket = !backend_.can_inherit_fds();
-  UniqueFd host, sandbox, context;
+  UniqueFd host, sandbox;
   if (by_socket) {
     rendezvous_ = std::make_unique<Rendezvous>(options_);
     policy_.filesystem.mounts.push_back(rendezvous_->mount());
@@ -176,30 +242,20 @@ void WorkerSession::start() {
       throw system_error("socketpair");
     host.reset(pair[0]);
     sandbox = raised(UniqueFd(pair[1]));
-    context = context_fd(options_);
   }
-  int stop_pipe[2];
-  if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw system_error("pipe2");
-  stop_read_.reset(stop_pipe[0]);
-  stop_write_.reset(stop_pipe[1]);
+  stop_timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!stop_timer_) throw system_error("timerfd_create");
   const std::string token = random_token();
 
   Request request;
   request.argv = {"python3", "-I", "-S", "-c", std::string(worker_source())};
   request.env = {{"RLM_SANDBOX_TOKEN", token},
-                 {"RLM_SANDBOX_MAX_FRAME", std::to_string(options_.max_frame_bytes)},
-                 {"RLM_SANDBOX_CONTEXT_FORMAT", options_.context_is_json ? "json" : "text"}};
+                 {"RLM_SANDBOX_MAX_FRAME", std::to_string(options_.max_frame_bytes)}};
   if (by_socket) {
     request.env["RLM_SANDBOX_SOCKET"] = rendezvous_->socket_inside();
-    if (rendezvous_->has_context())
-      request.env["RLM_SANDBOX_CONTEXT_FILE"] = rendezvous_->context_inside();
   } else {
     request.env["RLM_SANDBOX_FD"] = std::to_string(sandbox.get());
     request.inherit_fds = {sandbox.get()};
-    if (context) {
-      request.env["RLM_SANDBOX_CONTEXT_FD"] = std::to_string(context.get());
-      request.inherit_fds.push_back(context.get());
-    }
   }
   start_run(std::move(request));
 
@@ -216,9 +272,8 @@ void WorkerSession::start() {
   } catch (const Error& error) {
     ended_ = error.what();
   }
-  // The sandbox has its copies (or is gone): ours would only hide its end of the channel.
+  // The sandbox has its copy (or is gone): ours would only hide its end of the channel.
   sandbox.reset();
-  context.reset();
   if (!hello || text_field(*hello, "type") != "hello" ||
       !same_token(text_field(*hello, "token"), token)) {
     std::string why = ended_;
@@ -228,13 +283,13 @@ void WorkerSession::start() {
     abandon();
     throw Error("the session could not start: " + why + run_summary());
   }
-  await_standby(0);
+  await_standby(0);  // the first checkpoint and its standby, before any caller
 }
 
 // The worker's run, on a thread of its own: the policy's limits, the session's lifetime as its
 // wall time, its stderr kept for error messages, its cgroup counters for the cells.
 void WorkerSession::start_run(Request request) {
-  request.stop_fd = stop_read_.get();
+  request.stop_fd = stop_timer_.get();
   request.guard_signals = true;  // a cell must not signal its checkpoints (docs/sessions.md)
   // The sandbox outlives many cells, each held to the policy's limits on its own: its total CPU
   // time is bounded only by the session's lifetime on every CPU.
@@ -271,8 +326,10 @@ void WorkerSession::start_run(Request request) {
 }
 
 std::string WorkerSession::run_summary() {
-  std::lock_guard lock(run_->mutex);
   std::string summary;
+  if (lifetime_ran_out())
+    summary = "; the session's lifetime of " + format_duration(options_.lifetime) + " ran out";
+  std::lock_guard lock(run_->mutex);
   if (run_->result && !run_->result->detail.empty())
     summary += "; the sandbox: " + run_->result->detail;
   if (!run_->failure.empty()) summary += "; " + run_->failure;
@@ -280,9 +337,35 @@ std::string WorkerSession::run_summary() {
   return summary;
 }
 
+bool WorkerSession::lifetime_ran_out() const {
+  if (stopping_) return lifetime_over_;
+  itimerspec left{};
+  return lifetime_armed_ && timerfd_gettime(stop_timer_.get(), &left) == 0 &&
+         left.it_value.tv_sec == 0 && left.it_value.tv_nsec == 0;
+}
+
+std::string WorkerSession::run_end_detail() {
+  if (lifetime_ran_out())
+    return ": the session's lifetime of " + format_duration(options_.lifetime) + " ran out";
+  std::lock_guard lock(run_->mutex);
+  return run_->result ? ": " + run_->result->detail : std::string();
+}
+
+void WorkerSession::arm_stop(std::chrono::nanoseconds after) {
+  using std::chrono::duration_cast;
+  using std::chrono::seconds;
+  itimerspec when{};
+  after = std::max(after, std::chrono::nanoseconds(1));  // 0 would disarm it
+  when.it_value.tv_sec = duration_cast<seconds>(after).count();
+  when.it_value.tv_nsec = (after - duration_cast<seconds>(after)).count();
+  timerfd_settime(stop_timer_.get(), 0, &when, nullptr);
+}
+
 void WorkerSession::stop_run() {
-  const char stop = 1;
-  [[maybe_unused]] const ssize_t ignored = write(stop_write_.get(), &stop, 1);
+  if (stopping_) return;
+  lifetime_over_ = lifetime_ran_out();  // before the timer is fired again, by us
+  stopping_ = true;
+  arm_stop(std::chrono::nanoseconds(0));
 }
 
 void WorkerSession::close_channels() {
@@ -334,7 +417,7 @@ std::optional<json> WorkerSession::next_frame_until(Channel& channel, Clock::tim
   }
 }
 
-void WorkerSession::await_standby(std::optional<SnapshotId> id) {
+void WorkerSession::await_standby(std::optional<SnapshotId> id, milliseconds bound) {
   if (standby_) {
     // A standby that died idle: its checkpoint has said so (rolled_back) without being asked.
     if (!checkpoint_->receive()) fail("the checkpoint interpreter is gone");
@@ -350,7 +433,7 @@ void WorkerSession::await_standby(std::optional<SnapshotId> id) {
     standby_.close();
   }
   for (;;) {
-    auto frame = next_frame_or_fail(*checkpoint_, "fork");
+    auto frame = next_frame_or_fail(*checkpoint_, "fork", bound);
     const auto type = text_field(frame, "type");
     if (type == "rolled_back") continue;  // a standby that died idle; its replacement follows
     if (type != "fork" || (id && field(frame, "id") != json(*id)))
@@ -372,10 +455,11 @@ void WorkerSession::release_checkpoint() {
   }
 }
 
-json WorkerSession::next_frame_or_fail(Channel& channel, std::string_view expected) {
+json WorkerSession::next_frame_or_fail(Channel& channel, std::string_view expected,
+                                       milliseconds bound) {
   std::optional<json> frame;
   try {
-    frame = next_frame_until(channel, Clock::now() + kAnswerBound);
+    frame = next_frame_until(channel, Clock::now() + bound);
   } catch (const Error& error) {
     fail(error.what());
   }

@@ -5,6 +5,11 @@
 // once (session/cell.hpp), and a cell that fails hard is rolled back to the checkpoint. A backend
 // whose payload can inherit an fd (namespace, local) gets the channel as one; the others (docker)
 // through a socket in a bind-mounted directory (session/rendezvous.hpp).
+//
+// A session is opened in two phases: the start (the sandbox, the worker's imports, its hello, the
+// first checkpoint and its standby warmed up; nothing of any caller) and the hand-over (the
+// caller's context, LM handler, lifetime and frame limit). A cold open does both at once; a warm
+// pool (pool/session_pool.hpp) starts sessions ahead and hands each over to one caller.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -35,10 +40,22 @@ namespace rlm::session {
 class Cell;
 class Rendezvous;
 
-// Starts the Python worker as a payload of backend.run() and waits for its hello. Throws Error
-// when it does not come (python3 missing in the sandbox, the policy forbids what it needs, ...).
+// What a caller brings to a started session: its options, and its context opened (a memfd
+// holding `context`, or `context_file` opened read-only), which crosses as an fd on the hand-over
+// frame, whatever its size.
+struct Handover {
+  SessionOptions options;
+  common::UniqueFd context;
+};
+// Throws Error for a context file that cannot be opened, before any sandbox is touched.
+Handover prepare_handover(SessionOptions options);
+
+// Start and hand-over in one (the cold path). Throws Error when the worker does not come up
+// (python3 missing in the sandbox, the policy forbids what it needs, an invalid JSON context...).
 std::unique_ptr<Session> open_worker_session(Backend& backend, const Policy& policy,
                                              SessionOptions options);
+std::unique_ptr<Session> open_worker_session(Backend& backend, const Policy& policy,
+                                             Handover handover);
 
 // The end of the run thread, seen by the poll loops through an eventfd.
 struct RunState {
@@ -55,8 +72,22 @@ class WorkerSession final : public Session {
   // How long a frozen interpreter has to answer (a fork frame, a rollback).
   static constexpr std::chrono::milliseconds kAnswerBound{10'000};
 
-  WorkerSession(Backend& backend, const Policy& policy, SessionOptions options);
+  // The start: runs the worker as a payload of backend.run() and waits for its hello. `start`
+  // gives the start_timeout, the frame limit until the hand-over, and the lifetime of the run
+  // (the sandbox's wall time: no caller's lifetime can reach past it). Throws Error.
+  WorkerSession(Backend& backend, const Policy& policy, const SessionOptions& start);
   ~WorkerSession() override;
+
+  // Gives the started session to its caller: the context crosses (the standby takes it at once,
+  // the checkpoint when it forks again), and from now on the caller's LM handler answers, its
+  // frame limit holds and its lifetime runs. Once only. Throws Error (the session is ended
+  // then).
+  void hand_over(Handover handover);
+  // Started, not handed over, and still waiting as started: its sandbox runs and its worker has
+  // sent nothing since hello (a warm session that died is never handed over).
+  bool waiting() const;
+  // When the run's wall time ends the sandbox: a caller's lifetime must end before it.
+  std::chrono::steady_clock::time_point run_ends() const { return run_ends_; }
 
   std::string_view backend() const override { return name_; }
   std::string ended() const override { return ended_; }
@@ -74,8 +105,14 @@ class WorkerSession final : public Session {
 
   void start();
   void start_run(Request request);
+  // Stops the run at `after` from now (0: at once; never re-armed after that).
+  void arm_stop(std::chrono::nanoseconds after);
   // What the run thread learned, for error messages: the Result's detail and the worker's stderr.
   std::string run_summary();
+  // Why the run ended, for a cell's error: the Result's detail, or the lifetime running out.
+  std::string run_end_detail();
+  // The lifetime timer (armed at the hand-over) has fired.
+  bool lifetime_ran_out() const;
   void stop_run();
   // Ends a session that can no longer be trusted or used: the sandbox is stopped at once.
   void close_channels();
@@ -86,11 +123,13 @@ class WorkerSession final : public Session {
   // The next frame on `channel`, waiting until `deadline`; nullopt at EOF, at the deadline, or
   // when the sandbox ended. Throws Error for a malformed frame.
   std::optional<nlohmann::json> next_frame_until(Channel& channel, Clock::time_point deadline);
-  nlohmann::json next_frame_or_fail(Channel& channel, std::string_view expected);
+  nlohmann::json next_frame_or_fail(Channel& channel, std::string_view expected,
+                                    std::chrono::milliseconds bound = kAnswerBound);
   // Makes sure there is a standby: the checkpoint forks one after start-up, every cell, a rollback
   // and a restore, and announces it with a fork frame (for op `id` when given). A standby that
   // died while idle is replaced the same way (the checkpoint reports rolled_back first).
-  void await_standby(std::optional<SnapshotId> id = std::nullopt);
+  void await_standby(std::optional<SnapshotId> id = std::nullopt,
+                     std::chrono::milliseconds bound = kAnswerBound);
   // The checkpoint is done with: a snapshot is kept (commit: it stops watching its child),
   // anything else ends.
   void release_checkpoint();
@@ -106,7 +145,13 @@ class WorkerSession final : public Session {
   std::shared_ptr<broker::AnswerQueue> answers_;
   std::shared_ptr<RunState> run_;
   std::thread run_thread_;
-  common::UniqueFd stop_read_, stop_write_;
+  // The run's stop_fd: a timerfd, armed with the lifetime at the hand-over, fired by stop_run().
+  common::UniqueFd stop_timer_;
+  bool stopping_ = false;  // stop_run() was called
+  bool lifetime_armed_ = false;
+  bool lifetime_over_ = false;  // the lifetime had run out when stop_run() was called
+  std::chrono::steady_clock::time_point run_ends_;
+  bool handed_over_ = false;
   // The frozen checkpoint: own_checkpoint_, or a snapshot's entry when it is one.
   Channel own_checkpoint_;
   Channel* checkpoint_ = &own_checkpoint_;

@@ -136,7 +136,7 @@ class RollbackTest(WorkerTestCase):
 class StandbyTest(WorkerTestCase):
     def test_standby_is_forked_unasked_and_runs_the_next_cell(self):
         worker = self.start()
-        # After hello: the fork frame (id 0) came without the host sending anything.
+        # After the hand-over: the fork frame (id 0) came without the host sending more.
         self.assertNotEqual(worker.standby_pid, worker.hello_frame['pid'])
         announced = [worker.standby_pid]
         for i in range(3):

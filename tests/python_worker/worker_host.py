@@ -77,9 +77,15 @@ def read_frame(sock):
     return json.loads(read_exact(sock, length, fds)), fds
 
 
-def write_frame(sock, message):
-    data = json.dumps(message).encode()
-    sock.sendall(struct.pack('>I', len(data)) + data)
+def write_frame(sock, message, fd=None):
+    """One frame; with fd, attached (SCM_RIGHTS) to its first byte."""
+    body = json.dumps(message).encode()
+    data = struct.pack('>I', len(body)) + body
+    if fd is not None:
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('i', fd))]
+        sent = sock.sendmsg([data[:4]], rights)
+        data = data[sent:]
+    sock.sendall(data)
 
 
 def answer_for(prompt):
@@ -155,21 +161,11 @@ class Worker:
                'RLM_SANDBOX_FD': str(guest.fileno()), 'RLM_SANDBOX_TOKEN': TOKEN}
         if max_frame is not None:
             env['RLM_SANDBOX_MAX_FRAME'] = str(max_frame)
+        self.max_frame = max_frame or 16 * 1024 * 1024
         pass_fds = [guest.fileno()]
-        context_fd = None
-        if context is not None:
-            data = context if isinstance(context, bytes) else context.encode()
-            if context_via_pipe:
-                context_fd, write_end = os.pipe()
-                os.write(write_end, data)
-                os.close(write_end)
-            else:
-                context_fd = os.memfd_create('context')
-                os.write(context_fd, data)  # left at its end, as a host leaves it
-            env['RLM_SANDBOX_CONTEXT_FD'] = str(context_fd)
-            pass_fds.append(context_fd)
-        if context_format is not None:
-            env['RLM_SANDBOX_CONTEXT_FORMAT'] = context_format
+        self.context = context
+        self.context_format = context_format or 'text'
+        self.context_via_pipe = context_via_pipe
         for name in drop_env:
             env.pop(name, None)
         self.output = tempfile.TemporaryFile(dir=workdir)
@@ -179,8 +175,6 @@ class Worker:
             stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.stderr,
             start_new_session=True)
         guest.close()
-        if context_fd is not None:
-            os.close(context_fd)
         host.settimeout(IO_TIMEOUT)
         self.first = host          # the first interpreter's channel
         self.checkpoint = None     # the armed checkpoint's channel
@@ -192,12 +186,51 @@ class Worker:
 
     # -- lifecycle
 
-    def hello(self):
-        """hello, then the pre-forked standby (fork id 0)."""
+    def hello(self, hand_over=True):
+        """hello and the first standby (fork id 0); then (hand_over) the hand-over."""
         frame, fds = read_frame(self.first)
         self.assert_type(frame, 'hello')
         self.checkpoint = self.first
         self.expect_fork(self.first, 0)
+        if hand_over:
+            reply = self.hand_over()
+            if 'error' in reply:
+                raise AssertionError('the hand-over failed: %r' % reply)
+        return frame
+
+    def context_fd(self):
+        """The context as the runtime passes it: a memfd left at its end, or a pipe."""
+        if self.context is None:
+            return None
+        data = self.context if isinstance(self.context, bytes) else self.context.encode()
+        if self.context_via_pipe:
+            read_end, write_end = os.pipe()
+            os.write(write_end, data)
+            os.close(write_end)
+            return read_end
+        fd = os.memfd_create('context')
+        os.write(fd, data)
+        return fd
+
+    def hand_over(self, op_id=0, reply=True, **fields):
+        """The hand-over frame to the first checkpoint and to the standby, each with the
+        context's fd attached to its first byte; returns the standby's handed_over frame."""
+        message = {'op': 'handover', 'id': op_id, 'max_frame': self.max_frame,
+                   'context': None if self.context is None else self.context_format}
+        message.update(fields)
+        for sock in (self.checkpoint, self.standby):
+            fd = self.context_fd()
+            try:
+                write_frame(sock, message, fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        if not reply:
+            return None
+        frame, _ = read_frame(self.standby)
+        self.assert_type(frame, 'handed_over')
+        if frame['id'] != op_id:
+            raise AssertionError('handed_over %r, expected id %r' % (frame, op_id))
         return frame
 
     def wait_exit(self, timeout=IO_TIMEOUT):

@@ -2,7 +2,9 @@
 // quote the sandbox) and the Channel over a real socketpair (fds, non-blocking writes).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 
 #include "common/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
 #include "session/channel.hpp"
 #include "session/frame_decoder.hpp"
 #include "support/host_probes.hpp"
@@ -264,6 +267,54 @@ TEST_F(ChannelTest, SendNeverBlocksOnAPeerThatDoesNotRead) {
     if (count > 0) got.append(buffer, static_cast<std::size_t>(count));
   }
   EXPECT_EQ(got.size(), 20 * (4 + big.dump().size()));
+}
+
+// The hand-over's context: the fd rides on the frame's first byte, and the frame arrives whole.
+TEST_F(ChannelTest, AnFdSentWithAFrameArrivesOnItsFirstByte) {
+  UniqueFd memfd(memfd_create("context", MFD_CLOEXEC));
+  ASSERT_TRUE(memfd);
+  ASSERT_EQ(write(memfd.get(), "ctx", 3), 3);
+  const json message = {{"op", "handover"}, {"id", 0}, {"context", "text"}};
+  ASSERT_TRUE(host_.send(message, memfd.get()));
+  EXPECT_EQ(host_.unsent(), 0u);
+  char header[4];
+  int fd = -1;
+  const auto got =
+      sys::receive_with_fds(sandbox_.get(), std::span<char>(header, 1), std::span<int>(&fd, 1), 0);
+  ASSERT_EQ(got.bytes, 1);
+  ASSERT_EQ(got.fds, 1u) << "the fd is on the first byte";
+  UniqueFd received(fd);
+  struct stat ours, theirs;
+  ASSERT_EQ(fstat(memfd.get(), &ours), 0);
+  ASSERT_EQ(fstat(received.get(), &theirs), 0);
+  EXPECT_EQ(ours.st_ino, theirs.st_ino);
+  std::string rest(4 + message.dump().size() - 1, '\0');
+  ASSERT_EQ(recv(sandbox_.get(), rest.data(), rest.size(), MSG_WAITALL),
+            static_cast<ssize_t>(rest.size()));
+  EXPECT_EQ(std::string(1, header[0]) + rest, framed(message.dump()));
+}
+
+TEST_F(ChannelTest, AnFdIsNotSentBehindQueuedBytes) {
+  const json big = {{"op", "llm_result"}, {"id", 1}, {"text", std::string(4 << 20, 'a')}};
+  ASSERT_TRUE(host_.send(big));
+  ASSERT_GT(host_.unsent(), 0u);
+  EXPECT_FALSE(host_.send(json{{"op", "handover"}}, sandbox_.get()))
+      << "the fd would ride on another frame's byte";
+}
+
+TEST_F(ChannelTest, TheFrameLimitChangesBetweenFramesOnly) {
+  send_with_fds(framed(R"({"type": "hello"})"), {});
+  ASSERT_TRUE(receive_frame());
+  host_.set_max_frame(64);
+  send_with_fds(framed(R"({"type": "x", "pad": ")" + std::string(100, 'p') + "\"}"), {});
+  EXPECT_THROW(receive_frame(), Error) << "a frame over the new, smaller limit";
+}
+
+TEST_F(ChannelTest, TheFrameLimitCannotChangeWithBytesBuffered) {
+  send_with_fds(std::string("\0\0", 2), {});  // half a header
+  ASSERT_TRUE(host_.receive());
+  ASSERT_GT(host_.unread(), 0u);
+  EXPECT_THROW(host_.set_max_frame(64), Error);
 }
 
 TEST_F(ChannelTest, APeerGoneIsReportedBySendAndReceive) {

@@ -7,10 +7,18 @@
 //   llm_query_echo  one llm_query('x') answered by the echo handler, timed inside the sandbox
 //   docker_exec     `docker exec CONTAINER python3 -c pass` when a daemon and the test image are
 //                   there (tools/docker-env), else skipped with the reason
+// and what opening a session costs, to its first cell's result (`x = len(context)`, a 1 KB
+// context), interleaved:
+//   pooled_first_cell  rlm::Pool::open_session of a warm session + the first cell (the pool
+//   refilled,
+//                      untimed, before each sample)
+//   cold_first_cell    Backend::open_session + the first cell
+//   sustained_first_cell  the pooled one back to back, nothing waited for: warm while the pool has
+//                      one ready, cold when drained (the share served warm is printed)
 // Samples are interleaved round by round; each benchmark reports median and p99 as counters, and a
 // table with the ratios is printed at the end.
 //
-//   rlm-session-bench [--samples=N] [Google Benchmark flags...]
+//   rlm-session-bench [--samples=N] [--open-samples=N] [Google Benchmark flags...]
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -25,11 +33,13 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/llm.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/pool.hpp"
 #include "rlm_sandbox/session.hpp"
 
 extern char** environ;
@@ -39,6 +49,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 long g_samples = 300;
+long g_open_samples = 60;
 std::map<std::string, std::vector<double>> g_samples_ms;
 std::map<std::string, std::string> g_skipped;
 
@@ -132,6 +143,92 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
 }
 BENCHMARK(BM_InterleavedRlmSteps)->Iterations(1)->Unit(benchmark::kMillisecond);
 
+// Opens a session with `open`, runs the first cell; its wall time in ms, or negative on failure.
+// `open_ms` gets the open's share.
+template <typename Open>
+double first_cell_ms(Open open, const rlm::SessionOptions& options, double* open_ms = nullptr) {
+  const auto start = Clock::now();
+  auto session = open(options);
+  const auto opened = Clock::now();
+  const auto cell = session->execute("x = len(context)");
+  const auto end = Clock::now();
+  session->close();
+  if (open_ms) *open_ms = std::chrono::duration<double, std::milli>(opened - start).count();
+  return cell.status == rlm::CellStatus::ok
+             ? std::chrono::duration<double, std::milli>(end - start).count()
+             : -1;
+}
+
+std::uint64_t g_sustained_warm = 0, g_sustained_total = 0;
+
+void BM_OpenToFirstCell(benchmark::State& state) {
+  const rlm::Policy policy = rlm::load_policy("python-repl");
+  auto backend = rlm::make_backend("namespace");
+  rlm::PoolOptions pool_options;
+  pool_options.sandboxes = 0;
+  pool_options.sessions = 2;
+  rlm::Pool pool(policy, pool_options);
+  rlm::SessionOptions options;
+  options.context = std::string(1000, 'c');
+  options.llm = rlm::make_llm_handler("echo");
+  const auto pooled = [&](const rlm::SessionOptions& o) { return pool.open_session(o); };
+  const auto cold = [&](const rlm::SessionOptions& o) { return backend->open_session(policy, o); };
+  const auto refilled = [&] {
+    while (pool.stats().ready_sessions < pool_options.sessions)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  for (auto _ : state) {
+    for (long round = 0; round < g_open_samples; ++round) {
+      refilled();
+      const auto warm_before = pool.stats().warm_sessions;
+      double open_ms = 0;
+      const double warm = first_cell_ms(pooled, options, &open_ms);
+      if (warm >= 0 && pool.stats().warm_sessions == warm_before + 1) {
+        g_samples_ms["pooled_first_cell"].push_back(warm);
+        g_samples_ms["pooled_open"].push_back(open_ms);
+      }
+      const double fresh = first_cell_ms(cold, options);
+      if (fresh >= 0) g_samples_ms["cold_first_cell"].push_back(fresh);
+    }
+    // Sustained: back to back, the refill racing the callers.
+    refilled();
+    const auto before = pool.stats();
+    for (long round = 0; round < g_open_samples; ++round) {
+      const double ms = first_cell_ms(pooled, options);
+      if (ms >= 0) g_samples_ms["sustained_first_cell"].push_back(ms);
+    }
+    const auto after = pool.stats();
+    g_sustained_warm = after.warm_sessions - before.warm_sessions;
+    g_sustained_total = g_sustained_warm + after.cold_sessions - before.cold_sessions;
+  }
+  for (const char* name : {"pooled_first_cell", "cold_first_cell", "sustained_first_cell"})
+    state.counters[std::string(name) + "_median_ms"] = percentile(g_samples_ms[name], 0.5);
+}
+BENCHMARK(BM_OpenToFirstCell)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+void print_open_table() {
+  std::printf("\n%-22s %10s %10s %12s %8s   %s\n", "session to first cell", "median ms", "p99 ms",
+              "p99.9 ms", "samples", "ratio to cold");
+  const double cold = percentile(g_samples_ms["cold_first_cell"], 0.5);
+  for (const char* name :
+       {"pooled_first_cell", "pooled_open", "cold_first_cell", "sustained_first_cell"}) {
+    const auto& samples = g_samples_ms[name];
+    if (samples.empty()) {
+      std::printf("%-22s no samples\n", name);
+      continue;
+    }
+    const double median = percentile(samples, 0.5);
+    std::printf("%-22s %10.3f %10.3f %12.3f %8zu   %.3fx (p99.9 %.1fx its median)\n", name, median,
+                percentile(samples, 0.99), percentile(samples, 0.999), samples.size(),
+                cold > 0 ? median / cold : 0.0,
+                median > 0 ? percentile(samples, 0.999) / median : 0.0);
+  }
+  std::printf("sustained: %llu of %llu served warm\n",
+              static_cast<unsigned long long>(g_sustained_warm),
+              static_cast<unsigned long long>(g_sustained_total));
+  std::printf("targets: pooled_first_cell median <= 5 ms, p99.9 <= 5x its median\n");
+}
+
 void print_table() {
   std::printf("\n%-16s %10s %10s %8s   %s\n", "step", "median ms", "p99 ms", "samples",
               "ratio to cold python3 -c pass");
@@ -156,6 +253,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--samples=", 10) == 0)
       g_samples = std::max(1L, std::atol(argv[i] + 10));
+    else if (std::strncmp(argv[i], "--open-samples=", 15) == 0)
+      g_open_samples = std::max(1L, std::atol(argv[i] + 15));
     else
       rest.push_back(argv[i]);
   }
@@ -164,5 +263,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_table();
+  print_open_table();
   return 0;
 }

@@ -2,6 +2,7 @@
 # One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
+import array
 import collections
 import json
 import os
@@ -13,6 +14,7 @@ import time
 
 CHILD_POLL_SECONDS = 0.01  # only when os.pidfd_open is unavailable
 HEADER = struct.Struct('>I')
+FD_ROOM = socket.CMSG_SPACE(struct.calcsize('i'))  # one fd per message; the kernel closes more
 
 
 class FrameTooLarge(Exception):
@@ -59,6 +61,8 @@ class Channel:
         self._next_query_id = 1
         self._cell_running = False
         self._frozen = False  # the main thread reads for good (wait_frozen)
+        self.takes_fds = False  # only the first interpreter, until its hand-over
+        self._fds = []
         # Wakes a reader blocked in poll() when the cell ends, so it re-checks its wait.
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -66,7 +70,7 @@ class Channel:
 
     def close(self) -> None:
         """Drops this process's copy of the channel (never shuts the connection down)."""
-        for fd in (self._wake_r, self._wake_w):
+        for fd in [self._wake_r, self._wake_w] + self._fds:
             try:
                 os.close(fd)
             except OSError:
@@ -101,9 +105,18 @@ class Channel:
             (length,) = HEADER.unpack_from(self._buffer)
             want = max(want, min(length + HEADER.size - len(self._buffer), 1 << 22))
         try:
-            chunk = self.sock.recv(want)
+            chunk, ancillary, _, _ = self.sock.recvmsg(want, FD_ROOM)
         except OSError:
-            chunk = b''
+            chunk, ancillary = b'', []
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array('i')
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                for fd in fds:
+                    if self.takes_fds:
+                        self._fds.append(fd)
+                    else:
+                        os.close(fd)
         if not chunk:
             os._exit(0)  # EOF: the host is done with this interpreter
         self._buffer += chunk
@@ -171,6 +184,14 @@ class Channel:
             with self._cond:
                 self._reading = False
                 self._cond.notify_all()
+
+    def take_fd(self):
+        """The fd the host sent (only the hand-over carries one), or None; any other is closed."""
+        fd = self._fds.pop(0) if self._fds else None
+        for extra in self._fds:
+            os.close(extra)
+        self._fds = []
+        return fd
 
     def next_op(self) -> dict:
         return self._wait(lambda: self._ops.popleft() if self._ops else None)

@@ -60,6 +60,8 @@ def fork_standby(channel: Channel, fork_id):
     """Forks a standby (docs/control-channel.md, "Forking a standby"). In the child returns its
     new Channel (the child is the standby now); in the parent sends the fork frame on the
     parent's channel and returns a ChildWatch (the parent is now the armed checkpoint)."""
+    if SESSION.pending_handover is not None:
+        apply_pending_handover()  # the standby must have the caller's context
     flush_std_streams()  # else buffered output would be written twice
     make_undumpable()  # the cell that ran here may have undone it; both sides inherit it
     mine, theirs = socket.socketpair()
@@ -79,6 +81,7 @@ def fork_standby(channel: Channel, fork_id):
         # orphan it once it is a checkpoint.
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         child_channel = Channel(theirs, channel.max_frame)
+        child_channel.takes_fds = not SESSION.handed_over
         SESSION.channel = child_channel
         warm_up()
         return child_channel
@@ -159,6 +162,8 @@ def become_checkpoint(channel: Channel, fork_id) -> Channel:
                 forked = roll_back_and_refork(channel, armed, op_id)
             elif kind == 'commit':
                 armed = None  # a snapshot for good: the child lives on, only reaped
+            elif kind == 'handover':
+                hand_over_checkpoint(channel, event)
             elif kind == 'restore':
                 if armed is not None:
                     protocol_violation('restore sent to an armed checkpoint (commit it first)')
@@ -198,7 +203,11 @@ def serve(channel: Channel) -> None:
     while True:
         op = channel.next_op()
         kind, op_id = op.get('op'), op.get('id')
-        if kind == 'execute':
+        if kind == 'handover':
+            hand_over_standby(channel, op)
+        elif kind == 'execute':
+            if not SESSION.handed_over:
+                protocol_violation('execute before the handover')
             code, cap = execute_op(op)
             fit_cell_result(channel, run_cell(channel, op_id, code, cap))
             # The host takes the result first; the next standby's fork (a page-table copy of

@@ -28,6 +28,8 @@ class Session:
         self.next_capture = None  # made by the standby's warm_up for its cell
         self.rolled_back = set()  # rollback ids this interpreter (or its ancestor) took
         self.watches = []         # a frozen interpreter's children (pidfds), armed or not
+        self.handed_over = False  # the caller's hand-over has come (startup.py)
+        self.pending_handover = None  # the first checkpoint's, applied before it forks
         self.worker_module = sys.modules.get('__main__')  # stays alive once cells own __main__
 
 

@@ -69,7 +69,6 @@ def main() -> None:
         config = Config()
     except StartupError as exc:
         die(str(exc), EXIT_STARTUP)
-    token = config.token
     scrub_environment()
     become_subreaper()
     ROOT_PID = os.getpid()
@@ -83,17 +82,15 @@ def main() -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            first_interpreter(config, token)
+            first_interpreter(config)
         except BaseException as exc:  # a worker bug: say so, never fall back into the root
             die('worker failure: %s' % ''.join(traceback.format_exception(
                 type(exc), exc, exc.__traceback__)), EXIT_STARTUP)
         os._exit(0)
-    for fd in (config.fd, config.context_fd):
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    try:
+        os.close(config.fd)
+    except OSError:
+        pass
     os._exit(reap_until_alone(pid))
 
 

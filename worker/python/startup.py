@@ -1,5 +1,5 @@
-# Start-up: the environment read into a Config, the context loaded, the first interpreter's
-# hello.
+# Start-up: the environment read into a Config, the first interpreter's hello, and the hand-over
+# that gives the started worker (its first checkpoint and standby) its caller's context.
 # One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
@@ -44,18 +44,6 @@ class Config:
         self.max_frame = env_int('RLM_SANDBOX_MAX_FRAME', DEFAULT_MAX_FRAME)
         if self.max_frame < 1024:
             raise StartupError('RLM_SANDBOX_MAX_FRAME must be at least 1024')
-        self.context_fd = env_int('RLM_SANDBOX_CONTEXT_FD', None)
-        context_file = os.environ.get('RLM_SANDBOX_CONTEXT_FILE')
-        if self.context_fd is None and context_file:
-            try:
-                self.context_fd = os.open(context_file, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as exc:
-                raise StartupError('cannot open RLM_SANDBOX_CONTEXT_FILE=%s (%s)'
-                                   % (context_file, exc)) from None
-        self.context_format = os.environ.get('RLM_SANDBOX_CONTEXT_FORMAT') or 'text'
-        if self.context_format not in ('text', 'json'):
-            raise StartupError('RLM_SANDBOX_CONTEXT_FORMAT must be text or json, not %r'
-                               % self.context_format)
 
 
 def env_int(name: str, default):
@@ -88,39 +76,100 @@ def read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def load_context(config: Config):
-    """(context, bytes read)."""
-    if config.context_fd is None:
-        return None, 0
+def load_context(fd, context_format: str):
+    """The context read from fd (closed then) as text or parsed JSON."""
     try:
-        raw = read_all(config.context_fd)
-        os.close(config.context_fd)
+        raw = read_all(fd)
     except OSError as exc:
-        raise StartupError('cannot read the context from fd %d (%s)' % (config.context_fd, exc))
-    if config.context_format == 'text':
-        return raw.decode('utf-8', 'replace'), len(raw)
+        raise StartupError('cannot read the context (%s)' % exc) from None
+    finally:
+        os.close(fd)
+    if context_format == 'text':
+        return raw.decode('utf-8', 'replace')
     try:
-        return json.loads(raw.decode('utf-8')), len(raw)
+        return json.loads(raw.decode('utf-8'))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise StartupError('the context is not valid JSON (%s)' % exc) from None
 
 
-def first_interpreter(config: Config, token: str) -> None:
-    raise_oom_score()
+class Handover:
+    """A caller's hand-over as received (docs/control-channel.md, "Start-up"): the caller's
+    frame maximum, and its context as an fd, read when the hand-over is applied."""
+
+    def __init__(self, channel: Channel, op: dict):
+        self.id, self.format, max_frame = op.get('id'), op.get('context'), op.get('max_frame')
+        if not is_op_id(self.id):
+            protocol_violation('handover needs an id')
+        if not isinstance(max_frame, int) or isinstance(max_frame, bool) or max_frame < 1024:
+            protocol_violation('handover max_frame must be an integer of at least 1024')
+        if self.format not in (None, 'text', 'json'):
+            protocol_violation('handover context must be text, json or null')
+        if SESSION.handed_over:
+            protocol_violation('a second handover')
+        self.fd = channel.take_fd()
+        if self.format is None and self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.format is not None and self.fd is None:
+            protocol_violation('handover with a context and no fd')
+        channel.max_frame = max_frame
+        channel.takes_fds = False
+        SESSION.handed_over = True
+
+    def apply(self) -> None:
+        """Makes the context the REPL's `context` (reading and closing its fd). Raises
+        StartupError for one that cannot be read or parsed."""
+        context = None
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            context = load_context(fd, self.format)
+        SESSION.api['context'] = context
+        SESSION.namespace['context'] = context
+
+
+def hand_over_standby(channel: Channel, op: dict) -> None:
+    """The first standby, waiting since start-up, takes its caller's context and answers."""
+    handover = Handover(channel, op)
+    reply = {'type': 'handed_over', 'id': handover.id}
     try:
-        context, context_length = load_context(config)
+        handover.apply()
+    except StartupError as exc:
+        reply['error'] = str(exc)
+    channel.send(reply)
+
+
+def hand_over_checkpoint(channel: Channel, op: dict) -> None:
+    """The first checkpoint keeps the hand-over and applies it before it forks a standby (after
+    a rollback or a restore): every standby it forks from then on has the caller's context, and
+    the context is read here only when that happens."""
+    SESSION.pending_handover = Handover(channel, op)
+
+
+def apply_pending_handover() -> None:
+    handover, SESSION.pending_handover = SESSION.pending_handover, None
+    try:
+        handover.apply()
     except StartupError as exc:
         die(str(exc), EXIT_STARTUP)
+
+
+def first_interpreter(config: Config) -> None:
+    """Everything a caller does not choose is done before hello (imports, compiles, the channel)
+    and right after it (the first checkpoint and its standby, warmed up); then the worker waits
+    for the hand-over, as long as it takes."""
+    raise_oom_score()
     os.set_inheritable(config.fd, False)  # cells' subprocesses must not get the channel
     channel = Channel(socket.socket(fileno=config.fd), config.max_frame)
+    channel.takes_fds = True  # the hand-over's context
     SESSION.channel = channel
-    SESSION.namespace = make_namespace(context)
+    SESSION.namespace = make_namespace(None)
     try:
         # Line buffering keeps print() and subprocess output in order in a cell's stdout.
         sys.stdout.reconfigure(line_buffering=True)
     except (AttributeError, ValueError):
         pass
     version = '%d.%d.%d' % sys.version_info[:3]
-    channel.send({'type': 'hello', 'token': token, 'pid': os.getpid(), 'python': version,
-                  'context_length': context_length})
+    channel.send({'type': 'hello', 'token': config.token, 'pid': os.getpid(),
+                  'python': version})
+    config.token = None  # the frames below this one stay on every cell's stack
     serve(become_checkpoint(channel, 0))
