@@ -6,6 +6,7 @@
 #include "namespace/warm_sandbox.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -287,6 +288,14 @@ bool WarmSandbox::can_apply(const Limits& limits) const {
   if (limits.tmpfs_bytes != s.built.tmpfs_bytes) return false;  // mounted with the built size
   if (limits.cpus == s.built.cpus) return true;
   return !limits.cpus || (s.p.cgroup && s.p.cgroup->cpu_bandwidth_limited());
+}
+
+bool WarmSandbox::waiting() const {
+  const State& s = *state_;
+  if (s.launched || s.process.pid <= 0) return false;
+  // The pidfd turns readable once init has exited; the report pipe's EOF says the same without one.
+  pollfd gone[2] = {{s.process.pidfd.get(), POLLIN, 0}, {s.process.report_pipe.get(), POLLIN, 0}};
+  return poll(gone, 2, 0) == 0;
 }
 
 Result WarmSandbox::run(const Request& request, const Policy& policy) {

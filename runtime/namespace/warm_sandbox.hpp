@@ -36,6 +36,9 @@ class WarmSandbox {
   // that has one. (Whether the limits are no looser is the caller's to check.)
   bool can_apply(const Limits& limits) const;
 
+  // Whether init still waits for its payload (it may have been killed from outside meanwhile).
+  bool waiting() const;
+
   // Runs the request here, once: `policy` is the one the sandbox was built from, or one that
   // differs from it only in limits that are no looser and that can_apply() accepts. The request's
   // limits are applied before the payload starts (the cgroup's memory, pids and CPU bandwidth

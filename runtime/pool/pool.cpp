@@ -122,13 +122,20 @@ void Pool::State::refill_loop() {
 
 std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
   std::unique_ptr<ns::WarmSandbox> sandbox;
-  {
-    std::lock_guard lock(mutex);
-    if (ready.empty()) return nullptr;
-    sandbox = std::move(ready.front());
-    ready.pop_front();
+  for (;;) {
+    {
+      std::lock_guard lock(mutex);
+      if (ready.empty()) return nullptr;
+      sandbox = std::move(ready.front());
+      ready.pop_front();
+    }
+    if (sandbox->waiting()) break;
+    give_back_used(std::move(sandbox));  // its init was killed while it waited: the next one
   }
-  wake.notify_one();
+  // The refill thread is woken when this one comes back used (give_back_used), not now: building
+  // the next sandbox while this run's payload starts takes the CPU the run needs (measured on 2
+  // cores: Pool::run of /bin/true 7.7-8.5 ms median with the refill woken here, 5.4-5.7 ms
+  // without; the same sustained throughput).
   return sandbox;
 }
 

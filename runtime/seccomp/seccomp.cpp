@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "rlm_sys/sys.hpp"
+#include "seccomp/cache.hpp"
 #include "seccomp/model.hpp"
 
 namespace rlm::seccomp {
@@ -74,6 +75,61 @@ bool has_kill_actions(const Seccomp& rules) {
   return false;
 }
 
+common::UniqueFd new_memfd() {
+  common::UniqueFd fd(memfd_create("rlm-sandbox-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw system_failure("memfd_create");
+  return fd;
+}
+
+// Checks the program's size (1 to BPF_MAXINSNS instructions) and seals the memfd, so neither init
+// nor anything else can change the program afterwards.
+void seal(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) throw system_failure("fstat");
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size == 0 || size % sizeof(sock_filter) != 0)
+    throw Error("seccomp: libseccomp exported a malformed filter of " + std::to_string(size) +
+                " bytes");
+  if (size / sizeof(sock_filter) > BPF_MAXINSNS)
+    throw Error("seccomp: the filter has " + std::to_string(size / sizeof(sock_filter)) +
+                " instructions, more than the kernel's limit of " + std::to_string(BPF_MAXINSNS) +
+                "; use fewer rules (an allow-list with fewer argument checks)");
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    throw system_failure("F_ADD_SEALS");
+}
+
+std::vector<sock_filter> read_program(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) throw system_failure("fstat");
+  const auto size = static_cast<std::size_t>(st.st_size);
+  std::vector<sock_filter> instructions(size / sizeof(sock_filter));
+  for (std::size_t done = 0; done < size;) {
+    const ssize_t n = pread(fd, reinterpret_cast<char*>(instructions.data()) + done, size - done,
+                            static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(std::string("seccomp: reading the filter back: ") +
+                  (n < 0 ? sys::errno_text(errno) : "short read"));
+    done += static_cast<std::size_t>(n);
+  }
+  return instructions;
+}
+
+// A run's own sealed memfd holding a cached program.
+common::UniqueFd sealed_copy(const std::vector<sock_filter>& instructions) {
+  common::UniqueFd fd = new_memfd();
+  const auto* data = reinterpret_cast<const char*>(instructions.data());
+  const std::size_t size = instructions.size() * sizeof(sock_filter);
+  for (std::size_t done = 0; done < size;) {
+    const ssize_t n = write(fd.get(), data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw system_failure("writing the filter");
+    done += static_cast<std::size_t>(n);
+  }
+  seal(fd.get());
+  return fd;
+}
+
 }  // namespace
 
 SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& options) {
@@ -114,47 +170,23 @@ SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& 
   }
 
   // libseccomp 2.5 exports BPF only to a file descriptor: straight into the memfd init reads.
-  common::UniqueFd fd(memfd_create("rlm-sandbox-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) throw system_failure("memfd_create");
+  common::UniqueFd fd = new_memfd();
   check_rc(seccomp_export_bpf(ctx.get(), fd.get()), "exporting BPF");
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) throw system_failure("fstat");
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size == 0 || size % sizeof(sock_filter) != 0)
-    throw Error("seccomp: libseccomp exported a malformed filter of " + std::to_string(size) +
-                " bytes");
-  if (size / sizeof(sock_filter) > BPF_MAXINSNS)
-    throw Error("seccomp: the filter has " + std::to_string(size / sizeof(sock_filter)) +
-                " instructions, more than the kernel's limit of " + std::to_string(BPF_MAXINSNS) +
-                "; use fewer rules (an allow-list with fewer argument checks)");
-  // Sealed, so neither init nor anything else can change the program afterwards.
-  if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    throw system_failure("F_ADD_SEALS");
+  seal(fd.get());
   return {std::move(fd), notifies};
 }
 
 Program compile(const Seccomp& policy_rules, const CompileOptions& options) {
   const SealedProgram sealed = compile_sealed(policy_rules, options);
-  struct stat st {};
-  if (fstat(sealed.fd.get(), &st) != 0) throw system_failure("fstat");
-  const auto size = static_cast<std::size_t>(st.st_size);
   Program program;
   program.notifies = sealed.notifies;
-  program.instructions.resize(size / sizeof(sock_filter));
-  for (std::size_t done = 0; done < size;) {
-    const ssize_t n =
-        pread(sealed.fd.get(), reinterpret_cast<char*>(program.instructions.data()) + done,
-              size - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw Error(std::string("seccomp: reading the filter back: ") +
-                  (n < 0 ? sys::errno_text(errno) : "short read"));
-    done += static_cast<std::size_t>(n);
-  }
+  program.instructions = read_program(sealed.fd.get());
   return program;
 }
 
-PayloadFilter prepare_payload_filter(const Seccomp& rules) {
+namespace {
+
+PayloadFilter compile_payload_filter(const Seccomp& rules) {
   PayloadFilter filter;
   filter.kill = compile_sealed(rules).fd;
   if (!has_kill_actions(rules) || !handover_allowed(rules)) return filter;
@@ -165,6 +197,25 @@ PayloadFilter prepare_payload_filter(const Seccomp& rules) {
     return filter;  // a libseccomp or kernel without SCMP_ACT_NOTIFY: kills stay anonymous
   }
   if (notify.notifies) filter.notify = std::move(notify.fd);
+  return filter;
+}
+
+}  // namespace
+
+PayloadFilter prepare_payload_filter(const Seccomp& rules) {
+  // The programs depend on the rules alone: compiled once per distinct rules (cache.hpp).
+  const std::string key = cache::program_key(rules);
+  if (auto cached = cache::find(key)) {
+    PayloadFilter filter;
+    filter.kill = sealed_copy(cached->kill);
+    if (!cached->notify.empty()) filter.notify = sealed_copy(cached->notify);
+    return filter;
+  }
+  PayloadFilter filter = compile_payload_filter(rules);
+  cache::Programs programs;
+  programs.kill = read_program(filter.kill.get());
+  if (filter.notify) programs.notify = read_program(filter.notify.get());
+  cache::store(key, programs);
   return filter;
 }
 

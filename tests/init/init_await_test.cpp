@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,8 @@
 #include "rlm_init/protocol.hpp"
 #include "support/host_probes.hpp"
 #include "support/subprocess.hpp"
+
+extern char** environ;
 
 namespace rlm::test {
 namespace {
@@ -30,24 +33,22 @@ class AwaitingInit {
     int sockets[2], report[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets), 0);
     EXPECT_EQ(pipe2(report, O_CLOEXEC), 0);
-    const std::string path = bin_path("rlm-sandbox-init");
-    std::vector<std::string> args{path, "--report-fd", "3", "--await-payload", "4"};
+    std::vector<std::string> args{bin_path("rlm-sandbox-init"), "--report-fd", "3",
+                                  "--await-payload", "4"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      // Above 4 first, so that neither dup2 overwrites the other's source.
-      const int report_fd = fcntl(report[1], F_DUPFD, 10),
-                socket_fd = fcntl(sockets[1], F_DUPFD, 10);
-      dup2(report_fd, 3);
-      dup2(socket_fd, 4);
-      execv(path.c_str(), argv.data());
-      _exit(127);
-    }
-    close(sockets[1]);
-    close(report[1]);
+    // Init's ends onto 3 and 4 from copies above both, so neither dup2 overwrites the other's.
+    const int report_copy = fcntl(report[1], F_DUPFD_CLOEXEC, 10);
+    const int socket_copy = fcntl(sockets[1], F_DUPFD_CLOEXEC, 10);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, report_copy, 3);
+    posix_spawn_file_actions_adddup2(&actions, socket_copy, 4);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    for (int fd : {report_copy, socket_copy, sockets[1], report[1]}) close(fd);
     host_ = sockets[0];
     report_ = report[0];
   }
@@ -79,14 +80,7 @@ class AwaitingInit {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
-  std::string report() {
-    std::string text;
-    char buffer[512];
-    ssize_t count;
-    while ((count = read(report_, buffer, sizeof buffer)) > 0)
-      text.append(buffer, static_cast<std::size_t>(count));
-    return text;
-  }
+  std::string report() { return read_to_eof(report_); }
 
  private:
   pid_t pid_ = -1;
@@ -102,15 +96,6 @@ common::PayloadMessage touching(const TempDir& dir) {
 
 bool exists(const std::string& path) {
   return access(path.c_str(), F_OK) == 0;
-}
-
-std::string drain(int fd) {
-  std::string text;
-  char buffer[4096];
-  ssize_t count;
-  while ((count = read(fd, buffer, sizeof buffer)) > 0)
-    text.append(buffer, static_cast<std::size_t>(count));
-  return text;
 }
 
 TEST(InitAwait, EndOfFileBeforeTheMessageStartsNothing) {
@@ -205,12 +190,12 @@ TEST(InitAwait, TheMessageSaysWhatRunsWhereAndWithWhat) {
   close(extra[0]);
   EXPECT_EQ(init.wait_exit(), 5);
   // sh adds PWD (and may add SHLVL/_): at most these, and nothing of this test's environment.
-  const auto output = drain(out[0]);
+  const auto output = read_to_eof(out[0]);
   EXPECT_EQ(output.rfind(dir.path() + "\nthis\n", 0), 0u) << output;
   EXPECT_NE(output.find("\n40\nfrom-stdin\ninherited\n"), std::string::npos) << output;
   const auto variables = std::stoi(output.substr(dir.path().size() + 6));
   EXPECT_LE(variables, 5) << output;
-  EXPECT_EQ(drain(err[0]), "to-err\n");
+  EXPECT_EQ(read_to_eof(err[0]), "to-err\n");
   EXPECT_EQ(init.report().rfind("{\"exit_code\":5,", 0), 0u);
   close(out[0]);
   close(err[0]);

@@ -4,6 +4,7 @@
 // stdio, and a destroyed pool leaves nothing behind.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,16 +41,6 @@ Result pooled_sh(Pool& pool, const std::string& script, Request request = {}) {
   return pool.run(request);
 }
 
-// Reads what is in the pipe until EOF.
-std::string drain(int fd) {
-  std::string text;
-  char buffer[4096];
-  ssize_t count;
-  while ((count = read(fd, buffer, sizeof buffer)) > 0)
-    text.append(buffer, static_cast<std::size_t>(count));
-  return text;
-}
-
 TEST(Pool, NothingOfOneRunIsVisibleToTheNext) {
   Pool pool(ns_policy(), {.sandboxes = 1});
   ASSERT_TRUE(wait_ready(pool, 1));
@@ -68,11 +59,11 @@ TEST(Pool, NothingOfOneRunIsVisibleToTheNext) {
   EXPECT_TRUE(processes_with_cmdline("sleep 64.9731").empty()) << "outlived its run";
 
   ASSERT_TRUE(wait_ready(pool, 1));
-  const auto two =
-      pooled_sh(pool,
-                "test -e /tmp/marker && echo file || echo no-file; echo ${RLM_POOL_TEST-unset} "
-                "${SEEN-unset}; "
-                "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 64' || true");
+  const auto two = pooled_sh(
+      pool,
+      "test -e /tmp/marker && echo file || echo no-file; echo ${RLM_POOL_TEST-unset} "
+      "${SEEN-unset}; "
+      "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 64' || true");
   ASSERT_EQ(two.status, Status::ok) << describe(two);
   EXPECT_EQ(two.stdout_data, "no-file\nunset unset\n0\n");
   EXPECT_EQ(pool.stats().warm_runs, 2u);
@@ -175,6 +166,21 @@ TEST(Pool, OtherPoliciesAndADrainedPoolRunCold) {
   EXPECT_GE(stats.cold_runs, 2u) << "a drained pool runs cold";
 }
 
+TEST(Pool, ASandboxWhoseInitWasKilledIsNotUsed) {
+  Pool pool(ns_policy(), {.sandboxes = 1});
+  ASSERT_TRUE(wait_ready(pool, 1));
+  // The only children of this process are the pool's waiting inits (PID 1 of their sandboxes).
+  const auto waiting = children_of_this_process();
+  ASSERT_EQ(waiting.size(), 1u);
+  ASSERT_EQ(kill(waiting.front(), SIGKILL), 0);
+  std::this_thread::sleep_for(50ms);
+  const auto result = pooled_sh(pool, "echo ran");
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data, "ran\n");
+  EXPECT_EQ(pool.stats().warm_runs, 0u) << "the dead sandbox served no run";
+  EXPECT_EQ(pool.stats().cold_runs, 1u);
+}
+
 TEST(Pool, FourThreadsShareAPool) {
   const auto fds = open_fd_count();
   {
@@ -220,8 +226,8 @@ void expect_output_in_callers_pipes(const std::function<Result(const Request&)>&
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_EQ(result.stdout_data, "");
   EXPECT_EQ(result.stderr_data, "");
-  EXPECT_EQ(drain(out[0]), "to-out\n");
-  EXPECT_EQ(drain(err[0]), "to-err\n");
+  EXPECT_EQ(read_to_eof(out[0]), "to-out\n");
+  EXPECT_EQ(read_to_eof(err[0]), "to-err\n");
   close(out[0]);
   close(err[0]);
 }
@@ -251,6 +257,18 @@ TEST(Pool, ThePayloadsStdioCanBeTheCallersFds) {
   partial.argv = {"true"};
   partial.payload_stdio = {0, 1, -1};
   EXPECT_THROW(ns_backend->run(partial, ns_policy()), Error);
+  // A container cannot take the caller's fds: the docker backend says so before anything starts.
+  if (const auto docker = make_backend("docker")) {
+    Request fds;
+    fds.argv = {"true"};
+    fds.payload_stdio = {0, 1, 2};
+    try {
+      docker->run(fds, ns_policy());
+      ADD_FAILURE() << "the docker backend took payload_stdio";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("not supported"), std::string::npos) << error.what();
+    }
+  }
 }
 
 TEST(Pool, DestroyingAPoolLeavesNothing) {

@@ -154,6 +154,19 @@ void TempDir::write(const std::string& name, const std::string& content) const {
   std::ofstream(file(name), std::ios::binary) << content;
 }
 
+std::string read_to_eof(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t count = ::read(fd, buffer, sizeof buffer);
+    if (count > 0) {
+      text.append(buffer, static_cast<std::size_t>(count));
+    } else if (count == 0 || errno != EINTR) {
+      return text;
+    }
+  }
+}
+
 std::string TempDir::read(const std::string& name) const {
   std::ifstream in(file(name), std::ios::binary);
   std::stringstream ss;

@@ -35,6 +35,9 @@ std::string bin_path(const std::string& name);
 // Files of the source tree: source_path("policies/default.json").
 std::string source_path(const std::string& relative);
 
+// Everything readable from `fd` until EOF (a blocking read loop; the fd stays open).
+std::string read_to_eof(int fd);
+
 // True when a process with this pid exists (zombies count as gone).
 bool process_alive(pid_t pid);
 

@@ -18,9 +18,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -144,20 +144,30 @@ void print_table() {
 
 }  // namespace
 
+// "--name=N" into `value` (at least `least`); false when `arg` is not that flag.
+static bool number_flag(const char* arg, std::string_view name, long least, long& value) {
+  const std::string_view text(arg);
+  if (text.size() <= name.size() + 3 || text.substr(0, 2) != "--" ||
+      text.substr(2, name.size()) != name || text[name.size() + 2] != '=')
+    return false;
+  value = std::max(least, std::atol(arg + name.size() + 3));
+  return true;
+}
+
 int main(int argc, char** argv) {
-  std::vector<char*> rest;
+  long sandboxes = static_cast<long>(g_sandboxes);
+  std::vector<char*> benchmark_args;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--samples=", 10) == 0)
-      g_samples = std::max(1L, std::atol(argv[i] + 10));
-    else if (std::strncmp(argv[i], "--sustained=", 12) == 0)
-      g_sustained = std::max(0L, std::atol(argv[i] + 12));
-    else if (std::strncmp(argv[i], "--sandboxes=", 12) == 0)
-      g_sandboxes = static_cast<std::size_t>(std::max(1L, std::atol(argv[i] + 12)));
-    else
-      rest.push_back(argv[i]);
+    const bool ours = number_flag(argv[i], "samples", 1, g_samples) ||
+                      number_flag(argv[i], "sustained", 0, g_sustained) ||
+                      number_flag(argv[i], "sandboxes", 1, sandboxes);
+    if (!ours) benchmark_args.push_back(argv[i]);
   }
-  int count = static_cast<int>(rest.size());
-  benchmark::Initialize(&count, rest.data());
+  g_sandboxes = static_cast<std::size_t>(sandboxes);
+  int count = static_cast<int>(benchmark_args.size());
+  benchmark::Initialize(&count, benchmark_args.data());
+  // A mistyped flag of ours would otherwise be taken for Google Benchmark's and ignored.
+  if (benchmark::ReportUnrecognizedArguments(count, benchmark_args.data())) return 2;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_table();
