@@ -1,5 +1,7 @@
 #include "rlm_sandbox/result.hpp"
 
+#include "rlm_sandbox/error.hpp"
+
 #include <array>
 #include <utility>
 
@@ -98,6 +100,73 @@ nlohmann::json Result::to_json() const {
       {"policy", policy},
       {"unenforced", unenforced},
   };
+}
+
+}  // namespace rlm
+
+namespace rlm {
+namespace {
+
+const nlohmann::json& field(const nlohmann::json& document, const char* key) {
+  static const nlohmann::json kNull;
+  const auto found = document.find(key);
+  return found == document.end() ? kNull : *found;
+}
+
+std::chrono::microseconds from_ms(const nlohmann::json& value) {
+  if (!value.is_number() || !(value.get<double>() >= 0) || value.get<double>() > 1e15)
+    throw Error("a Result's times must be non-negative numbers of milliseconds");
+  return std::chrono::microseconds(static_cast<std::int64_t>(value.get<double>() * 1000.0 + 0.5));
+}
+
+template <typename T>
+T number_or(const nlohmann::json& value, T fallback, const char* key) {
+  if (value.is_null()) return fallback;
+  if (!value.is_number_integer())
+    throw Error(std::string("a Result's \"") + key + "\" must be an integer");
+  return value.get<T>();
+}
+
+std::string text_or_empty(const nlohmann::json& value, const char* key) {
+  if (value.is_null()) return {};
+  if (!value.is_string()) throw Error(std::string("a Result's \"") + key + "\" must be a string");
+  return value.get<std::string>();
+}
+
+bool flag(const nlohmann::json& value, const char* key) {
+  if (value.is_null()) return false;
+  if (!value.is_boolean()) throw Error(std::string("a Result's \"") + key + "\" must be a boolean");
+  return value.get<bool>();
+}
+
+}  // namespace
+
+Result result_from_json(const nlohmann::json& document) {
+  if (!document.is_object()) throw Error("a Result must be a JSON object");
+  Result result;
+  const auto status = status_from_string(text_or_empty(field(document, "status"), "status"));
+  if (!status) throw Error("a Result's \"status\" is not one of the statuses");
+  result.status = *status;
+  result.exit_code = number_or<int>(field(document, "exit_code"), -1, "exit_code");
+  result.signal = number_or<int>(field(document, "signal"), 0, "signal");
+  result.detail = text_or_empty(field(document, "detail"), "detail");
+  if (!field(document, "wall_ms").is_null()) result.wall = from_ms(field(document, "wall_ms"));
+  if (!field(document, "cpu_ms").is_null()) result.cpu = from_ms(field(document, "cpu_ms"));
+  result.peak_memory_bytes =
+      number_or<std::uint64_t>(field(document, "peak_memory_bytes"), 0, "peak_memory_bytes");
+  result.stdout_data = text_or_empty(field(document, "stdout"), "stdout");
+  result.stderr_data = text_or_empty(field(document, "stderr"), "stderr");
+  result.stdout_truncated = flag(field(document, "stdout_truncated"), "stdout_truncated");
+  result.stderr_truncated = flag(field(document, "stderr_truncated"), "stderr_truncated");
+  result.backend = text_or_empty(field(document, "backend"), "backend");
+  result.policy = text_or_empty(field(document, "policy"), "policy");
+  const auto& unenforced = field(document, "unenforced");
+  if (!unenforced.is_null()) {
+    if (!unenforced.is_array()) throw Error("a Result's \"unenforced\" must be an array");
+    for (const auto& item : unenforced)
+      result.unenforced.push_back(text_or_empty(item, "unenforced"));
+  }
+  return result;
 }
 
 }  // namespace rlm

@@ -165,6 +165,10 @@ class Loop {
   }
 
   void finish() {
+    if (options_.defer_reap && !process_.report_pipe && !result_.report.empty()) {
+      finish_before_exit();
+      return;
+    }
     // Wait for init to be a zombie without reaping it: until it is reaped its pid, and so its
     // process group id, cannot be recycled, which makes the group kill below safe.
     siginfo_t info{};
@@ -179,14 +183,7 @@ class Loop {
     if (waited == 0) kill(-process_.pid, SIGKILL);
 
     if (process_.report_pipe) read_report();
-    for (int i = 0;
-         i < kDrainReads && read_output(process_.stdout_pipe, stdout_, result_.stdout_truncated);
-         ++i) {
-    }
-    for (int i = 0;
-         i < kDrainReads && read_output(process_.stderr_pipe, stderr_, result_.stderr_truncated);
-         ++i) {
-    }
+    drain_output();
 
     if (waited == 0) {
       int status = 0;
@@ -201,6 +198,26 @@ class Loop {
     process_.stderr_pipe.reset();
     process_.report_pipe.reset();
     process_.pidfd.reset();
+  }
+
+  // Init has written its report and closed it: what is left of the output is in the pipes, and
+  // its exit (the namespaces' teardown) is the caller's to wait for.
+  void finish_before_exit() {
+    drain_output();
+    process_.stdout_pipe.reset();
+    process_.stderr_pipe.reset();
+    process_.pidfd.reset();
+  }
+
+  void drain_output() {
+    for (int i = 0;
+         i < kDrainReads && read_output(process_.stdout_pipe, stdout_, result_.stdout_truncated);
+         ++i) {
+    }
+    for (int i = 0;
+         i < kDrainReads && read_output(process_.stderr_pipe, stderr_, result_.stderr_truncated);
+         ++i) {
+    }
   }
 
   InitProcess& process_;

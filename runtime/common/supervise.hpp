@@ -32,6 +32,11 @@ struct SupervisionOptions {
   std::function<bool()> limit_reached;
   int stop_fd = -1;  // readable: stop like a timeout (StopReason::cancelled)
   std::chrono::milliseconds watch_interval{25};
+  // Return as soon as init's report is complete (init closed it: it is exiting), without waiting
+  // for its exit: the end of PID 1 tears down the sandbox's namespaces, milliseconds the Result
+  // does not need when a cgroup counts the usage. `process` then keeps its pid, and the caller
+  // must reap it (WarmSandbox's destructor does). Without a report, supervision waits as usual.
+  bool defer_reap = false;
 };
 
 // The options every backend derives from its request and policy: the deadline, the grace, the
@@ -47,7 +52,8 @@ struct Supervision {
   std::string stdout_data, stderr_data;
   bool stdout_truncated = false, stderr_truncated = false;
   std::string report;        // what init wrote on its report pipe (one JSON line, or nothing)
-  bool reaped = false;       // false if the host reaped init behind our back (SIGCHLD ignored)
+  bool reaped = false;       // false if the host reaped init behind our back (SIGCHLD ignored), or
+                             // the reap was deferred (SupervisionOptions::defer_reap)
   int wait_status = 0;       // init's, from wait4
   rusage usage{};            // init plus every descendant it reaped: the whole tree
   bool init_killed = false;  // init did not stop within grace + 1s and was SIGKILLed
@@ -56,8 +62,8 @@ struct Supervision {
 
 // Runs until init has exited, then drains the pipes and reaps init. Stops init (SIGTERM; init
 // applies the grace) at the deadline, when a stream exceeds the cap, or when a callback throws;
-// SIGKILLs it grace + 1s later if it is still there. Leaves `process` reaped and its fds closed,
-// also when an exception escapes.
+// SIGKILLs it grace + 1s later if it is still there. Leaves `process` reaped (unless the reap was
+// deferred) and its fds closed, also when an exception escapes.
 Supervision supervise_init(InitProcess& process, SupervisionOptions options);
 
 }  // namespace rlm::common

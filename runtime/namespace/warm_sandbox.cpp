@@ -420,7 +420,12 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
   auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get());
   if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
+  // With a cgroup to count the usage, the Result need not wait for init's exit (the namespaces'
+  // teardown, milliseconds): init reports only once every other process is dead and reaped, and
+  // this sandbox's destructor reaps init and removes the cgroup.
+  options.defer_reap = p.cgroup != nullptr;
   auto supervision = common::supervise_init(s.process, std::move(options));
+  const bool init_exiting = s.process.pid > 0;
   probe_target->detach();
   if (s.exec_pending) {
     // Init is reaped: a child that failed before its exec said why on the error pipe.
@@ -434,8 +439,11 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   cgroup::CgroupUsage usage;
   std::string bandwidth_problem;
   if (p.cgroup) {
-    p.cgroup->kill_all();
-    usage = p.cgroup->usage();  // after the kill: what the last processes used counts too
+    // After the kill, what the last processes used counts too. When init is still exiting its
+    // report says every other process is gone, and the kill (which waits for the group to empty)
+    // is left to the destructor.
+    if (!init_exiting) p.cgroup->kill_all();
+    usage = p.cgroup->usage();
     if (policy.limits.cpus && !p.cgroup->cpu_bandwidth_limited())
       bandwidth_problem = p.cgroup->cpu_bandwidth_problem();
   }

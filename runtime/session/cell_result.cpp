@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/session.hpp"
 
 namespace rlm {
@@ -42,6 +43,67 @@ nlohmann::json CellResult::to_json() const {
       {"llm_calls", llm_calls},
       {"rolled_back", rolled_back},
   };
+}
+
+}  // namespace rlm
+
+namespace rlm {
+
+std::optional<CellStatus> cell_status_from_string(std::string_view text) {
+  for (auto status : {CellStatus::ok, CellStatus::error, CellStatus::timeout,
+                      CellStatus::memory_limit, CellStatus::crashed, CellStatus::session_error})
+    if (to_string(status) == text) return status;
+  return std::nullopt;
+}
+
+CellResult cell_result_from_json(const nlohmann::json& document) {
+  if (!document.is_object()) throw Error("a cell result must be a JSON object");
+  const auto get = [&](const char* key) -> const nlohmann::json& {
+    static const nlohmann::json kNull;
+    const auto found = document.find(key);
+    return found == document.end() ? kNull : *found;
+  };
+  const auto text = [&](const char* key) {
+    const auto& value = get(key);
+    if (value.is_null()) return std::string();
+    if (!value.is_string())
+      throw Error(std::string("a cell result's \"") + key + "\" must be a string");
+    return value.get<std::string>();
+  };
+  const auto flag = [&](const char* key) {
+    const auto& value = get(key);
+    if (value.is_null()) return false;
+    if (!value.is_boolean())
+      throw Error(std::string("a cell result's \"") + key + "\" must be a boolean");
+    return value.get<bool>();
+  };
+  const auto micros = [&](const char* key) {
+    const auto& value = get(key);
+    if (value.is_null()) return std::chrono::microseconds(0);
+    if (!value.is_number() || !(value.get<double>() >= 0) || value.get<double>() > 1e15)
+      throw Error(std::string("a cell result's \"") + key + "\" must be a non-negative number");
+    return std::chrono::microseconds(static_cast<std::int64_t>(value.get<double>() * 1000.0 + 0.5));
+  };
+  CellResult cell;
+  const auto status = cell_status_from_string(text("status"));
+  if (!status) throw Error("a cell result's \"status\" is not one of the statuses");
+  cell.status = *status;
+  cell.stdout_data = text("stdout");
+  cell.stderr_data = text("stderr");
+  cell.stdout_truncated = flag("stdout_truncated");
+  cell.stderr_truncated = flag("stderr_truncated");
+  cell.error = text("error");
+  if (flag("has_final")) cell.final = get("final");
+  cell.wall = micros("wall_ms");
+  cell.cpu = micros("cpu_ms");
+  const auto& calls = get("llm_calls");
+  if (!calls.is_null()) {
+    if (!calls.is_number_unsigned())
+      throw Error("a cell result's \"llm_calls\" must be an integer");
+    cell.llm_calls = calls.get<unsigned>();
+  }
+  cell.rolled_back = flag("rolled_back");
+  return cell;
 }
 
 }  // namespace rlm

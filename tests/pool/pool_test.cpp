@@ -257,6 +257,18 @@ TEST(Pool, ThePayloadsStdioCanBeTheCallersFds) {
   partial.argv = {"true"};
   partial.payload_stdio = {0, 1, -1};
   EXPECT_THROW(ns_backend->run(partial, ns_policy()), Error);
+  // A container cannot take the caller's fds: the docker backend says so before anything starts.
+  if (const auto docker = make_backend("docker")) {
+    Request fds;
+    fds.argv = {"true"};
+    fds.payload_stdio = {0, 1, 2};
+    try {
+      docker->run(fds, ns_policy());
+      ADD_FAILURE() << "the docker backend took payload_stdio";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("not supported"), std::string::npos) << error.what();
+    }
+  }
 }
 
 TEST(Pool, DestroyingAPoolLeavesNothing) {

@@ -43,6 +43,8 @@
 #include <thread>
 #include <vector>
 
+#include "bwrap_line.hpp"
+
 extern char** environ;
 
 namespace {
@@ -368,15 +370,7 @@ int main(int argc, char** argv) {
   if (!g_options.compare.empty())
     add_column("--compare (default policy)", "compare",
                {g_options.compare, "run", "--policy", "default", "--", "/bin/true"});
-  if (g_options.with_bwrap)
-    add_column("bwrap", "bwrap", {g_options.bwrap, "--unshare-all", "--die-with-parent",
-                                  "--ro-bind",     "/usr",          "/usr",
-                                  "--symlink",     "usr/lib",       "/lib",
-                                  "--symlink",     "usr/lib64",     "/lib64",
-                                  "--symlink",     "usr/bin",       "/bin",
-                                  "--proc",        "/proc",         "--dev",
-                                  "/dev",          "--tmpfs",       "/tmp",
-                                  "/bin/true"});
+  if (g_options.with_bwrap) add_column("bwrap", "bwrap", rlm::bench::bwrap_true(g_options.bwrap));
   if (g_options.with_local)
     add_column("rlm-sandbox (trusted-local)", "local",
                {g_options.rlm_sandbox, "run", "--policy", "trusted-local", "--", "/bin/true"});

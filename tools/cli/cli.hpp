@@ -27,6 +27,7 @@ int run_command(const std::vector<std::string>& args);
 int health_command(const std::vector<std::string>& args);
 int policy_command(const std::vector<std::string>& args);
 int repl_command(const std::vector<std::string>& args);
+int serve_command(const std::vector<std::string>& args);
 
 // Flag values, checked with a message naming the flag (throw Error).
 std::chrono::milliseconds duration_flag(const std::string& flag, const std::string& text);

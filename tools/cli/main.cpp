@@ -19,6 +19,7 @@ usage: rlm-sandbox COMMAND [OPTIONS]
 commands:
   run       run a command or code in a sandbox and report what happened
   repl      a persistent sandboxed Python session driven over JSON lines (for RLM loops)
+  serve     keep warm sandboxes for run/repl --server behind a unix socket
   health    which backends work on this host, what each enforces, how to fix the rest
   doctor    the same as health
   policy    check, show or list policy files
@@ -31,6 +32,8 @@ examples:
   rlm-sandbox repl --context prompt.txt --lm echo
   rlm-sandbox policy check my-policy.json
   rlm-sandbox health
+  rlm-sandbox serve --socket /tmp/rlm.sock --pool default=4 &
+  rlm-sandbox run --server /tmp/rlm.sock -- /bin/true
 )";
 
 // The static CLI has no HTTP client; its dynamically linked sibling does the same command.
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "run") return rlm::cli::run_command(rest);
     if (command == "repl") return rlm::cli::repl_command(rest);
+    if (command == "serve") return rlm::cli::serve_command(rest);
     if (command == "health" || command == "doctor") return rlm::cli::health_command(rest);
     if (command == "policy") return rlm::cli::policy_command(rest);
     if (command == "--help" || command == "-h" || command == "help") {

@@ -20,10 +20,12 @@
 #include "limit_flags.hpp"
 #include "repl_request.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/llm.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/session.hpp"
+#include "server_client.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -77,6 +79,7 @@ examples:
       rlm-sandbox repl --context prompt.txt --lm echo
   rlm-sandbox repl --policy python-repl --lm 'command:./ask-model.sh' --timeout 30s
   rlm-sandbox repl --lm http://localhost:8000/v1/chat/completions   (key: RLM_SANDBOX_LM_API_KEY)
+  rlm-sandbox repl --server /run/rlm-sandbox.sock --lm echo   (a warm session of `serve`)
 )text";
 
 // One line per event, whole lines only, from any thread.
@@ -312,7 +315,8 @@ int repl_command(const std::vector<std::string>& args) {
       ("llm-timeout", po::value<std::string>()->default_value("120s"),
        "an llm_query call fails after this long without an answer")  //
       ("llm-budget", po::value<std::string>()->default_value("1000"),
-       "llm_query calls allowed per session; later ones fail at once");
+       "llm_query calls allowed per session; later ones fail at once")  //
+      ("server", po::value<std::string>(), kServerFlagHelp);
 
   auto values = parse_options(args, options, "repl");
   if (values.count("help")) {
@@ -351,9 +355,21 @@ int repl_command(const std::vector<std::string>& args) {
     if (!probe) throw Error("--context " + session_options.context_file + ": cannot read it");
   }
 
-  Policy policy = load_policy(values["policy"].as<std::string>());
+  // With a server, its own copy of the policy is the one tightened (and sent only when a flag
+  // changed it); a server that cannot serve ends the command here (exit 125).
+  const std::string policy_name = values["policy"].as<std::string>();
+  std::unique_ptr<ServerConnection> server;
+  std::unique_ptr<Backend> backend;
+  Policy policy;
+  if (auto socket = server_socket(values)) {
+    server = std::make_unique<ServerConnection>(*socket);
+    policy = server->policy(policy_name);
+  } else {
+    policy = load_policy(policy_name);
+  }
   tighten(policy, overrides);
-  auto backend = select_backend(policy, values["backend"].as<std::string>());
+  const bool policy_changed = overrides.wall_time || overrides.memory_bytes;
+  if (!server) backend = select_backend(policy, values["backend"].as<std::string>());
 
   ReplInputLimits input_limits;
   input_limits.max_timeout = policy.limits.wall_time;
@@ -385,7 +401,9 @@ int repl_command(const std::vector<std::string>& args) {
 
   std::unique_ptr<Session> session;
   try {
-    session = backend->open_session(policy, std::move(session_options));
+    session = server ? server->open_session(policy_name, policy_changed ? &policy : nullptr,
+                                            std::move(session_options))
+                     : backend->open_session(policy, std::move(session_options));
   } catch (const Error& error) {
     print_error(error.what());
     std::_Exit(kExitSetup);  // as below: the reader thread may be in read()

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 
@@ -16,6 +17,7 @@
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
 #include "rlm_sandbox/units.hpp"
+#include "server_client.hpp"
 
 namespace po = boost::program_options;
 
@@ -41,6 +43,7 @@ examples:
   rlm-sandbox run --json --code 'import os; print(os.getuid())'
   rlm-sandbox run --bind-ro "$PWD:/src" --workdir /src --result-file result.json -- make test
   rlm-sandbox run --policy trusted-local --json -- sh -c 'echo hi; exit 3'
+  rlm-sandbox run --server /run/rlm-sandbox.sock -- /bin/true   (a warm sandbox of `serve`)
 )";
 
 struct MountFlag {
@@ -187,6 +190,7 @@ int run_command(const std::vector<std::string>& args) {
        "capture the output and print the Result JSON on stdout (output is inside it)")  //
       ("result-file", po::value<std::string>(),
        "stream the output live and write the Result JSON to this file")  //
+      ("server", po::value<std::string>(), kServerFlagHelp)              //
       ("args", po::value<std::vector<std::string>>(), "");
 
   po::options_description visible("options");
@@ -252,17 +256,31 @@ int run_command(const std::vector<std::string>& args) {
   request.code.clear();
   request.language.clear();
 
-  Policy policy = load_policy(values["policy"].as<std::string>());
-  tighten(policy, overrides);
-  policy = apply_policy_flags(std::move(policy), mounts, values);
-  auto backend = select_backend(policy, values["backend"].as<std::string>());
-
   if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
   if (!as_json) {
     request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
     request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
   }
-  Result result = backend->run(request, policy);
+  Result result;
+  if (auto server = server_socket(values)) {
+    // Nothing about the policy is loaded here unless a flag changes it: the server has it.
+    const bool changed = overrides.wall_time || overrides.cpu_time || overrides.memory_bytes ||
+                         overrides.pids || overrides.cpus || !mounts.empty() ||
+                         values.count("workdir") || values.count("image");
+    std::function<Policy(Policy)> change;
+    if (changed)
+      change = [&](Policy policy) {
+        tighten(policy, overrides);
+        return apply_policy_flags(std::move(policy), mounts, values);
+      };
+    result = run_on_server(*server, values["policy"].as<std::string>(), request, change);
+  } else {
+    Policy policy = load_policy(values["policy"].as<std::string>());
+    tighten(policy, overrides);
+    policy = apply_policy_flags(std::move(policy), mounts, values);
+    auto backend = select_backend(policy, values["backend"].as<std::string>());
+    result = backend->run(request, policy);
+  }
 
   if (as_json) {
     std::cout << result.to_json().dump() << std::endl;

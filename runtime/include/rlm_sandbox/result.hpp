@@ -50,4 +50,8 @@ struct Result {
   nlohmann::json to_json() const;
 };
 
+// The Result a to_json() printed (a server's answer, a --json line). Throws Error for a document
+// of another shape; keys it does not know are ignored.
+Result result_from_json(const nlohmann::json& document);
+
 }  // namespace rlm

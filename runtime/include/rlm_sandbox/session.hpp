@@ -57,6 +57,10 @@ struct CellResult {
   nlohmann::json to_json() const;
 };
 
+// The CellResult a to_json() printed. Throws Error for a document of another shape.
+CellResult cell_result_from_json(const nlohmann::json& document);
+std::optional<CellStatus> cell_status_from_string(std::string_view text);
+
 using SnapshotId = std::uint64_t;
 
 class Session {

@@ -1,0 +1,77 @@
+// The client of `rlm-sandbox serve` (server.hpp): runs and REPL sessions in the server's warm
+// sandboxes, through a Backend like any other. The payload's stdin, stdout and stderr are pipes
+// this process passes to the server as fds and reads itself, so output never crosses the server,
+// and the policy's output cap is enforced here exactly as a direct run enforces it.
+// docs/pools-and-server.md.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
+#include "rlm_sandbox/result.hpp"
+#include "rlm_sandbox/session.hpp"
+
+namespace rlm {
+
+// The server could not or would not serve: no server at the socket, a refused peer, a policy not
+// offered or loosened, a bind not permitted. `kind` is the server's ("refused", "invalid",
+// "unavailable", "internal"), or "unavailable" when no server answered; `diagnostics` lists each
+// way a refused policy loosens the server's.
+class ServerRefused : public Error {
+ public:
+  ServerRefused(std::string kind, const std::string& message,
+                std::vector<Diagnostic> diagnostics = {});
+  const std::string& kind() const { return kind_; }
+  const std::vector<Diagnostic>& diagnostics() const { return diagnostics_; }
+
+ private:
+  std::string kind_;
+  std::vector<Diagnostic> diagnostics_;
+};
+
+// One connection to a server. Each run or session takes a connection of its own.
+class ServerConnection {
+ public:
+  // Connects; throws ServerRefused when nobody listens at `socket_path`.
+  explicit ServerConnection(const std::string& socket_path);
+  ~ServerConnection();
+  ServerConnection(const ServerConnection&) = delete;
+  ServerConnection& operator=(const ServerConnection&) = delete;
+
+  // {"op":"hello","version":1,"policies":[...],"pid":N}
+  nlohmann::json hello();
+  // The effective policy the server offers under `name` (a base to tighten).
+  Policy policy(const std::string& name);
+
+  // Runs `request` under the offered policy `policy_name`, tightened to `overrides` when given.
+  // Ends the connection. Throws ServerRefused when the server refuses, Error for a request invalid
+  // for the policy; a failing payload is a Result, as with every backend.
+  Result run(const Request& request, const std::string& policy_name,
+             const Policy* overrides = nullptr);
+  // A REPL session in the server's sandbox; `options.llm` answers the cell's llm_query calls.
+  // The session owns the connection from here on.
+  std::unique_ptr<Session> open_session(const std::string& policy_name, const Policy* overrides,
+                                        SessionOptions options);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// A Backend named "server" over the server at `socket_path`: run(request, policy) asks the server
+// for policy.name with `policy` as the tightened candidate (the server refuses anything looser
+// than what it offers), and open_session likewise.
+std::unique_ptr<Backend> make_server_client(std::string socket_path);
+
+// The socket named by $RLM_SANDBOX_SERVER, or nullopt when it is unset or empty.
+std::optional<std::string> server_from_environment();
+
+}  // namespace rlm

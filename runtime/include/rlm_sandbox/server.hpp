@@ -1,0 +1,93 @@
+// The resident server (`rlm-sandbox serve`): pools of warm sandboxes behind a unix socket, for
+// clients on the same host (client.hpp, the Python client, `run --server`). The server is a
+// privilege boundary: a peer's credentials (SO_PEERCRED) are checked against an allow list
+// before anything else; a client may use only the policies the server offers, may only tighten
+// them (tightening.hpp), and may bind only host directories this configuration permits it.
+// Everything a client sends is bounded. docs/pools-and-server.md.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rlm_sandbox/tightening.hpp"
+
+namespace rlm {
+
+// One policy the server offers, under the name clients ask for it by.
+struct OfferedPolicy {
+  std::string name;    // what a client sends as "policy"
+  std::string source;  // a shipped name or a path on the server's side; "" means `name` itself
+  std::size_t sandboxes = 0;  // warm run sandboxes kept ready
+  std::size_t sessions = 0;   // warm REPL sessions kept ready
+};
+
+struct ServerConfig {
+  std::string socket_path;  // where to listen (a stale socket nobody listens on is replaced)
+  int listen_fd = -1;       // or an inherited listening socket (systemd); the server keeps it
+  mode_t socket_mode = 0660;
+
+  std::vector<OfferedPolicy> policies;
+
+  // Who may connect, besides the server's own uid: a peer whose uid is listed, or whose primary
+  // or supplementary group is.
+  std::vector<uid_t> allow_uids;
+  std::vector<gid_t> allow_gids;
+  // Host directories a peer uid may bind beneath (a policy's new bind mounts).
+  std::map<uid_t, std::vector<PermittedBind>> permitted_binds;
+
+  std::size_t max_clients = 64;                // connections served at once; beyond: refused
+  std::uint64_t max_context_bytes = 1u << 30;  // a session's context, read from the client's fd
+  std::uint64_t max_frame_bytes = 64u << 20;   // one client frame
+  std::chrono::milliseconds first_frame_timeout{5000};  // silent after connecting: closed
+  std::chrono::milliseconds frame_timeout{10'000};      // a frame begun must end within this
+};
+
+// A configuration file (JSON; docs/pools-and-server.md):
+//   {"socket": PATH, "socket_mode": "0660",
+//    "pools": {NAME: {"policy": SOURCE?, "sandboxes": N, "sessions": N}},
+//    "allow": {"uids": [U...], "gids": [G...]},
+//    "permit_binds": {"UID": [{"beneath": DIR, "writable": BOOL}]},
+//    "max_clients": N, "max_context_bytes": SIZE}
+// Throws Error naming the key that is wrong.
+ServerConfig server_config_from_json(const nlohmann::json& document, std::string_view origin);
+ServerConfig load_server_config(const std::string& path);
+
+// The listening socket systemd passed (socket activation: LISTEN_PID is this process and
+// LISTEN_FDS is 1), or -1 when none was. Clears those variables. Throws Error for anything but
+// one stream socket.
+int systemd_listen_fd();
+
+class Server {
+ public:
+  // Loads every offered policy, starts its pool and binds the socket (or takes listen_fd).
+  // Throws Error (PolicyError, BackendUnavailable) when it cannot serve.
+  explicit Server(ServerConfig config);
+  ~Server();  // stops, if serve() was not stopped, and waits for every connection to end
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Serves until `stop_fd` becomes readable (or stop() is called): each connection on a thread of
+  // its own, at most max_clients at once. On return every connection is closed, every run and
+  // session it had is stopped, and the socket file is removed.
+  void serve(int stop_fd = -1);
+  // Makes serve() return; callable from any thread.
+  void stop();
+
+  const ServerConfig& config() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace rlm

@@ -1,0 +1,152 @@
+// The server's client: connections, the "server" Backend, and $RLM_SANDBOX_SERVER.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "rlm_sys/sys.hpp"
+#include "server/client_state.hpp"
+
+namespace rlm {
+
+using common::UniqueFd;
+using nlohmann::json;
+using server::Clock;
+
+ServerConnection::ServerConnection(const std::string& socket_path)
+    : state_(std::make_unique<State>()) {
+  state_->path = socket_path;
+  state_->socket = server::connect_to_server(socket_path);
+}
+
+ServerConnection::~ServerConnection() = default;
+
+json ServerConnection::hello() {
+  server::send_to_server(state_->socket.get(),
+                         {{"op", "hello"}, {"version", server::kProtocolVersion}});
+  return server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
+}
+
+Policy ServerConnection::policy(const std::string& name) {
+  server::send_to_server(state_->socket.get(), {{"op", "policy"}, {"policy", name}});
+  const json reply =
+      server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
+  if (reply["op"] != "policy" || !reply.contains("policy"))
+    throw ServerRefused("internal", "the server answered out of turn");
+  Policy policy = policy_from_json(reply["policy"], "the server's policy " + name);
+  policy.name = name;
+  return policy;
+}
+
+namespace {
+
+// The context as an fd the server reads to EOF: the file (opened here, with this process's
+// rights), or a memfd holding the text.
+UniqueFd context_fd(const SessionOptions& options) {
+  if (!options.context_file.empty()) {
+    const int file = open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file >= 0) return UniqueFd(file);
+    throw Error(options.context_file + ": the context file cannot be read (" +
+                sys::errno_text(errno) + ")");
+  }
+  if (options.context.empty() && !options.context_is_json) return {};
+  UniqueFd fd(memfd_create("rlm-sandbox-context", MFD_CLOEXEC));
+  if (!fd) throw Error("memfd_create: " + sys::errno_text(errno));
+  for (std::size_t written = 0; written < options.context.size();) {
+    const ssize_t count =
+        write(fd.get(), options.context.data() + written, options.context.size() - written);
+    if (count < 0 && errno == EINTR) continue;
+    if (count < 0) throw Error("writing the context: " + sys::errno_text(errno));
+    written += static_cast<std::size_t>(count);
+  }
+  lseek(fd.get(), 0, SEEK_SET);
+  return fd;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> ServerConnection::open_session(const std::string& policy_name,
+                                                        const Policy* overrides,
+                                                        SessionOptions options) {
+  json frame{{"op", "session_open"},
+             {"policy", policy_name},
+             {"options",
+              {{"context_is_json", options.context_is_json},
+               {"lifetime_ms", std::max<std::int64_t>(1, options.lifetime.count())},
+               {"llm", options.llm ? "client" : "none"}}}};
+  if (overrides) frame["overrides"] = overrides->to_json();
+  UniqueFd context = context_fd(options);
+  const int context_number = context.get();
+  server::send_to_server(
+      state_->socket.get(), frame,
+      context ? std::span<const int>(&context_number, 1) : std::span<const int>{});
+  context.reset();
+  const auto deadline = Clock::now() + std::max<std::chrono::milliseconds>(options.start_timeout,
+                                                                           server::kReplyTimeout);
+  const json reply = server::server_reply(state_->socket.get(), deadline);
+  if (reply["op"] != "session_opened")
+    throw ServerRefused("internal", "the server answered out of turn");
+  return server::make_relayed_session(std::move(state_->socket), std::move(options));
+}
+
+namespace {
+
+class ServerBackend final : public Backend {
+ public:
+  explicit ServerBackend(std::string path) : path_(std::move(path)) {}
+
+  std::string_view name() const override { return "server"; }
+  bool isolated() const override { return true; }
+  Health health() const override {
+    Health health;
+    health.backend = "server";
+    health.isolated = true;
+    try {
+      ServerConnection connection(path_);
+      const json hello = connection.hello();
+      health.available = true;
+      health.detail = "rlm-sandbox serve at " + path_ + " (pid " +
+                      hello.value("pid", json()).dump() + ") offers " +
+                      hello.value("policies", json::array()).dump();
+      health.host = hello;
+    } catch (const Error& error) {
+      health.detail = error.what();
+      health.fix = "start it: rlm-sandbox serve --socket " + path_ + " --pool default=4";
+    }
+    return health;
+  }
+  std::string unavailable_reason() const override {
+    try {
+      ServerConnection connection(path_);
+      return "";
+    } catch (const Error& error) {
+      return error.what();
+    }
+  }
+  Result run(const Request& request, const Policy& policy) override {
+    ServerConnection connection(path_);
+    return connection.run(request, policy.name, &policy);
+  }
+  std::unique_ptr<Session> open_session(const Policy& policy, SessionOptions options) override {
+    ServerConnection connection(path_);
+    return connection.open_session(policy.name, &policy, std::move(options));
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_server_client(std::string socket_path) {
+  return std::make_unique<ServerBackend>(std::move(socket_path));
+}
+
+std::optional<std::string> server_from_environment() {
+  const char* value = std::getenv("RLM_SANDBOX_SERVER");
+  if (!value || !*value) return std::nullopt;
+  return std::string(value);
+}
+
+}  // namespace rlm

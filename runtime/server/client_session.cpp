@@ -1,0 +1,146 @@
+// A session relayed to the server: each call is one frame and its answer; the cell's llm_call
+// frames are answered by the caller's LlmHandler, from whatever thread it answers on.
+#include <atomic>
+
+#include "server/client_state.hpp"
+
+namespace rlm::server {
+namespace {
+
+using common::UniqueFd;
+using nlohmann::json;
+
+class RelayedSession final : public Session {
+ public:
+  RelayedSession(UniqueFd socket, SessionOptions options)
+      : socket_(std::move(socket)),
+        outbox_(std::make_shared<SharedSender>(socket_.get(), kReplyTimeout)),
+        llm_(std::move(options.llm)) {}
+  ~RelayedSession() override { close(); }
+
+  std::string_view backend() const override { return "server"; }
+
+  CellResult execute(const std::string& code,
+                     std::optional<std::chrono::milliseconds> timeout) override {
+    json frame{{"op", "execute"}, {"code", code}};
+    if (timeout) frame["timeout_ms"] = timeout->count();
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    try {
+      const json reply = call(frame, cancelled);
+      cancelled->store(true);
+      if (reply["op"] != "cell_result" || !reply.contains("result"))
+        throw Error("the server answered out of turn");
+      return cell_result_from_json(reply["result"]);
+    } catch (const ServerRefused& refused) {
+      cancelled->store(true);
+      if (!ended_.empty()) {
+        CellResult lost;
+        lost.status = CellStatus::session_error;
+        lost.error = ended_;
+        return lost;
+      }
+      throw Error(refused.what());
+    }
+  }
+
+  SnapshotId snapshot() override {
+    const json reply = call({{"op", "snapshot"}}, nullptr);
+    if (reply["op"] != "snapshot" || !reply.value("id", json()).is_number_unsigned())
+      throw Error("the server answered out of turn");
+    return reply["id"].get<SnapshotId>();
+  }
+
+  void restore(SnapshotId id) override {
+    const json reply = call({{"op", "restore"}, {"id", id}}, nullptr);
+    if (reply["op"] != "restored") throw Error("the server answered out of turn");
+  }
+
+  Result close() override {
+    if (closed_) return *closed_;
+    Result result;
+    result.backend = "server";
+    if (ended_.empty()) {
+      try {
+        const json reply = call({{"op", "close"}}, nullptr);
+        if (reply["op"] == "closed" && reply.contains("result"))
+          result = result_from_json(reply["result"]);
+      } catch (const Error& error) {
+        result.detail = error.what();
+      }
+    } else {
+      result.detail = ended_;
+    }
+    ended_ = "the session was closed";
+    outbox_->detach();
+    socket_.reset();
+    closed_ = result;
+    return result;
+  }
+
+  std::string ended() const override { return ended_; }
+
+ private:
+  // Sends `frame` and answers llm_call frames until the reply to it arrives. Throws Error for an
+  // error frame (the session goes on) and ServerRefused when the connection ends (it does not).
+  json call(const json& frame, const std::shared_ptr<std::atomic<bool>>& cancelled) {
+    if (!ended_.empty()) throw Error("the session is over: " + ended_);
+    if (!outbox_->send(frame)) {
+      ended_ = "the server is gone";
+      throw Error("the session is over: " + ended_);
+    }
+    for (;;) {
+      json reply;
+      try {
+        reply = server_reply(socket_.get(), Clock::time_point::max());
+      } catch (const ServerRefused& refused) {
+        if (refused.kind() == "unavailable") {
+          ended_ = refused.what();
+          outbox_->detach();
+          throw;
+        }
+        throw Error(refused.what());  // an error frame: this request failed, the session goes on
+      }
+      if (reply["op"] != "llm_call") return reply;
+      answer(reply, cancelled);
+    }
+  }
+
+  void answer(const json& call_frame, const std::shared_ptr<std::atomic<bool>>& cancelled) {
+    const json id = call_frame.value("id", json());
+    if (!id.is_number_unsigned()) return;
+    std::weak_ptr<SharedSender> outbox = outbox_;
+    auto reply = [outbox, id](LlmAnswer answer) {
+      if (auto box = outbox.lock()) {
+        json frame{{"op", "llm_answer"}, {"id", id}};
+        if (answer.text)
+          frame["text"] = *answer.text;
+        else
+          frame["error"] = answer.error;
+        box->send(frame);
+      }
+    };
+    if (!llm_) return reply(LlmAnswer::of_error("no LM handler in this session"));
+    LlmCall call;
+    call.prompt = call_frame.value("prompt", json()).is_string()
+                      ? call_frame.value("prompt", std::string())
+                      : "";
+    if (const json model = call_frame.value("model", json()); model.is_string())
+      call.model = model.get<std::string>();
+    call.cancelled = cancelled;
+    llm_->answer(std::move(call), std::move(reply));
+  }
+
+  UniqueFd socket_;
+  std::shared_ptr<SharedSender> outbox_;
+  std::shared_ptr<LlmHandler> llm_;
+  std::string ended_;
+  std::optional<Result> closed_;
+};
+
+}  // namespace
+
+std::unique_ptr<Session> make_relayed_session(UniqueFd socket, SessionOptions options) {
+  return std::make_unique<RelayedSession>(std::move(socket), std::move(options));
+}
+
+}  // namespace rlm::server

@@ -1,0 +1,74 @@
+#include "server/client_wire.hpp"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+
+#include "rlm_sys/sys.hpp"
+
+namespace rlm {
+
+using nlohmann::json;
+
+ServerRefused::ServerRefused(std::string kind, const std::string& message,
+                             std::vector<Diagnostic> diagnostics)
+    : Error(message), kind_(std::move(kind)), diagnostics_(std::move(diagnostics)) {}
+
+namespace server {
+
+common::UniqueFd connect_to_server(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof address.sun_path)
+    throw ServerRefused("unavailable", "server socket '" + path + "': not a usable socket path");
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  common::UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!socket) throw ServerRefused("unavailable", "socket(): " + sys::errno_text(errno));
+  while (connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    if (errno == EINTR) continue;
+    throw ServerRefused("unavailable", "no server at " + path + ": " + sys::errno_text(errno));
+  }
+  return socket;
+}
+
+json server_reply(int socket, Clock::time_point deadline) {
+  std::optional<Frame> frame;
+  try {
+    frame = receive_frame(socket, deadline, kServerFrameTimeout, kMaxServerFrame);
+  } catch (const WireError& error) {
+    throw ServerRefused("unavailable",
+                        std::string("the server's answer broke off: ") + error.what());
+  }
+  if (!frame) throw ServerRefused("unavailable", "the server closed the connection");
+  json& message = frame->message;
+  if (message["op"] == "error") {
+    std::vector<Diagnostic> diagnostics;
+    if (const auto list = message.find("diagnostics"); list != message.end() && list->is_array())
+      for (const auto& item : *list)
+        if (item.is_object())
+          diagnostics.push_back({item.value("path", ""), item.value("message", "")});
+    const std::string text = message.value("message", json()).is_string()
+                                 ? message.value("message", std::string())
+                                 : std::string("(no message)");
+    throw ServerRefused(message.value("kind", json()).is_string()
+                            ? message.value("kind", std::string())
+                            : std::string("internal"),
+                        "the server refused: " + text, std::move(diagnostics));
+  }
+  return std::move(message);
+}
+
+void send_to_server(int socket, const json& message, std::span<const int> fds) {
+  try {
+    send_frame(socket, message, Clock::now() + kReplyTimeout, fds);
+  } catch (const WireError& error) {
+    // What the server said before it closed, if it said anything.
+    server_reply(socket, Clock::now() + std::chrono::milliseconds(100));
+    throw ServerRefused("unavailable",
+                        std::string("the server dropped the connection: ") + error.what());
+  }
+}
+
+}  // namespace server
+}  // namespace rlm

@@ -1,0 +1,31 @@
+// What the client's run and session share: connecting, and asking for a reply that is not an
+// error frame.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+#include "rlm_sandbox/client.hpp"
+#include "server/wire.hpp"
+
+namespace rlm::server {
+
+// A frame from the server may be as large as its biggest Result or cell result.
+inline constexpr std::uint64_t kMaxServerFrame = 1ull << 30;
+inline constexpr std::chrono::seconds kServerFrameTimeout{60};
+inline constexpr std::chrono::seconds kReplyTimeout{60};
+
+// Connects to the server at `path`; throws ServerRefused ("unavailable") naming why not.
+common::UniqueFd connect_to_server(const std::string& path);
+
+// The next frame from the server, waiting until `deadline` for it; throws ServerRefused for an
+// error frame, and for the end of the connection (the server died or dropped us).
+nlohmann::json server_reply(int socket, Clock::time_point deadline);
+
+// Sends, turning a failure into the server's reason when it left one (a refused peer's error
+// frame is waiting in the socket by the time our request is sent).
+void send_to_server(int socket, const nlohmann::json& message, std::span<const int> fds = {});
+
+}  // namespace rlm::server

@@ -1,0 +1,70 @@
+// What one client connection's thread works with: its socket, its peer, and the server's offered
+// policies. The ops (admission.cpp, run_op.cpp, session_op.cpp) take it; server.cpp owns it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/pool.hpp"
+#include "rlm_sandbox/server.hpp"
+#include "server/peer.hpp"
+#include "server/wire.hpp"
+
+namespace rlm::server {
+
+// One offered policy and its pool.
+struct Offer {
+  OfferedPolicy offered;
+  std::unique_ptr<Pool> pool;
+};
+
+struct Connection {
+  int socket = -1;
+  Peer peer;
+  const ServerConfig& config;
+  const std::map<std::string, Offer>& offers;
+
+  // Sends with the connection's write deadline (a client that does not read is dropped).
+  void send(const nlohmann::json& message) const {
+    send_frame(socket, message, Clock::now() + config.frame_timeout);
+  }
+};
+
+// A request refused before anything ran: becomes an error frame (wire.hpp's error_frame).
+class Refusal : public Error {
+ public:
+  Refusal(std::string kind, const std::string& message, std::vector<Diagnostic> diagnostics = {})
+      : Error(message), kind(std::move(kind)), diagnostics(std::move(diagnostics)) {}
+  std::string kind;  // "refused", "invalid", "unavailable", "internal"
+  std::vector<Diagnostic> diagnostics;
+};
+
+// The offer a frame's "policy" names and the policy to run: the offered one, or the frame's
+// "overrides" when they only tighten it (and bind only what this peer is permitted). Throws
+// Refusal otherwise, listing every loosening.
+struct Admitted {
+  const Offer* offer = nullptr;
+  std::shared_ptr<const Policy> candidate;  // null: the offered policy itself
+  const Policy& policy() const { return candidate ? *candidate : offer->pool->policy(); }
+};
+Admitted admit(const Connection& connection, const nlohmann::json& frame);
+
+// Throws Refusal("invalid") unless `fd` is something a payload may be given as a stdio stream:
+// a pipe, socket, character device or regular file, not a directory or an O_PATH handle.
+void check_stdio_fd(int fd, const char* which);
+
+// The ops. Each owns the connection until it returns; the caller closes it.
+void serve_run(const Connection& connection, const nlohmann::json& frame,
+               std::vector<common::UniqueFd> fds);
+void serve_session(const Connection& connection, const nlohmann::json& frame,
+                   std::vector<common::UniqueFd> fds);
+
+}  // namespace rlm::server

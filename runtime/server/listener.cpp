@@ -1,0 +1,103 @@
+#include "server/listener.hpp"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
+
+namespace rlm::server {
+namespace {
+
+using common::UniqueFd;
+
+sockaddr_un address_of(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof address.sun_path)
+    throw Error("socket path '" + path + "' must be 1 to " +
+                std::to_string(sizeof address.sun_path - 1) + " bytes");
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+// Whether a server answers at the socket file `path`.
+bool someone_listens(const std::string& path) {
+  UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!probe) throw Error("socket(): " + sys::errno_text(errno));
+  const sockaddr_un address = address_of(path);
+  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0)
+    return true;
+  // EAGAIN: a listener whose backlog is full is still a listener.
+  return errno != ECONNREFUSED && errno != ENOENT;
+}
+
+// Throws unless nothing is at `path` or it is a stale socket.
+void check_replaceable(const std::string& path) {
+  struct stat status {};
+  if (lstat(path.c_str(), &status) != 0) {
+    if (errno == ENOENT) return;
+    throw Error("socket path " + path + ": " + sys::errno_text(errno));
+  }
+  if (!S_ISSOCK(status.st_mode))
+    throw Error("socket path " + path +
+                " exists and is not a socket; remove it or choose another --socket");
+  if (someone_listens(path)) throw Error("another server already listens on " + path);
+}
+
+}  // namespace
+
+Listener listen_at(const std::string& path, mode_t mode, int backlog) {
+  if (path.empty() || path.front() != '/')
+    throw Error("socket path '" + path + "' must be absolute");
+  const std::string temporary = path + ".new" + std::to_string(getpid());
+  const sockaddr_un address = address_of(temporary);
+  Listener listener;
+  listener.fd = UniqueFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener.fd) throw Error("socket(): " + sys::errno_text(errno));
+  unlink(temporary.c_str());  // a leftover of this pid's own earlier attempt
+  // Made with no permissions, opened up only by the chmod below: no window with the umask's.
+  const mode_t old_mask = umask(0777);
+  const int bound =
+      bind(listener.fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int bind_errno = errno;
+  umask(old_mask);
+  if (bound != 0) throw Error("bind(" + temporary + "): " + sys::errno_text(bind_errno));
+  const auto fail = [&](const std::string& message) {
+    unlink(temporary.c_str());
+    throw Error(message);
+  };
+  if (chmod(temporary.c_str(), mode) != 0)
+    fail("chmod(" + temporary + "): " + sys::errno_text(errno));
+  if (listen(listener.fd.get(), backlog) != 0) fail("listen(): " + sys::errno_text(errno));
+  try {
+    check_replaceable(path);
+  } catch (const Error& error) {
+    fail(error.what());
+  }
+  if (rename(temporary.c_str(), path.c_str()) != 0)
+    fail("rename(" + temporary + ", " + path + "): " + sys::errno_text(errno));
+  struct stat status {};
+  if (lstat(path.c_str(), &status) == 0) {
+    listener.inode = status.st_ino;
+    listener.device = status.st_dev;
+  }
+  listener.path = path;
+  return listener;
+}
+
+void remove_socket_file(const Listener& listener) {
+  if (listener.path.empty()) return;
+  struct stat status {};
+  if (lstat(listener.path.c_str(), &status) == 0 && S_ISSOCK(status.st_mode) &&
+      status.st_ino == listener.inode && status.st_dev == listener.device)
+    unlink(listener.path.c_str());
+}
+
+}  // namespace rlm::server

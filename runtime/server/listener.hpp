@@ -1,0 +1,28 @@
+// The server's listening socket: bound under a temporary name beside the path, given its mode,
+// then renamed over the path, so a client never meets a half-made socket. A file already at the
+// path is replaced only when it is a socket nobody listens on (a server killed before it could
+// remove it); anything else is left alone and the server does not start.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/unique_fd.hpp"
+
+namespace rlm::server {
+
+struct Listener {
+  common::UniqueFd fd;
+  std::string path;  // "" for an inherited socket (nothing to remove)
+  ino_t inode = 0;   // the socket file's, so only our own file is removed
+  dev_t device = 0;
+};
+
+// Throws Error saying why the socket cannot be made at `path`.
+Listener listen_at(const std::string& path, mode_t mode, int backlog);
+
+// Removes the socket file if it is still the one `listener` made.
+void remove_socket_file(const Listener& listener);
+
+}  // namespace rlm::server

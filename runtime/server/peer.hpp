@@ -1,0 +1,32 @@
+// Who is on the other end of a connection: the kernel's SO_PEERCRED (taken at connect time, so a
+// client cannot change it afterwards) and SO_PEERGROUPS, checked against the server's allow list
+// before anything the peer sent is read.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rlm::server {
+
+struct Peer {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups
+};
+
+// The peer of a connected unix socket; nullopt when the kernel cannot tell.
+std::optional<Peer> peer_of(int socket);
+
+// Whether `peer` may use the server: it runs as the server's own uid, or its uid is in
+// `allow_uids`, or its primary or a supplementary group is in `allow_gids`.
+bool peer_allowed(const Peer& peer, uid_t server_uid, const std::vector<uid_t>& allow_uids,
+                  const std::vector<gid_t>& allow_gids);
+
+// "uid 65534 (gid 65534)" for messages.
+std::string describe(const Peer& peer);
+
+}  // namespace rlm::server

@@ -1,0 +1,227 @@
+// rlm::Server: the accept loop, one thread per connection (at most max_clients), and the first
+// frames of every connection: peer check, hello, policy, then one run or one session.
+#include "rlm_sandbox/server.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "rlm_sys/sys.hpp"
+#include "server/connection.hpp"
+#include "server/listener.hpp"
+
+namespace rlm {
+
+using common::UniqueFd;
+using nlohmann::json;
+using server::Clock;
+
+struct Server::State {
+  ServerConfig config;
+  std::map<std::string, server::Offer> offers;
+  server::Listener listener;
+  UniqueFd wake;  // an eventfd: stop()
+
+  std::mutex mutex;
+  std::condition_variable idle;
+  std::set<int> connections;  // sockets being served, shut down on stop
+  bool stopping = false;
+
+  void serve_connection(UniqueFd socket);
+  void dispatch(const server::Connection& connection);
+};
+
+namespace {
+
+json policy_names(const std::map<std::string, server::Offer>& offers) {
+  json names = json::array();
+  for (const auto& [name, offer] : offers) names.push_back(name);
+  return names;
+}
+
+// What each pool has served and holds ready (hello's "pools").
+json pool_stats(const std::map<std::string, server::Offer>& offers) {
+  json pools = json::object();
+  for (const auto& [name, offer] : offers) {
+    const PoolStats stats = offer.pool->stats();
+    pools[name] = {{"warm_runs", stats.warm_runs},
+                   {"cold_runs", stats.cold_runs},
+                   {"warm_sessions", stats.warm_sessions},
+                   {"cold_sessions", stats.cold_sessions},
+                   {"ready_sandboxes", stats.ready_sandboxes},
+                   {"ready_sessions", stats.ready_sessions}};
+  }
+  return pools;
+}
+
+}  // namespace
+
+Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
+  if (config.policies.empty())
+    throw Error("the server offers no policy: give at least one --pool or --session-pool");
+  if (config.max_clients == 0) throw Error("max_clients must be at least 1");
+  for (const auto& offered : config.policies) {
+    if (state_->offers.count(offered.name))
+      throw Error("policy '" + offered.name + "' is offered twice");
+    Policy policy = load_policy(offered.source.empty() ? offered.name : offered.source);
+    server::Offer offer;
+    offer.offered = offered;
+    offer.pool =
+        std::make_unique<Pool>(std::move(policy), PoolOptions{offered.sandboxes, offered.sessions});
+    state_->offers.emplace(offered.name, std::move(offer));
+  }
+  state_->wake = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!state_->wake) throw Error("eventfd: " + sys::errno_text(errno));
+  if (config.listen_fd >= 0) {
+    state_->listener.fd = UniqueFd(config.listen_fd);
+    config.listen_fd = -1;
+  } else {
+    if (config.socket_path.empty()) throw Error("the server needs a socket path (--socket)");
+    const int backlog = static_cast<int>(std::min<std::size_t>(config.max_clients * 2, 4096));
+    state_->listener = server::listen_at(config.socket_path, config.socket_mode, backlog);
+  }
+  state_->config = std::move(config);
+}
+
+Server::~Server() {
+  stop();
+  std::unique_lock lock(state_->mutex);
+  for (int socket : state_->connections) shutdown(socket, SHUT_RDWR);
+  state_->idle.wait(lock, [&] { return state_->connections.empty(); });
+  lock.unlock();
+  server::remove_socket_file(state_->listener);
+}
+
+const ServerConfig& Server::config() const {
+  return state_->config;
+}
+
+void Server::stop() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto written = write(state_->wake.get(), &one, sizeof one);
+}
+
+void Server::serve(int stop_fd) {
+  for (;;) {
+    pollfd fds[3] = {{state_->listener.fd.get(), POLLIN, 0},
+                     {state_->wake.get(), POLLIN, 0},
+                     {stop_fd, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw Error("poll: " + sys::errno_text(errno));
+    }
+    if (fds[1].revents || fds[2].revents) break;
+    if (!(fds[0].revents & POLLIN)) continue;
+    UniqueFd socket(accept4(state_->listener.fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!socket) continue;  // the peer left already, or fds ran out: go on serving the rest
+    std::unique_lock lock(state_->mutex);
+    if (state_->connections.size() >= state_->config.max_clients) {
+      lock.unlock();
+      server::send_frame_now(
+          socket.get(),
+          server::error_frame("unavailable", "the server is serving its maximum of " +
+                                                 std::to_string(state_->config.max_clients) +
+                                                 " clients; try again later"));
+      continue;
+    }
+    state_->connections.insert(socket.get());
+    lock.unlock();
+    try {
+      std::thread([state = state_.get(), fd = socket.release()] {
+        state->serve_connection(UniqueFd(fd));
+      }).detach();
+    } catch (const std::system_error&) {  // no thread to be had: refuse this one
+      std::lock_guard relock(state_->mutex);
+      state_->connections.erase(socket.get());
+    }
+  }
+  // Stopped: no new connections; those being served are ended, their runs stopped.
+  std::unique_lock lock(state_->mutex);
+  state_->stopping = true;
+  for (int socket : state_->connections) shutdown(socket, SHUT_RDWR);
+  state_->idle.wait(lock, [&] { return state_->connections.empty(); });
+  lock.unlock();
+  server::remove_socket_file(state_->listener);
+}
+
+void Server::State::serve_connection(UniqueFd socket) {
+  const int fd = socket.get();
+  try {
+    const auto peer = server::peer_of(fd);
+    if (!peer) {
+      server::send_frame_now(fd,
+                             server::error_frame("refused", "the peer's credentials are unknown"));
+    } else if (!server::peer_allowed(*peer, geteuid(), config.allow_uids, config.allow_gids)) {
+      server::send_frame_now(
+          fd, server::error_frame("refused", server::describe(*peer) +
+                                                 " is not allowed to use this server "
+                                                 "(its --allow-uid / --allow-gid)"));
+    } else {
+      dispatch(server::Connection{fd, *peer, config, offers});
+    }
+  } catch (...) {
+  }
+  socket.reset();
+  std::lock_guard lock(mutex);
+  connections.erase(fd);
+  idle.notify_all();
+}
+
+// hello and policy any number of times, then one run or one session; the connection then ends.
+void Server::State::dispatch(const server::Connection& connection) {
+  auto first_deadline = Clock::now() + config.first_frame_timeout;
+  for (;;) {
+    std::optional<server::Frame> frame;
+    try {
+      frame = server::receive_frame(connection.socket, first_deadline, config.frame_timeout,
+                                    config.max_frame_bytes);
+    } catch (const server::WireError& error) {
+      server::send_frame_now(connection.socket, server::error_frame("invalid", error.what()));
+      return;
+    }
+    if (!frame) return;
+    first_deadline = Clock::now() + config.first_frame_timeout;
+    const std::string op = frame->message["op"].get<std::string>();
+    try {
+      if (op == "hello") {
+        connection.send({{"op", "hello"},
+                         {"version", server::kProtocolVersion},
+                         {"policies", policy_names(offers)},
+                         {"pools", pool_stats(offers)},
+                         {"pid", getpid()}});
+        continue;
+      }
+      if (op == "policy") {
+        json ask = json::object();
+        ask["policy"] = frame->message.value("policy", json());
+        const server::Admitted admitted = server::admit(connection, ask);
+        json policy = admitted.policy().to_json();
+        connection.send({{"op", "policy"}, {"policy", std::move(policy)}});
+        continue;
+      }
+      if (op == "run") return server::serve_run(connection, frame->message, std::move(frame->fds));
+      if (op == "session_open")
+        return server::serve_session(connection, frame->message, std::move(frame->fds));
+      connection.send(server::error_frame(
+          "invalid", "unknown op; expected hello, policy, run or session_open"));
+      return;
+    } catch (const server::Refusal& refusal) {
+      connection.send(server::error_frame(refusal.kind, refusal.what(), refusal.diagnostics));
+      if (op == "policy") continue;
+      return;
+    } catch (const server::WireError&) {
+      return;
+    } catch (const std::exception& error) {
+      connection.send(server::error_frame("internal", error.what()));
+      return;
+    }
+  }
+}
+
+}  // namespace rlm

@@ -1,0 +1,327 @@
+// The session ops: a REPL session from the pool, driven by the client's frames; the cell's
+// llm_query calls go to the client as llm_call frames and come back as llm_answer.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/llm.hpp"
+#include "rlm_sys/sys.hpp"
+#include "server/connection.hpp"
+
+namespace rlm::server {
+namespace {
+
+using common::UniqueFd;
+using nlohmann::json;
+
+constexpr std::chrono::hours kMaxLifetime{24};
+constexpr std::chrono::seconds kContextDeadline{60};
+
+// Answers the cell's calls by asking the client. Every call gets an id; the client's llm_answer
+// with that id completes it; calls still open when the connection ends are answered with errors.
+class ClientHandler final : public LlmHandler {
+ public:
+  explicit ClientHandler(std::shared_ptr<SharedSender> link) : link_(std::move(link)) {}
+
+  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
+    std::uint64_t id;
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_ || call.is_cancelled()) {
+        done(LlmAnswer::of_error(closed_ ? "the client is gone" : "the cell that asked has ended"));
+        return;
+      }
+      id = next_id_++;
+      pending_[id] = std::move(done);
+    }
+    const bool sent = link_->send({{"op", "llm_call"},
+                                   {"id", id},
+                                   {"prompt", std::move(call.prompt)},
+                                   {"model", call.model ? json(*call.model) : json()}});
+    if (!sent) complete(id, LlmAnswer::of_error("the client is gone"));
+  }
+
+  // False when no call waits with this id.
+  bool complete(std::uint64_t id, LlmAnswer answer) {
+    std::function<void(LlmAnswer)> done;
+    {
+      std::lock_guard lock(mutex_);
+      auto found = pending_.find(id);
+      if (found == pending_.end()) return false;
+      done = std::move(found->second);
+      pending_.erase(found);
+    }
+    done(std::move(answer));
+    return true;
+  }
+
+  void close() {
+    std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending;
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      pending.swap(pending_);
+    }
+    for (auto& [id, done] : pending) done(LlmAnswer::of_error("the client is gone"));
+  }
+
+ private:
+  std::shared_ptr<SharedSender> link_;
+  std::mutex mutex_;
+  std::uint64_t next_id_ = 1;
+  std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending_;
+  bool closed_ = false;
+};
+
+// The context from the client's fd, copied into a memfd of the server's own (never reopened
+// through the client's fd, which might be an O_PATH handle to what the client cannot read).
+UniqueFd copy_context(int from, std::uint64_t max_bytes) {
+  UniqueFd memfd(memfd_create("rlm-sandbox-server-context", MFD_CLOEXEC));
+  if (!memfd) throw Refusal("internal", "memfd_create: " + sys::errno_text(errno));
+  const auto deadline = Clock::now() + kContextDeadline;
+  std::string chunk(1u << 20, '\0');
+  std::uint64_t total = 0;
+  for (;;) {
+    if (!wait_readable(from, deadline))
+      throw Refusal("invalid", "the context did not arrive in time");
+    const ssize_t got = read(from, chunk.data(), chunk.size());
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got < 0)
+      throw Refusal("invalid", "the context fd cannot be read: " + sys::errno_text(errno));
+    if (got == 0) break;
+    total += static_cast<std::uint64_t>(got);
+    if (total > max_bytes)
+      throw Refusal("refused", "the context is larger than this server's limit of " +
+                                   std::to_string(max_bytes) + " bytes");
+    for (ssize_t written = 0; written < got;) {
+      const ssize_t n =
+          write(memfd.get(), chunk.data() + written, static_cast<std::size_t>(got - written));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Refusal("internal", "writing the context: " + sys::errno_text(errno));
+      written += n;
+    }
+  }
+  return memfd;
+}
+
+// An optional positive integer of `options` at most `max`, else `fallback`.
+std::uint64_t option(const json& options, const char* key, std::uint64_t fallback,
+                     std::uint64_t max) {
+  const auto found = options.find(key);
+  if (found == options.end()) return fallback;
+  if (!found->is_number_unsigned() || found->get<std::uint64_t>() == 0 ||
+      found->get<std::uint64_t>() > max)
+    throw Refusal("invalid", std::string("session option \"") + key +
+                                 "\" must be an integer from 1 to " + std::to_string(max));
+  return found->get<std::uint64_t>();
+}
+
+// One op at a time, done on a thread of its own so that the connection's thread keeps reading
+// llm_answer frames while a cell runs.
+class Executor {
+ public:
+  explicit Executor(std::function<bool(const json&)> work)
+      : work_(std::move(work)), thread_([this] { loop(); }) {}
+  ~Executor() {
+    {
+      std::lock_guard lock(mutex_);
+      quit_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  // Holds one op while another runs (its answer is sent before the op counts as done, so the
+  // client's next request may come first); false when one is held already.
+  bool post(json op) {
+    {
+      std::lock_guard lock(mutex_);
+      if (op_ || done_) return false;
+      op_ = std::move(op);
+    }
+    changed_.notify_all();
+    return true;
+  }
+  bool finished() {
+    std::lock_guard lock(mutex_);
+    return done_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return quit_ || op_; });
+      if (!op_) return;
+      json op = std::move(*op_);
+      op_.reset();
+      lock.unlock();
+      const bool more = work_(op);
+      lock.lock();
+      if (!more) {
+        done_ = true;
+        return;
+      }
+    }
+  }
+
+  std::function<bool(const json&)> work_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<json> op_;
+  bool quit_ = false, done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void serve_session(const Connection& connection, const json& frame, std::vector<UniqueFd> fds) {
+  const Admitted admitted = admit(connection, frame);
+  const json options_json = frame.value("options", json::object());
+  if (!options_json.is_object()) throw Refusal("invalid", "\"options\" must be an object");
+  for (const auto& [key, value] : options_json.items())
+    if (key != "context_is_json" && key != "lifetime_ms" && key != "llm" &&
+        key != "llm_concurrency" && key != "llm_timeout_ms" && key != "llm_budget")
+      throw Refusal("invalid", "unknown session option");
+  if (fds.size() > 1) throw Refusal("invalid", "session_open takes at most 1 fd (the context)");
+
+  SessionOptions options;
+  const auto is_json = options_json.find("context_is_json");
+  if (is_json != options_json.end()) {
+    if (!is_json->is_boolean()) throw Refusal("invalid", "\"context_is_json\" must be a boolean");
+    options.context_is_json = is_json->get<bool>();
+  }
+  options.lifetime = std::chrono::milliseconds(
+      option(options_json, "lifetime_ms", std::chrono::milliseconds(kMaxLifetime).count(),
+             std::chrono::milliseconds(kMaxLifetime).count()));
+  const LlmLimits defaults;
+  LlmLimits limits;
+  limits.concurrency =
+      option(options_json, "llm_concurrency", defaults.concurrency, defaults.concurrency);
+  limits.call_timeout = std::chrono::milliseconds(option(options_json, "llm_timeout_ms",
+                                                         defaults.call_timeout.count(),
+                                                         defaults.call_timeout.count()));
+  limits.budget = option(options_json, "llm_budget", defaults.budget, defaults.budget);
+  const std::string llm = options_json.value("llm", json("client")).is_string()
+                              ? options_json.value("llm", std::string("client"))
+                              : std::string("?");
+  if (llm != "client" && llm != "none")
+    throw Refusal("invalid", "\"llm\" must be \"client\" or \"none\"");
+
+  const auto end_of_life = Clock::now() + options.lifetime;
+  UniqueFd context;
+  if (!fds.empty()) {
+    context = copy_context(fds.front().get(), connection.config.max_context_bytes);
+    fds.clear();
+    options.context_file = "/proc/self/fd/" + std::to_string(context.get());
+  }
+
+  auto link = std::make_shared<SharedSender>(connection.socket, connection.config.frame_timeout);
+  auto client = std::make_shared<ClientHandler>(link);
+  if (llm == "client") options.llm = limit_llm_handler(client, limits);
+
+  // A tightened policy has no warm sessions: it starts cold, on a backend of its own.
+  std::unique_ptr<Backend> cold_backend;
+  std::unique_ptr<Session> session;
+  try {
+    if (admitted.candidate) {
+      cold_backend = select_backend(*admitted.candidate);
+      session = cold_backend->open_session(*admitted.candidate, std::move(options));
+    } else {
+      session = admitted.offer->pool->open_session(std::move(options));
+    }
+  } catch (const Error& error) {
+    client->close();
+    throw Refusal("unavailable", std::string("the session could not start: ") + error.what());
+  }
+  context.reset();
+  if (!link->send({{"op", "session_opened"}, {"backend", session->backend()}})) {
+    client->close();
+    session->close();
+    return;
+  }
+
+  // Declared after the session: destroyed first, it waits for the op in progress.
+  Executor executor([&](const json& op) {
+    const std::string name = op.value("op", "");
+    try {
+      if (name == "execute") {
+        const auto code = op.find("code");
+        if (code == op.end() || !code->is_string())
+          throw Error("execute needs \"code\" (a string)");
+        std::optional<std::chrono::milliseconds> timeout;
+        if (op.contains("timeout_ms")) {
+          const json& value = op["timeout_ms"];
+          if (!value.is_number_unsigned() || value.get<std::uint64_t>() == 0 ||
+              value.get<std::uint64_t>() > (1u << 31))
+            throw Error("\"timeout_ms\" must be a positive integer");
+          timeout = std::chrono::milliseconds(value.get<std::uint64_t>());
+        }
+        const CellResult cell = session->execute(code->get<std::string>(), timeout);
+        link->send({{"op", "cell_result"}, {"result", cell.to_json()}});
+      } else if (name == "snapshot") {
+        link->send({{"op", "snapshot"}, {"id", session->snapshot()}});
+      } else if (name == "restore") {
+        const auto id = op.find("id");
+        if (id == op.end() || !id->is_number_unsigned()) throw Error("restore needs \"id\"");
+        session->restore(id->get<SnapshotId>());
+        link->send({{"op", "restored"}});
+      } else if (name == "close") {
+        client->close();
+        const Result result = session->close();
+        link->send({{"op", "closed"}, {"result", result.to_json()}});
+        return false;
+      }
+    } catch (const std::exception& error) {
+      link->send(error_frame("invalid", error.what()));
+    }
+    return true;
+  });
+
+  // The connection's thread: frames in, until close is done, the client leaves or breaks the
+  // protocol. An idle client is bounded by the session's lifetime.
+  for (;;) {
+    if (executor.finished() || Clock::now() >= end_of_life) break;
+    std::optional<Frame> next;
+    try {
+      // Short waits, so a close done by the executor is noticed.
+      if (!wait_readable(connection.socket, Clock::now() + std::chrono::milliseconds(200)))
+        continue;
+      next = receive_frame(connection.socket, Clock::now() + connection.config.frame_timeout,
+                           connection.config.frame_timeout, connection.config.max_frame_bytes);
+    } catch (const Error&) {
+      break;
+    }
+    if (!next) break;
+    const json& message = next->message;
+    const std::string op = message["op"].get<std::string>();
+    if (op == "llm_answer") {
+      const auto id = message.find("id");
+      const auto text = message.find("text");
+      const auto error = message.find("error");
+      if (id == message.end() || !id->is_number_unsigned()) continue;
+      LlmAnswer answer = text != message.end() && text->is_string()
+                             ? LlmAnswer::of_text(text->get<std::string>())
+                             : LlmAnswer::of_error(error != message.end() && error->is_string()
+                                                       ? error->get<std::string>()
+                                                       : "the client gave no answer");
+      client->complete(id->get<std::uint64_t>(), std::move(answer));
+    } else if (op == "execute" || op == "snapshot" || op == "restore" || op == "close") {
+      if (!executor.post(message))
+        link->send(
+            error_frame("invalid", "one request at a time: wait for the answer to the last"));
+    } else {
+      link->send(error_frame("invalid", "unknown op in a session"));
+    }
+  }
+  // The client left (or closed): open calls fail at once, so a running cell ends soon; the op in
+  // progress is waited for (bounded by the cell's own limits), then the session closes.
+  client->close();
+  link->detach();
+}
+
+}  // namespace rlm::server

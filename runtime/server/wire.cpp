@@ -1,0 +1,195 @@
+#include "server/wire.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "rlm_sys/sys.hpp"
+#include "session/frame_decoder.hpp"
+
+namespace rlm::server {
+namespace {
+
+using common::UniqueFd;
+using nlohmann::json;
+
+constexpr std::size_t kHeader = 4;
+
+// Waits for `events` on `socket` until `deadline`; true when they came (or an error or hangup).
+bool wait_for(int socket, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd entry{socket, events, 0};
+    const int ready = poll(&entry, 1, sys::poll_timeout_ms(deadline));
+    if (ready > 0) return true;
+    if (ready == 0) {
+      if (Clock::now() >= deadline) return false;
+      continue;
+    }
+    if (errno != EINTR) return false;
+  }
+}
+
+std::string encode(const json& message) {
+  std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (body.size() > 0xFFFFFFFFu) throw WireError("a frame over 4 GiB cannot be sent");
+  const auto size = static_cast<std::uint32_t>(body.size());
+  std::string frame(kHeader, '\0');
+  frame[0] = static_cast<char>(size >> 24);
+  frame[1] = static_cast<char>(size >> 16);
+  frame[2] = static_cast<char>(size >> 8);
+  frame[3] = static_cast<char>(size);
+  return frame + body;
+}
+
+// One sendmsg of `data` (fds attached when given); the bytes sent, or -1 with errno.
+ssize_t send_some(int socket, std::string_view data, std::span<const int> fds) {
+  iovec io{const_cast<char*>(data.data()), data.size()};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * kMaxFrameFds)> control{};
+  if (!fds.empty()) {
+    if (fds.size() > kMaxFrameFds) throw WireError("too many fds for one frame");
+    message.msg_control = control.data();
+    message.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * fds.size());
+  }
+  for (;;) {
+    const ssize_t sent = sendmsg(socket, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    return sent;
+  }
+}
+
+std::uint32_t frame_length(const char* header) {
+  const auto byte = [&](int i) {
+    return static_cast<std::uint32_t>(static_cast<unsigned char>(header[i]));
+  };
+  return byte(0) << 24 | byte(1) << 16 | byte(2) << 8 | byte(3);
+}
+
+}  // namespace
+
+void send_frame(int socket, const json& message, Clock::time_point deadline,
+                std::span<const int> fds) {
+  const std::string frame = encode(message);
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    const ssize_t count = send_some(socket, std::string_view(frame).substr(sent),
+                                    sent == 0 ? fds : std::span<const int>{});
+    if (count > 0) {
+      sent += static_cast<std::size_t>(count);
+      continue;
+    }
+    if (count < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      throw WireError("the connection broke while sending: " + sys::errno_text(errno));
+    if (!wait_for(socket, POLLOUT, deadline))
+      throw WireError("the peer did not read a frame in time");
+  }
+}
+
+bool send_frame_now(int socket, const json& message) {
+  const std::string frame = encode(message);
+  const ssize_t count = send_some(socket, frame, {});
+  return count == static_cast<ssize_t>(frame.size());
+}
+
+bool wait_readable(int socket, Clock::time_point deadline) {
+  return wait_for(socket, POLLIN, deadline);
+}
+
+std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_deadline,
+                                   std::chrono::milliseconds frame_timeout,
+                                   std::uint64_t max_bytes) {
+  Frame frame;
+  std::array<char, kHeader> header{};
+  std::size_t have = 0;
+  Clock::time_point deadline = first_byte_deadline;
+  // The header: fds are taken only with its first bytes.
+  while (have < kHeader) {
+    std::array<int, kMaxFrameFds> fds{};
+    const auto got =
+        have == 0 ? sys::receive_with_fds(socket, std::span<char>(header.data(), kHeader), fds,
+                                          MSG_DONTWAIT)
+                  : sys::Received{recv(socket, header.data() + have, kHeader - have, MSG_DONTWAIT),
+                                  errno, 0, false};
+    for (std::size_t i = 0; i < got.fds; ++i) frame.fds.emplace_back(fds[i]);
+    if (got.bytes > 0) {
+      if (have == 0) deadline = Clock::now() + frame_timeout;
+      have += static_cast<std::size_t>(got.bytes);
+      continue;
+    }
+    if (got.bytes == 0) {
+      if (have == 0) return std::nullopt;
+      throw WireError("the connection ended inside a frame");
+    }
+    if (got.error != EAGAIN && got.error != EWOULDBLOCK && got.error != EINTR)
+      throw WireError("the connection broke: " + sys::errno_text(got.error));
+    if (!wait_for(socket, POLLIN, deadline))
+      throw WireError(have == 0 ? "no request arrived in time" : "a frame did not arrive in time");
+  }
+  const std::uint32_t length = frame_length(header.data());
+  if (length > max_bytes)
+    throw WireError("a frame of " + std::to_string(length) + " bytes is over the limit of " +
+                    std::to_string(max_bytes));
+  std::string body;
+  body.reserve(std::min<std::size_t>(length, 1u << 20));
+  std::array<char, 1u << 16> chunk{};
+  while (body.size() < length) {
+    const std::size_t want = std::min<std::size_t>(chunk.size(), length - body.size());
+    const ssize_t count = recv(socket, chunk.data(), want, MSG_DONTWAIT);
+    if (count > 0) {
+      body.append(chunk.data(), static_cast<std::size_t>(count));
+      continue;
+    }
+    if (count == 0) throw WireError("the connection ended inside a frame");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      throw WireError("the connection broke: " + sys::errno_text(errno));
+    if (!wait_for(socket, POLLIN, deadline)) throw WireError("a frame did not arrive in time");
+  }
+  try {
+    frame.message = session::parse_frame_body(body);
+  } catch (const Error& error) {
+    throw WireError(error.what());
+  }
+  const auto op = frame.message.find("op");
+  if (op == frame.message.end() || !op->is_string())
+    throw WireError("a frame without a string \"op\"");
+  return frame;
+}
+
+bool SharedSender::send(const json& message) {
+  std::lock_guard lock(mutex_);
+  if (socket_ < 0) return false;
+  try {
+    send_frame(socket_, message, Clock::now() + timeout_);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+void SharedSender::detach() {
+  std::lock_guard lock(mutex_);
+  socket_ = -1;
+}
+
+json error_frame(std::string_view kind, const std::string& message,
+                 const std::vector<Diagnostic>& diagnostics) {
+  json frame{{"op", "error"}, {"kind", kind}, {"message", message}};
+  if (!diagnostics.empty()) {
+    json list = json::array();
+    for (const auto& d : diagnostics) list.push_back({{"path", d.path}, {"message", d.message}});
+    frame["diagnostics"] = std::move(list);
+  }
+  return frame;
+}
+
+}  // namespace rlm::server

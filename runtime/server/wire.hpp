@@ -1,0 +1,80 @@
+// The server protocol's framing (docs/pools-and-server.md): a 4-byte big-endian length, then that
+// many bytes of one JSON object; fds travel as SCM_RIGHTS on the frame's first bytes (sent with
+// the header in one sendmsg). Both ends use it; every wait has a deadline, every read a bound, and
+// what arrives is parsed with the control channel's bounded parser (depth, values), never
+// recursing on the peer's data.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+#include "rlm_sandbox/error.hpp"
+
+namespace rlm::server {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr std::size_t kMaxFrameFds = 4;  // room for fds on one frame; more are closed
+
+// The peer broke the protocol or the connection: a wrong frame, an overrun deadline, EOF inside a
+// frame. The connection is over.
+class WireError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct Frame {
+  nlohmann::json message;             // an object
+  std::vector<common::UniqueFd> fds;  // those that came on its first byte
+};
+
+// Sends one frame with `fds` attached, waiting at most until `deadline` for room. Throws
+// WireError when the peer is gone or does not read in time.
+void send_frame(int socket, const nlohmann::json& message, Clock::time_point deadline,
+                std::span<const int> fds = {});
+// The same, never waiting: for a refusal sent on the way to closing. False when it did not fit.
+bool send_frame_now(int socket, const nlohmann::json& message);
+
+// Reads one frame, waiting until `first_byte_deadline` for it to begin and `frame_timeout` more
+// for it to end. nullopt on EOF before a frame begins. Throws WireError for a frame over
+// `max_bytes`, not a JSON object, nested too deep, with too many values, a deadline passed, or
+// EOF inside a frame. The frame's "op" must be a string.
+std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_deadline,
+                                   std::chrono::milliseconds frame_timeout,
+                                   std::uint64_t max_bytes);
+
+// Waits until `socket` has something to read (or EOF) or `deadline` passes; true when readable.
+bool wait_readable(int socket, Clock::time_point deadline);
+
+// One connection's sending side shared by threads (an LM answer may come from any): frames go
+// whole, one at a time, each within `timeout`; once detached (the connection is over, its fd may
+// be reused) nothing more is sent.
+class SharedSender {
+ public:
+  SharedSender(int socket, std::chrono::milliseconds timeout)
+      : socket_(socket), timeout_(timeout) {}
+  // False when detached, or when the peer did not take the frame in time.
+  bool send(const nlohmann::json& message);
+  void detach();
+
+ private:
+  std::mutex mutex_;
+  int socket_;
+  std::chrono::milliseconds timeout_;
+};
+
+// {"op":"error","kind":KIND,"message":MESSAGE[,"diagnostics":[{"path","message"}...]]}
+nlohmann::json error_frame(std::string_view kind, const std::string& message,
+                           const std::vector<Diagnostic>& diagnostics = {});
+
+}  // namespace rlm::server

@@ -1,0 +1,116 @@
+// Runs through the server: the payload's stdio are the client's own fds (output streams without
+// crossing the server), the output cap truncates as in a direct run, a client that leaves stops
+// its run, and two clients are served at the same time.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../cli/cli_test_util.hpp"
+#include "rlm_sandbox/client.hpp"
+#include "server_fixture.hpp"
+
+namespace rlm::test {
+namespace {
+
+using nlohmann::json;
+
+class ServerRunTest : public SharedServerTest<ServerRunTest> {
+ public:
+  static std::vector<std::string> server_args() { return {"--pool", "default=2"}; }
+};
+
+TEST_F(ServerRunTest, OutputStreamsAndExitStatusAsADirectRun) {
+  auto outcome = cli({"run", "--server", server_->socket(), "--", "/bin/sh", "-c",
+                      "echo out; echo err >&2; exit 3"});
+  EXPECT_EQ(outcome.exit_code, 3) << outcome.err;
+  EXPECT_EQ(outcome.out, "out\n");
+  EXPECT_EQ(outcome.err, "err\n");
+}
+
+TEST_F(ServerRunTest, StdinReachesThePayload) {
+  ProcessOptions options;
+  options.stdin_data = "from the client\n";
+  auto outcome = cli({"run", "--server", server_->socket(), "--", "/bin/cat"}, options);
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_EQ(outcome.out, "from the client\n");
+}
+
+TEST_F(ServerRunTest, JsonResultCarriesTheOutput) {
+  auto outcome = cli({"run", "--server", server_->socket(), "--json", "--code",
+                      "import sys; print('hi'); sys.exit(4)"});
+  EXPECT_EQ(outcome.exit_code, 4) << outcome.err;
+  const auto result = json::parse(outcome.out);
+  EXPECT_EQ(result["status"], "exit_nonzero");
+  EXPECT_EQ(result["stdout"], "hi\n");
+  EXPECT_EQ(result["policy"], "default");
+}
+
+TEST_F(ServerRunTest, OutputCapTruncatesAsADirectRunDoes) {
+  const std::vector<std::string> payload = {"--json", "--", "/bin/sh", "-c",
+                                            "head -c 3000000 /dev/zero | tr '\\0' x; sleep 5"};
+  auto via_server = payload;
+  via_server.insert(via_server.begin(), {"run", "--server", server_->socket()});
+  auto direct = payload;
+  direct.insert(direct.begin(), "run");
+  const auto served = json::parse(cli(via_server).out);
+  const auto local = json::parse(cli(direct).out);
+  EXPECT_EQ(served["status"], "output_limit") << served.dump().substr(0, 400);
+  EXPECT_EQ(served["status"], local["status"]);
+  EXPECT_TRUE(served["stdout_truncated"].get<bool>());
+  EXPECT_EQ(served["stdout"].get<std::string>().size(), 1u << 20);
+  EXPECT_EQ(served["stdout"], local["stdout"]);
+  EXPECT_EQ(served["detail"], local["detail"]);
+}
+
+TEST_F(ServerRunTest, LibraryClientIsABackend) {
+  auto backend = make_server_client(server_->socket());
+  EXPECT_EQ(backend->name(), "server");
+  EXPECT_EQ(backend->unavailable_reason(), "");
+  Request request;
+  request.argv = {"/bin/sh", "-c", "read line; echo got $line; echo warn >&2"};
+  request.stdin_data = "it\n";
+  std::string streamed_err;
+  request.on_stderr = [&](std::string_view data) { streamed_err += data; };
+  const Result result = backend->run(request, load_policy("default"));
+  EXPECT_EQ(result.status, Status::ok) << result.detail;
+  EXPECT_EQ(result.stdout_data, "got it\n");
+  EXPECT_EQ(result.stderr_data, "");
+  EXPECT_EQ(streamed_err, "warn\n");
+}
+
+TEST_F(ServerRunTest, TimeoutAndTighterLimitsHold) {
+  auto outcome =
+      cli({"run", "--server", server_->socket(), "--timeout", "300ms", "--", "/bin/sleep", "5"});
+  EXPECT_EQ(outcome.exit_code, 124) << outcome.err;
+}
+
+// Two clients at once: the second run completes while the first is still running.
+TEST_F(ServerRunTest, TwoClientsAreServedInParallel) {
+  int out = -1;
+  const pid_t first = spawn_cli(
+      {"run", "--server", server_->socket(), "--", "/bin/sh", "-c", "echo up; exec sleep 60"}, out);
+  ASSERT_GT(first, 0);
+  char up[3] = {};
+  ASSERT_EQ(read(out, up, 3), 3);  // the first run's payload is running
+  auto second = cli({"run", "--server", server_->socket(), "--", "/bin/echo", "second"});
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, "second\n");
+  int status = 0;
+  EXPECT_EQ(waitpid(first, &status, WNOHANG), 0) << "the first run is still running";
+  // The first client leaves: its run is stopped, its payload gone.
+  kill(first, SIGKILL);
+  waitpid(first, &status, 0);
+  // Its payload (sleep 60) held the pipe: EOF well before 60 s means the server stopped it.
+  pollfd entry{out, POLLIN, 0};
+  ASSERT_EQ(poll(&entry, 1, 20'000), 1) << "the payload still runs after its client left";
+  char rest[16];
+  EXPECT_EQ(read(out, rest, sizeof rest), 0);
+  close(out);
+}
+
+}  // namespace
+}  // namespace rlm::test

@@ -1,0 +1,145 @@
+// Hostile or broken clients: an oversize frame, garbage, nesting too deep, a silent client, a
+// flood of connections, fds that are not streams. Each is refused or dropped, and the server goes
+// on serving everyone else.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+
+#include "../cli/cli_test_util.hpp"
+#include "server/wire.hpp"
+#include "server_fixture.hpp"
+
+namespace rlm::test {
+namespace {
+
+using nlohmann::json;
+using server::Clock;
+
+int connect_raw(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  return fd;
+}
+
+// The server's answer: a frame, or null when it closed the connection without one.
+json answer(int fd, std::chrono::seconds wait = std::chrono::seconds(30)) {
+  try {
+    auto frame = server::receive_frame(fd, Clock::now() + wait, std::chrono::seconds(10), 1u << 24);
+    return frame ? frame->message : json();
+  } catch (const Error&) {
+    return json();
+  }
+}
+
+void send_bytes(int fd, const std::string& bytes) {
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+}
+
+std::string header(std::uint32_t size) {
+  return {static_cast<char>(size >> 24), static_cast<char>(size >> 16),
+          static_cast<char>(size >> 8), static_cast<char>(size)};
+}
+
+class ServerWireTest : public SharedServerTest<ServerWireTest> {
+ public:
+  static std::vector<std::string> server_args() {
+    return {"--pool", "default=0", "--max-clients", "4"};
+  }
+  // The server still serves a normal run.
+  static void still_serves() {
+    auto outcome = cli({"run", "--server", server_->socket(), "--", "/bin/echo", "ok"});
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.err << server_->log();
+    EXPECT_EQ(outcome.out, "ok\n");
+  }
+};
+
+TEST_F(ServerWireTest, OversizeFrameIsRefusedBeforeItIsRead) {
+  common::UniqueFd fd(connect_raw(server_->socket()));
+  send_bytes(fd.get(), header(0x7FFFFFFF) + "{");
+  const json reply = answer(fd.get());
+  EXPECT_EQ(reply.value("op", ""), "error") << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("over the limit"), std::string::npos) << reply.dump();
+  still_serves();
+}
+
+TEST_F(ServerWireTest, GarbageAndDeepNestingAreRefused) {
+  for (const std::string& body :
+       {std::string("not json at all"), std::string(100, '[') + std::string(100, ']'),
+        std::string("[1,2,3]"), std::string("{\"no_op\":1}")}) {
+    common::UniqueFd fd(connect_raw(server_->socket()));
+    send_bytes(fd.get(), header(static_cast<std::uint32_t>(body.size())) + body);
+    const json reply = answer(fd.get());
+    EXPECT_EQ(reply.value("op", ""), "error") << body.substr(0, 20) << " -> " << reply.dump();
+  }
+  still_serves();
+}
+
+TEST_F(ServerWireTest, SilentClientIsDroppedAndOthersAreServedMeanwhile) {
+  common::UniqueFd silent(connect_raw(server_->socket()));
+  common::UniqueFd partial(connect_raw(server_->socket()));
+  send_bytes(partial.get(), header(100) + "{\"op\":");  // begins a frame and never ends it
+  still_serves();
+  // Both are closed by the server on its own (after its 5 s and 10 s deadlines).
+  EXPECT_EQ(answer(silent.get()).value("op", ""), "error");
+  EXPECT_EQ(answer(partial.get()).value("op", ""), "error");
+  char byte;
+  EXPECT_EQ(recv(silent.get(), &byte, 1, 0), 0) << "the silent connection is closed";
+}
+
+TEST_F(ServerWireTest, ConnectionsBeyondMaxClientsAreRefused) {
+  std::vector<common::UniqueFd> held;
+  for (int i = 0; i < 4; ++i) held.emplace_back(connect_raw(server_->socket()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // all four accepted
+  common::UniqueFd extra(connect_raw(server_->socket()));
+  const json reply = answer(extra.get());
+  EXPECT_EQ(reply.value("kind", ""), "unavailable") << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("maximum of 4"), std::string::npos);
+  held.clear();
+  // Once they are gone (their threads notice the hangup), a client is served again.
+  bool served = false;
+  for (int i = 0; i < 100 && !served; ++i) {
+    auto outcome = cli({"run", "--server", server_->socket(), "--", "/bin/true"});
+    served = outcome.exit_code == 0;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(served);
+}
+
+TEST_F(ServerWireTest, RunWithADirectoryAsStdioIsRefused) {
+  common::UniqueFd fd(connect_raw(server_->socket()));
+  common::UniqueFd directory(open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  common::UniqueFd path(open("/", O_PATH | O_CLOEXEC));
+  common::UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
+  const int fds[3] = {directory.get(), null.get(), path.get()};
+  server::send_frame(fd.get(),
+                     {{"op", "run"}, {"policy", "default"}, {"request", {{"argv", {"/bin/true"}}}}},
+                     Clock::now() + std::chrono::seconds(5), fds);
+  const json reply = answer(fd.get());
+  EXPECT_EQ(reply.value("kind", ""), "invalid") << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("stdin"), std::string::npos) << reply.dump();
+}
+
+TEST_F(ServerWireTest, RunWithoutItsFdsIsRefused) {
+  common::UniqueFd fd(connect_raw(server_->socket()));
+  server::send_frame(fd.get(),
+                     {{"op", "run"}, {"policy", "default"}, {"request", {{"argv", {"/bin/true"}}}}},
+                     Clock::now() + std::chrono::seconds(5));
+  const json reply = answer(fd.get());
+  EXPECT_EQ(reply.value("kind", ""), "invalid") << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("exactly 3 fds"), std::string::npos) << reply.dump();
+}
+
+TEST_F(ServerWireTest, HelloListsThePolicies) {
+  const json hello = ServerConnection(server_->socket()).hello();
+  EXPECT_EQ(hello["version"], 1);
+  EXPECT_EQ(hello["policies"], json::array({"default"}));
+}
+
+}  // namespace
+}  // namespace rlm::test

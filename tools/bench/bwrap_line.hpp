@@ -1,0 +1,22 @@
+// The bubblewrap command every benchmark compares against: the same sandbox shape as the default
+// policy's (every namespace unshared, /usr read-only, /proc, /dev, a private /tmp), running
+// /bin/true. One copy, so every figure's baseline is the same command.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rlm::bench {
+
+inline std::vector<std::string> bwrap_true(const std::string& bwrap) {
+  return {bwrap,       "--unshare-all", "--die-with-parent",
+          "--ro-bind", "/usr",          "/usr",
+          "--symlink", "usr/lib",       "/lib",
+          "--symlink", "usr/lib64",     "/lib64",
+          "--symlink", "usr/bin",       "/bin",
+          "--proc",    "/proc",         "--dev",
+          "/dev",      "--tmpfs",       "/tmp",
+          "/bin/true"};
+}
+
+}  // namespace rlm::bench

@@ -1,0 +1,237 @@
+// rlm-server-bench: what a run through `rlm-sandbox serve` costs, against bubblewrap and the
+// cold `rlm-sandbox run`, and how many runs two clients get through per second.
+//
+// It starts its own server (`serve --pool default=N` on a socket in a temp dir), then:
+//  1. latency: whole commands, fork+exec+wait each, interleaved round by round (the order
+//     rotating) so every column sees the same machine: `rlm-sandbox run --server S --policy
+//     default -- /bin/true`, rlm-bench's bubblewrap line, and the cold `rlm-sandbox run --policy
+//     default -- /bin/true`. Medians, p99.9/median and the ratios are printed.
+//  2. throughput: two client threads running the server command back to back, against two
+//     threads running bwrap: runs per second. "burst" starts with the pool full and ends when the
+//     pool's sandboxes are used; "sustained" runs for --seconds, refills included.
+// Build optimised (tools/build does, RelWithDebInfo) before believing any figure.
+//
+//   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--rlm-sandbox=PATH]
+//                    [--bwrap=PATH]
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bwrap_line.hpp"
+#include "rlm_sandbox/client.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Settings {
+  long samples = 300, warmup = 10, pool = 8;
+  double seconds = 10;
+  std::string rlm_sandbox, bwrap = "/usr/bin/bwrap";
+};
+
+// Runs argv to its end with stdio on /dev/null; its wall time in ms, or nullopt unless it exited 0.
+std::optional<double> time_command(const std::vector<std::string>& argv) {
+  std::vector<char*> words;
+  for (const auto& word : argv) words.push_back(const_cast<char*>(word.c_str()));
+  words.push_back(nullptr);
+  const auto begin = Clock::now();
+  const pid_t child = fork();
+  if (child == 0) {
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+    execv(words[0], words.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (child > 0 && waitpid(child, &status, 0) < 0) {
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+  if (child < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return ms;
+}
+
+// The value below which a fraction q of the samples lie (nearest rank).
+double rank_of(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto index = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::min(values.size(), std::max<std::size_t>(index, 1)) - 1];
+}
+
+struct Line {
+  std::string name;
+  std::vector<std::string> argv;
+  std::vector<double> ms;
+  long failed = 0;
+};
+
+// Two threads running `argv` back to back until `until` says stop; runs per second.
+double two_clients(const std::vector<std::string>& argv,
+                   const std::function<bool(long runs, Clock::time_point begin)>& until) {
+  std::atomic<long> runs{0}, failed{0};
+  const auto begin = Clock::now();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 2; ++i)
+    clients.emplace_back([&] {
+      while (!until(runs.load(), begin)) (time_command(argv) ? runs : failed).fetch_add(1);
+    });
+  for (auto& client : clients) client.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  if (failed) std::printf("  (%ld runs failed)\n", failed.load());
+  return static_cast<double>(runs.load()) / seconds;
+}
+
+// How many warm sandboxes the server's default pool has ready now.
+long ready_sandboxes(const std::string& socket) {
+  const auto hello = rlm::ServerConnection(socket).hello();
+  return hello.value("pools", nlohmann::json::object())
+      .value("default", nlohmann::json::object())
+      .value("ready_sandboxes", 0L);
+}
+
+bool wait_for_full_pool(const std::string& socket, long size) {
+  for (int i = 0; i < 600; ++i) {
+    try {
+      if (ready_sandboxes(socket) >= size) return true;
+    } catch (const rlm::Error&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+bool flag(const std::string& arg, const char* name, std::string& value) {
+  const std::string prefix = std::string(name) + "=";
+  if (arg.rfind(prefix, 0) != 0) return false;
+  value = arg.substr(prefix.size());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings;
+  settings.rlm_sandbox =
+      (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "rlm-sandbox").string();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string value;
+    if (flag(arg, "--samples", value))
+      settings.samples = std::max(1L, std::atol(value.c_str()));
+    else if (flag(arg, "--warmup", value))
+      settings.warmup = std::atol(value.c_str());
+    else if (flag(arg, "--pool", value))
+      settings.pool = std::max(1L, std::atol(value.c_str()));
+    else if (flag(arg, "--seconds", value))
+      settings.seconds = std::atof(value.c_str());
+    else if (flag(arg, "--rlm-sandbox", value))
+      settings.rlm_sandbox = value;
+    else if (flag(arg, "--bwrap", value))
+      settings.bwrap = value;
+    else {
+      std::printf(
+          "rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S]\n"
+          "                 [--rlm-sandbox=PATH] [--bwrap=PATH]\n");
+      return arg == "--help" || arg == "-h" ? 0 : 2;
+    }
+  }
+
+  char directory[] = "/tmp/rlm-server-bench-XXXXXX";
+  if (!mkdtemp(directory)) return 1;
+  const std::string socket = std::string(directory) + "/s.sock";
+  const pid_t server = fork();
+  if (server == 0) {
+    const std::string pool = "default=" + std::to_string(settings.pool);
+    execl(settings.rlm_sandbox.c_str(), settings.rlm_sandbox.c_str(), "serve", "--socket",
+          socket.c_str(), "--pool", pool.c_str(), nullptr);
+    _exit(127);
+  }
+  const auto stop_server = [&] {
+    kill(server, SIGTERM);
+    waitpid(server, nullptr, 0);
+    std::filesystem::remove_all(directory);
+  };
+  if (!wait_for_full_pool(socket, settings.pool)) {
+    std::fprintf(stderr, "rlm-server-bench: the server did not fill its pool\n");
+    stop_server();
+    return 1;
+  }
+
+  std::vector<Line> lines = {
+      {"rlm-sandbox run --server",
+       {settings.rlm_sandbox, "run", "--server", socket, "--policy", "default", "--", "/bin/true"},
+       {},
+       0},
+      {"bwrap", rlm::bench::bwrap_true(settings.bwrap), {}, 0},
+      {"rlm-sandbox run (cold)",
+       {settings.rlm_sandbox, "run", "--policy", "default", "--", "/bin/true"},
+       {},
+       0},
+  };
+  for (long round = 0; round < settings.warmup + settings.samples; ++round)
+    for (std::size_t k = 0; k < lines.size(); ++k) {
+      Line& line = lines[(static_cast<std::size_t>(round) + k) % lines.size()];
+      const auto ms = time_command(line.argv);
+      if (round < settings.warmup) continue;
+      if (ms)
+        line.ms.push_back(*ms);
+      else
+        ++line.failed;
+    }
+
+  double load[3] = {};
+  getloadavg(load, 3);
+  std::printf("rlm-server-bench: %u CPUs, load %.2f %.2f %.2f; server pool default=%ld\n\n",
+              std::thread::hardware_concurrency(), load[0], load[1], load[2], settings.pool);
+  std::printf("  %-28s %8s %8s %8s %11s %7s %5s\n", "milliseconds", "median", "p99", "p99.9",
+              "p99.9/med", "samples", "fail");
+  for (const auto& line : lines) {
+    const double median = rank_of(line.ms, 0.5);
+    std::printf("  %-28s %8.2f %8.2f %8.2f %11.2f %7zu %5ld\n", line.name.c_str(), median,
+                rank_of(line.ms, 0.99), rank_of(line.ms, 0.999),
+                median > 0 ? rank_of(line.ms, 0.999) / median : 0.0, line.ms.size(), line.failed);
+  }
+  const double served = rank_of(lines[0].ms, 0.5), bwrap = rank_of(lines[1].ms, 0.5),
+               cold = rank_of(lines[2].ms, 0.5);
+  if (bwrap > 0) {
+    std::printf("\n  server / bwrap median: %.2f  (target <= 0.50: %s)\n", served / bwrap,
+                served / bwrap <= 0.5 ? "met" : "NOT met");
+    std::printf("  cold / bwrap median:   %.2f\n", cold / bwrap);
+  }
+
+  // Throughput: burst from a full pool, then sustained.
+  std::printf("\n  two clients in parallel, runs per second:\n");
+  wait_for_full_pool(socket, settings.pool);
+  const long burst_runs = settings.pool;
+  const double burst =
+      two_clients(lines[0].argv, [&](long runs, Clock::time_point) { return runs >= burst_runs; });
+  const auto for_seconds = [&](long, Clock::time_point begin) {
+    return std::chrono::duration<double>(Clock::now() - begin).count() >= settings.seconds;
+  };
+  const double sustained = two_clients(lines[0].argv, for_seconds);
+  const double bwraps = two_clients(lines[1].argv, for_seconds);
+  std::printf("  %-40s %8.1f\n",
+              ("server, burst (" + std::to_string(burst_runs) + " runs from a full pool)").c_str(),
+              burst);
+  std::printf("  %-40s %8.1f\n", "server, sustained (refills included)", sustained);
+  std::printf("  %-40s %8.1f\n", "bwrap", bwraps);
+  if (bwraps > 0)
+    std::printf("  server / bwrap runs per second: burst %.2f, sustained %.2f  (target >= 3)\n",
+                burst / bwraps, sustained / bwraps);
+  stop_server();
+  return 0;
+}

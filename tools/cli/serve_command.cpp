@@ -1,0 +1,196 @@
+// `rlm-sandbox serve`: pools of warm sandboxes behind a unix socket (docs/pools-and-server.md).
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/server.hpp"
+#include "rlm_sandbox/units.hpp"
+
+namespace po = boost::program_options;
+
+namespace rlm::cli {
+namespace {
+
+constexpr const char* kUsage =
+    R"(usage: rlm-sandbox serve --socket PATH [--pool POLICY=N]... [OPTIONS]
+
+Keeps sandboxes built ahead of time (namespaces, root filesystem, cgroup, seccomp filter in place)
+for each offered policy, and serves them over a unix socket to `rlm-sandbox run --server PATH`,
+`rlm-sandbox repl --server PATH`, the C++ client (rlm_sandbox/client.hpp) and the Python client.
+Each sandbox is used once and destroyed; the pool refills in the background.
+
+The server is a privilege boundary. A connecting process is identified by the kernel (its uid and
+groups, SO_PEERCRED) and served only when it runs as the server's own uid or is allowed by
+--allow-uid / --allow-gid. A client may use only the policies offered here, may only tighten them
+(lower limits, fewer mounts, read-only binds, more seccomp denials), and may bind only host
+directories --permit-bind grants its uid. Every refusal is an error frame the client prints
+(`run --server` exits 125 and never runs elsewhere).
+
+The server needs what the namespace backend needs for its policies: as root, cgroups for every
+limit; otherwise, a delegated cgroup v2 subtree (see `rlm-sandbox health`). Stop it with SIGTERM
+or SIGINT: every run and session it holds is stopped and the socket file removed. Killed with
+SIGKILL, it leaves no sandbox behind (they die with it), and a restart replaces the stale socket.
+Under systemd, socket activation (LISTEN_FDS) replaces --socket: packaging/systemd/.
+)";
+
+constexpr const char* kExamples = R"(
+examples:
+  rlm-sandbox serve --socket /run/rlm-sandbox.sock --pool default=4 --allow-uid 1000
+  rlm-sandbox serve --socket /tmp/s.sock --pool default=8 --session-pool python-repl=2 \
+      --allow-gid 100 --permit-bind 1000:/srv/data --permit-bind 1000:/home/ci/out:rw
+  rlm-sandbox serve --config /etc/rlm-sandbox/server.json
+then:
+  rlm-sandbox run --server /run/rlm-sandbox.sock --policy default -- /bin/true
+  RLM_SANDBOX_SERVER=/run/rlm-sandbox.sock rlm-sandbox repl --policy python-repl --lm echo
+)";
+
+// `text` as a whole number in `base`, at most `max`; throws Error naming `flag` otherwise.
+unsigned long whole_number(const std::string& flag, const std::string& text, unsigned long max,
+                           int base = 10) {
+  std::size_t used = 0;
+  unsigned long value = 0;
+  try {
+    value = std::stoul(text, &used, base);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || value > max)
+    throw Error(flag + ": expected a whole number" + (base == 8 ? " in octal" : "") +
+                " from 0 to " + std::to_string(max) + ", not '" + text + "'");
+  return value;
+}
+
+// POLICY=N (the last '=' splits, so a policy path may hold one).
+std::pair<std::string, std::size_t> pool_flag(const std::string& flag, const std::string& value) {
+  const auto equals = value.rfind('=');
+  if (equals == std::string::npos || equals == 0)
+    throw Error(flag + " " + value + ": expected POLICY=N, e.g. default=4");
+  return {value.substr(0, equals),
+          whole_number(flag + " " + value, value.substr(equals + 1), 1024)};
+}
+
+std::uint32_t id_flag(const std::string& flag, const std::string& text) {
+  return static_cast<std::uint32_t>(whole_number(flag + " " + text, text, 0xFFFFFFFEul));
+}
+
+// UID:DIR[:rw]
+std::pair<uid_t, PermittedBind> permit_bind_flag(const std::string& value) {
+  const std::string flag = "--permit-bind " + value;
+  const auto colon = value.find(':');
+  if (colon == std::string::npos) throw Error(flag + ": expected UID:DIR[:rw]");
+  PermittedBind bind;
+  bind.beneath = value.substr(colon + 1);
+  if (bind.beneath.size() > 3 && bind.beneath.compare(bind.beneath.size() - 3, 3, ":rw") == 0) {
+    bind.writable = true;
+    bind.beneath.resize(bind.beneath.size() - 3);
+  } else if (bind.beneath.size() > 3 &&
+             bind.beneath.compare(bind.beneath.size() - 3, 3, ":ro") == 0) {
+    bind.beneath.resize(bind.beneath.size() - 3);
+  }
+  if (bind.beneath.empty() || bind.beneath.front() != '/')
+    throw Error(flag + ": the directory must be an absolute host path");
+  return {id_flag("--permit-bind", value.substr(0, colon)), bind};
+}
+
+OfferedPolicy& offer(ServerConfig& config, const std::string& name) {
+  for (auto& offered : config.policies)
+    if (offered.name == name) return offered;
+  config.policies.push_back(OfferedPolicy{name, "", 0, 0});
+  return config.policies.back();
+}
+
+}  // namespace
+
+int serve_command(const std::vector<std::string>& args) {
+  po::options_description options("options");
+  options.add_options()             //
+      ("help,h", "show this help")  //
+      ("socket,s", po::value<std::string>(),
+       "PATH of the unix socket to listen on (a stale socket nobody listens on is replaced)")  //
+      ("socket-mode", po::value<std::string>(),
+       "permissions of the socket file, octal (default 0660); peers are checked anyway")  //
+      ("pool", po::value<std::vector<std::string>>()->composing(),
+       "POLICY=N: offer POLICY (shipped name or server-side file) with N warm sandboxes")  //
+      ("session-pool", po::value<std::vector<std::string>>()->composing(),
+       "POLICY=N: offer POLICY with N warm REPL sessions")  //
+      ("allow-uid", po::value<std::vector<std::string>>()->composing(),
+       "U: let processes of uid U connect (repeatable; the server's own uid always may)")  //
+      ("allow-gid", po::value<std::vector<std::string>>()->composing(),
+       "G: let processes in group G (primary or supplementary) connect (repeatable)")  //
+      ("permit-bind", po::value<std::vector<std::string>>()->composing(),
+       "UID:DIR[:rw]: uid UID may bind host paths beneath DIR, read-only unless :rw")       //
+      ("config", po::value<std::string>(), "a JSON configuration file (flags add to it)")   //
+      ("max-clients", po::value<std::string>(), "connections served at once (default 64)")  //
+      ("max-context", po::value<std::string>(), "largest session context (default 1G)");
+
+  auto values = parse_options(args, options, "serve");
+  if (values.count("help")) {
+    std::cout << kUsage << "\n" << options << kExamples;
+    return 0;
+  }
+  ServerConfig config;
+  if (values.count("config")) config = load_server_config(values["config"].as<std::string>());
+  if (values.count("socket")) config.socket_path = values["socket"].as<std::string>();
+  if (values.count("socket-mode"))
+    config.socket_mode = static_cast<mode_t>(
+        whole_number("--socket-mode", values["socket-mode"].as<std::string>(), 0777, /*base=*/8));
+  const auto each = [&](const char* name, auto&& apply) {
+    if (values.count(name))
+      for (const auto& value : values[name].as<std::vector<std::string>>()) apply(value);
+  };
+  each("pool", [&](const std::string& v) {
+    auto [name, count] = pool_flag("--pool", v);
+    offer(config, name).sandboxes = count;
+  });
+  each("session-pool", [&](const std::string& v) {
+    auto [name, count] = pool_flag("--session-pool", v);
+    offer(config, name).sessions = count;
+  });
+  each("allow-uid",
+       [&](const std::string& v) { config.allow_uids.push_back(id_flag("--allow-uid", v)); });
+  each("allow-gid",
+       [&](const std::string& v) { config.allow_gids.push_back(id_flag("--allow-gid", v)); });
+  each("permit-bind", [&](const std::string& v) {
+    auto [uid, bind] = permit_bind_flag(v);
+    config.permitted_binds[uid].push_back(bind);
+  });
+  if (values.count("max-clients"))
+    config.max_clients = count_flag("--max-clients", values["max-clients"].as<std::string>());
+  if (values.count("max-context"))
+    config.max_context_bytes = size_flag("--max-context", values["max-context"].as<std::string>());
+  config.listen_fd = systemd_listen_fd();
+  if (config.listen_fd < 0 && config.socket_path.empty())
+    throw UsageError("no socket: give --socket PATH (or start it by systemd socket activation)",
+                     "serve");
+
+  // SIGTERM and SIGINT end serve() through a signalfd; blocked before any thread starts, so
+  // every thread (the pools' included) leaves them to it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const int stop_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (stop_fd < 0) throw Error("signalfd failed");
+
+  Server server(std::move(config));
+  std::string offered;
+  for (const auto& policy : server.config().policies)
+    offered += (offered.empty() ? "" : ", ") + policy.name + " (" +
+               std::to_string(policy.sandboxes) + " warm sandboxes, " +
+               std::to_string(policy.sessions) + " warm sessions)";
+  std::cerr << "rlm-sandbox serve: listening on "
+            << (server.config().socket_path.empty() ? "the socket systemd passed"
+                                                    : server.config().socket_path)
+            << "; offering " << offered << std::endl;
+  server.serve(stop_fd);
+  close(stop_fd);
+  return 0;
+}
+
+}  // namespace rlm::cli
