@@ -94,10 +94,7 @@ class Loop {
         {stdin_.write_fd(), POLLOUT, 0},
         {stdin_.read_fd(), POLLIN, 0},
         {process_.pidfd.get(), POLLIN, 0},
-        // With a pidfd, the report is read once init is gone (finish()): init writes it just
-        // before it exits, and waking for it would only mean waking once more for the exit. A
-        // report is one short line, far below a pipe's capacity, so init never waits on us.
-        {process_.pidfd ? -1 : process_.report_pipe.get(), POLLIN, 0},
+        {process_.report_pipe.get(), POLLIN, 0},
         {result_.stop == StopReason::none ? options_.stop_fd : -1, POLLIN, 0},
     };
     if (poll(fds, kSlots, timeout) < 0) return;  // EINTR: go round again

@@ -428,7 +428,8 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   const bool init_exiting = s.process.pid > 0;
   probe_target->detach();
   if (s.exec_pending) {
-    // Init is reaped: a child that failed before its exec said why on the error pipe.
+    // A child that failed before its exec said why on the error pipe (it is reaped then: with no
+    // report, supervision waited for its exit); after the exec the pipe reads EOF.
     if (auto failure = read_setup_failure(p.errors.read.get())) {
       if (p.cgroup) p.cgroup->kill_all();
       return run.setup_failed(*failure);
