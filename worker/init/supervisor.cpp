@@ -205,6 +205,10 @@ void Supervisor::signal_tree(int signal) {
 }
 
 void Supervisor::kill_everything() {
+  // No child at all means no descendant at all: init is the subreaper, so every process the
+  // payload left behind is init's child by the time its parent is reaped. That skips the sweep
+  // in the common case -- outside a PID namespace a walk over every /proc/PID/stat of the host.
+  if (!reap_exited()) return;
   for (;;) {
     signal_tree(SIGKILL);
     if (!reap_exited()) return;
