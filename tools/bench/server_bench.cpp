@@ -6,9 +6,15 @@
 //     rotating) so every column sees the same machine: `rlm-sandbox run --server S --policy
 //     default -- /bin/true`, rlm-bench's bubblewrap line, and the cold `rlm-sandbox run --policy
 //     default -- /bin/true`. Medians, p99.9/median and the ratios are printed.
-//  2. throughput: two client threads running the server command back to back, against two
-//     threads running bwrap: runs per second. "burst" starts with the pool full and ends when the
-//     pool's sandboxes are used; "sustained" runs for --seconds, refills included.
+//     A run through the server also times the library's client (rlm::ServerConnection::run in
+//     this process: what an orchestrator that keeps running pays, with no CLI exec per run).
+//     After each sample through the server the bench waits, untimed, until the pool is full
+//     again, so a refill never runs beside another column's sample (the pool's promise is a
+//     sandbox ready before the request; what refills cost shows in "sustained" below).
+//  2. throughput: two client threads running back to back, against two threads running bwrap:
+//     runs per second. "burst" starts with the pool full and ends when the pool's sandboxes are
+//     used; "sustained" runs for --seconds, refills included. Clients are the CLI (an exec per
+//     run) and the library (a connection per run).
 // Build optimised (tools/build does, RelWithDebInfo) before believing any figure.
 //
 //   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--rlm-sandbox=PATH]
@@ -72,22 +78,38 @@ double rank_of(std::vector<double> values, double q) {
   return values[std::min(values.size(), std::max<std::size_t>(index, 1)) - 1];
 }
 
+// One run of /bin/true through the server by the library's client; its wall time in ms, or
+// nullopt unless it ended ok.
+std::optional<double> time_library_run(const std::string& socket) {
+  rlm::Request request;
+  request.argv = {"/bin/true"};
+  const auto begin = Clock::now();
+  try {
+    const auto result = rlm::ServerConnection(socket).run(request, "default");
+    if (result.status != rlm::Status::ok) return std::nullopt;
+  } catch (const rlm::Error&) {
+    return std::nullopt;
+  }
+  return std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+}
+
 struct Line {
   std::string name;
-  std::vector<std::string> argv;
+  std::vector<std::string> argv;  // empty: the library's client
   std::vector<double> ms;
   long failed = 0;
+  bool through_server = false;
 };
 
-// Two threads running `argv` back to back until `until` says stop; runs per second.
-double two_clients(const std::vector<std::string>& argv,
+// Two threads running `one_run` back to back until `until` says stop; runs per second.
+double two_clients(const std::function<std::optional<double>()>& one_run,
                    const std::function<bool(long runs, Clock::time_point begin)>& until) {
   std::atomic<long> runs{0}, failed{0};
   const auto begin = Clock::now();
   std::vector<std::thread> clients;
   for (int i = 0; i < 2; ++i)
     clients.emplace_back([&] {
-      while (!until(runs.load(), begin)) (time_command(argv) ? runs : failed).fetch_add(1);
+      while (!until(runs.load(), begin)) (one_run() ? runs : failed).fetch_add(1);
     });
   for (auto& client : clients) client.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
@@ -175,17 +197,21 @@ int main(int argc, char** argv) {
       {"rlm-sandbox run --server",
        {settings.rlm_sandbox, "run", "--server", socket, "--policy", "default", "--", "/bin/true"},
        {},
-       0},
-      {"bwrap", rlm::bench::bwrap_true(settings.bwrap), {}, 0},
+       0,
+       true},
+      {"bwrap", rlm::bench::bwrap_true(settings.bwrap), {}, 0, false},
       {"rlm-sandbox run (cold)",
        {settings.rlm_sandbox, "run", "--policy", "default", "--", "/bin/true"},
        {},
-       0},
+       0,
+       false},
+      {"library client via server", {}, {}, 0, true},
   };
   for (long round = 0; round < settings.warmup + settings.samples; ++round)
     for (std::size_t k = 0; k < lines.size(); ++k) {
       Line& line = lines[(static_cast<std::size_t>(round) + k) % lines.size()];
-      const auto ms = time_command(line.argv);
+      const auto ms = line.argv.empty() ? time_library_run(socket) : time_command(line.argv);
+      if (line.through_server) wait_for_full_pool(socket, settings.pool);
       if (round < settings.warmup) continue;
       if (ms)
         line.ms.push_back(*ms);
@@ -206,32 +232,50 @@ int main(int argc, char** argv) {
                 median > 0 ? rank_of(line.ms, 0.999) / median : 0.0, line.ms.size(), line.failed);
   }
   const double served = rank_of(lines[0].ms, 0.5), bwrap = rank_of(lines[1].ms, 0.5),
-               cold = rank_of(lines[2].ms, 0.5);
+               cold = rank_of(lines[2].ms, 0.5), library_median = rank_of(lines[3].ms, 0.5);
   if (bwrap > 0) {
     std::printf("\n  server / bwrap median: %.2f  (target <= 0.50: %s)\n", served / bwrap,
                 served / bwrap <= 0.5 ? "met" : "NOT met");
-    std::printf("  cold / bwrap median:   %.2f\n", cold / bwrap);
+    std::printf("  library client via server / bwrap median: %.2f\n", library_median / bwrap);
+    std::printf("  cold / bwrap median:   %.2f  (target <= 1.00: %s)\n", cold / bwrap,
+                cold / bwrap <= 1.0 ? "met" : "NOT met");
   }
 
   // Throughput: burst from a full pool, then sustained.
   std::printf("\n  two clients in parallel, runs per second:\n");
   wait_for_full_pool(socket, settings.pool);
   const long burst_runs = settings.pool;
-  const double burst =
-      two_clients(lines[0].argv, [&](long runs, Clock::time_point) { return runs >= burst_runs; });
+  const auto burst_until = [&](long runs, Clock::time_point) { return runs >= burst_runs; };
   const auto for_seconds = [&](long, Clock::time_point begin) {
     return std::chrono::duration<double>(Clock::now() - begin).count() >= settings.seconds;
   };
-  const double sustained = two_clients(lines[0].argv, for_seconds);
-  const double bwraps = two_clients(lines[1].argv, for_seconds);
-  std::printf("  %-40s %8.1f\n",
-              ("server, burst (" + std::to_string(burst_runs) + " runs from a full pool)").c_str(),
-              burst);
-  std::printf("  %-40s %8.1f\n", "server, sustained (refills included)", sustained);
-  std::printf("  %-40s %8.1f\n", "bwrap", bwraps);
-  if (bwraps > 0)
-    std::printf("  server / bwrap runs per second: burst %.2f, sustained %.2f  (target >= 3)\n",
-                burst / bwraps, sustained / bwraps);
+  const auto cli = [&] { return time_command(lines[0].argv); };
+  const auto library = [&] { return time_library_run(socket); };
+  const auto bwrap_run = [&] { return time_command(lines[1].argv); };
+  const double cli_burst = two_clients(cli, burst_until);
+  wait_for_full_pool(socket, settings.pool);
+  const double library_burst = two_clients(library, burst_until);
+  wait_for_full_pool(socket, settings.pool);
+  const double cli_sustained = two_clients(cli, for_seconds);
+  wait_for_full_pool(socket, settings.pool);
+  const double library_sustained = two_clients(library, for_seconds);
+  const double bwraps = two_clients(bwrap_run, for_seconds);
+  const std::string burst_name = " burst (" + std::to_string(burst_runs) + " runs, pool full)";
+  std::printf("  %-48s %8.1f\n", ("CLI clients," + burst_name).c_str(), cli_burst);
+  std::printf("  %-48s %8.1f\n", ("library clients," + burst_name).c_str(), library_burst);
+  std::printf("  %-48s %8.1f\n", "CLI clients, sustained (refills included)", cli_sustained);
+  std::printf("  %-48s %8.1f\n", "library clients, sustained (refills included)",
+              library_sustained);
+  std::printf("  %-48s %8.1f\n", "bwrap", bwraps);
+  if (bwraps > 0) {
+    std::printf("  CLI clients / bwrap runs per second: burst %.2f, sustained %.2f\n",
+                cli_burst / bwraps, cli_sustained / bwraps);
+    std::printf(
+        "  library clients / bwrap runs per second: burst %.2f (target >= 3: %s), "
+        "sustained %.2f\n",
+        library_burst / bwraps, library_burst / bwraps >= 3 ? "met" : "NOT met",
+        library_sustained / bwraps);
+  }
   stop_server();
   return 0;
 }
