@@ -10,6 +10,10 @@ Inside the sandbox every cell sees ``context``, ``llm_query(prompt, model=None)`
 ``SHOW_VARS()``; variables persist from cell to cell, and a cell that times out or hits a limit
 is rolled back to the state before it.
 
+With a server (``rlm-sandbox serve``): ``RlmSandbox(server=PATH)`` (or ``$RLM_SANDBOX_SERVER``)
+opens the session from the server's warm sessions over its socket, with no process started
+here; ``Server(PATH).run(["cmd", ...])`` runs a command there and returns a :class:`RunResult`.
+
 A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
 
     import re
@@ -37,10 +41,6 @@ A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
                                      f"[{cell.status}]\n{cell.stdout[-4000:]}"
                                      f"{cell.error or ''}"})
         return None
-
-With a server (``rlm-sandbox serve``): ``RlmSandbox(server=PATH)`` (or ``$RLM_SANDBOX_SERVER``)
-opens the session from the server's warm sessions over its socket, with no process started
-here; ``Server(PATH).run(["cmd", ...])`` runs a command there and returns a :class:`RunResult`.
 
 Start-up: the process is started in ``__init__``, which returns once the sandbox is up (or
 raises :class:`RlmSandboxError` with the CLI's own message). ``rlm-sandbox repl`` opens the

@@ -175,8 +175,9 @@ TEST(InitAwait, TheMessageSaysWhatRunsWhereAndWithWhat) {
 
   AwaitingInit init;
   common::PayloadMessage message;
+  // /dev/fd/N rather than sh's <&N: dash takes only one-digit fds there.
   message.argv = {"sh", "-c",
-                  "pwd; echo $ONLY; env | grep -c . ; ulimit -Sn; cat; cat <&" +
+                  "pwd; echo $ONLY; env | grep -c . ; ulimit -Sn; cat; cat /dev/fd/" +
                       std::to_string(extra[0]) + "; echo to-err >&2; exit 5"};
   message.environment = {"ONLY=this", "PATH=/usr/bin:/bin"};
   message.workdir = dir.path();

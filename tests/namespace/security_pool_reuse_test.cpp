@@ -12,7 +12,8 @@ namespace {
 // Leaves everything it can behind: a file in /tmp, a detached process whose command line holds
 // the token, its own environment variable (given by the request), and a pids limit below the
 // policy's (the request's tightened policy, written to the run's cgroup), which it proves is in
-// force by forking until the limit stops it.
+// force by forking until the limit stops it; then it waits, printed and flushed, for the runtime,
+// which stops a sandbox that has hit its process limit (so the run always ends pids_limit).
 std::string leaving_script(const std::string& token) {
   return "import os, subprocess, time\n"
          "open('/tmp/leak-" +
@@ -31,7 +32,8 @@ std::string leaving_script(const std::string& token) {
          "except OSError:\n"
          "    pass\n"
          "print('forked', forked)\n"
-         "print('env', os.environ.get('RLM_LEAK', ''))\n";
+         "print('env', os.environ.get('RLM_LEAK', ''), flush=True)\n"
+         "time.sleep(30)\n";  // the runtime stops it at the limit it hit (wall time: 10 s)
 }
 
 // Looks for each of them. The token is spelled backwards in the script, so this process's own
