@@ -30,6 +30,11 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{2000};
 
+// While runs keep arriving the refill holds back (building a sandbox takes the CPU a run's
+// payload needs), until the pool is down to a quarter of its size or no run has been taken for
+// this long: a burst is served from what was built before it, and the refill catches up after.
+constexpr std::chrono::milliseconds kRefillQuiet{15};
+
 // What a warm sandbox was built from, besides the limits: the policy's JSON without them (and
 // without its name and description, which build nothing).
 nlohmann::json shape_of(const Policy& policy) {
@@ -74,6 +79,7 @@ struct Pool::State {
   std::deque<std::unique_ptr<ns::WarmSandbox>> ready;
   std::vector<std::unique_ptr<ns::WarmSandbox>> used;  // destroyed by the refill thread
   bool stopping = false;
+  Clock::time_point last_take{};  // when a run last took a sandbox
   std::thread refill;
 
   std::atomic<std::uint64_t> warm_runs{0}, cold_runs{0};
@@ -88,6 +94,11 @@ void Pool::State::refill_loop() {
   auto backoff = kFirstBackoff;
   std::unique_lock lock(mutex);
   while (!stopping) {
+    const auto since_take = Clock::now() - last_take;
+    if (since_take < kRefillQuiet && ready.size() > options.sandboxes / 4) {
+      wake.wait_for(lock, kRefillQuiet - since_take, [this] { return stopping; });
+      continue;
+    }
     if (!used.empty()) {
       // Off the callers' path: killing what is left and removing the cgroup waits on the kernel.
       auto batch = std::move(used);
@@ -128,6 +139,7 @@ std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
       if (ready.empty()) return nullptr;
       sandbox = std::move(ready.front());
       ready.pop_front();
+      last_take = Clock::now();
     }
     if (sandbox->waiting()) break;
     give_back_used(std::move(sandbox));  // its init was killed while it waited: the next one
