@@ -82,23 +82,35 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text) {
   return mounts;
 }
 
-int send_fd(int socket, int fd) noexcept {
-  char byte = 0;
-  iovec data{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
-  ssize_t sent;
-  while ((sent = ::sendmsg(socket, &message, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+long send_with_fds(int socket, std::string_view data, std::span<const int> fds,
+                   int flags) noexcept {
+  if (fds.size() > kMaxSentFds) {
+    errno = EINVAL;
+    return -1;
   }
+  iovec io{const_cast<char*>(data.data()), data.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSentFds)] = {};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  if (!fds.empty()) {
+    message.msg_control = control;
+    message.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t sent;
+  while ((sent = ::sendmsg(socket, &message, MSG_NOSIGNAL | flags)) < 0 && errno == EINTR) {
+  }
+  return sent;
+}
+
+int send_fd(int socket, int fd) noexcept {
+  const char byte = 0;
+  const long sent = send_with_fds(socket, {&byte, 1}, {&fd, 1});
   return sent == 1 ? 0 : (sent < 0 ? errno : EIO);
 }
 

@@ -258,26 +258,15 @@ void send_payload_message(int socket, const PayloadMessage& message,
 
   std::size_t sent = 0;
   while (sent < bytes.size()) {
-    iovec io{const_cast<char*>(bytes.data() + sent), bytes.size() - sent};
-    msghdr header{};
-    header.msg_iov = &io;
-    header.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (3 + protocol::kPayloadMaxInherited))];
-    if (sent == 0 && !fds.empty()) {
-      header.msg_control = control;
-      header.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* rights = CMSG_FIRSTHDR(&header);
-      rights->cmsg_level = SOL_SOCKET;
-      rights->cmsg_type = SCM_RIGHTS;
-      rights->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(rights), fds.data(), sizeof(int) * fds.size());
-    }
-    const ssize_t count = sendmsg(socket, &header, MSG_NOSIGNAL | MSG_DONTWAIT);
+    // The fds ride on the first bytes only.
+    const std::span<const int> attached =
+        sent == 0 ? std::span<const int>(fds) : std::span<const int>();
+    const long count =
+        sys::send_with_fds(socket, std::string_view(bytes).substr(sent), attached, MSG_DONTWAIT);
     if (count > 0) {
       sent += static_cast<std::size_t>(count);
       continue;
     }
-    if (count < 0 && errno == EINTR) continue;
     if (count < 0 && errno == EAGAIN) {
       pollfd room{socket, POLLOUT, 0};
       const int ready = poll(&room, 1, sys::poll_timeout_ms(deadline));

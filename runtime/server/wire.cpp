@@ -46,26 +46,8 @@ std::string encode(const json& message) {
 
 // One sendmsg of `data` (fds attached when given); the bytes sent, or -1 with errno.
 ssize_t send_some(int socket, std::string_view data, std::span<const int> fds) {
-  iovec io{const_cast<char*>(data.data()), data.size()};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * kMaxFrameFds)> control{};
-  if (!fds.empty()) {
-    if (fds.size() > kMaxFrameFds) throw WireError("too many fds for one frame");
-    message.msg_control = control.data();
-    message.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * fds.size());
-  }
-  for (;;) {
-    const ssize_t sent = sendmsg(socket, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (sent < 0 && errno == EINTR) continue;
-    return sent;
-  }
+  if (fds.size() > kMaxFrameFds) throw WireError("too many fds for one frame");
+  return sys::send_with_fds(socket, data, fds, MSG_DONTWAIT);
 }
 
 std::uint32_t frame_length(const char* header) {

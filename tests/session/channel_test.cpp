@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -325,3 +326,34 @@ TEST_F(ChannelTest, APeerGoneIsReportedBySendAndReceive) {
 
 }  // namespace
 }  // namespace rlm::session
+
+// The one sender of fds with bytes (the channel, the server's frames and init's payload message
+// all use it): every fd arrives on the first bytes, and more than it can carry is refused whole.
+TEST(SysFds, SendWithFdsCarriesItsFdsOnTheBytesAndRefusesTooMany) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  const int sent_fds[3] = {0, 1, 2};
+  ASSERT_EQ(rlm::sys::send_with_fds(pair[0], "abc", sent_fds), 3);
+  char data[8] = {};
+  int fds[4] = {-1, -1, -1, -1};
+  const auto received =
+      rlm::sys::receive_with_fds(pair[1], std::span<char>(data, sizeof data), fds);
+  ASSERT_EQ(received.bytes, 3);
+  ASSERT_EQ(received.fds, 3u);
+  EXPECT_EQ(std::string(data, 3), "abc");
+  for (int i = 0; i < 3; ++i) {
+    struct stat ours {
+    }, theirs{};
+    ASSERT_EQ(fstat(sent_fds[i], &ours), 0);
+    ASSERT_EQ(fstat(fds[i], &theirs), 0);
+    EXPECT_EQ(ours.st_ino, theirs.st_ino);
+    EXPECT_EQ(ours.st_dev, theirs.st_dev);
+    close(fds[i]);
+  }
+  const std::vector<int> too_many(rlm::sys::kMaxSentFds + 1, 0);
+  errno = 0;
+  EXPECT_EQ(rlm::sys::send_with_fds(pair[0], "x", too_many), -1);
+  EXPECT_EQ(errno, EINVAL);
+  close(pair[0]);
+  close(pair[1]);
+}

@@ -37,6 +37,13 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text);
 // Undoes mountinfo's octal escapes (\040 space, \011 tab, \012 newline, \134 backslash).
 std::string unescape_mountinfo(std::string_view field);
 
+// One sendmsg(2) of `data` with `fds` attached (SCM_RIGHTS; at most kMaxSentFds, more is EINVAL),
+// `flags` added to MSG_NOSIGNAL, EINTR retried: the bytes sent, or -1 with errno set.
+// Async-signal-safe.
+inline constexpr std::size_t kMaxSentFds = 16;
+long send_with_fds(int socket, std::string_view data, std::span<const int> fds,
+                   int flags = 0) noexcept;
+
 // Sends one byte carrying `fd` over a unix socket. 0, or the errno. Async-signal-safe.
 int send_fd(int socket, int fd) noexcept;
 
