@@ -149,7 +149,7 @@ class Reader {
     std::string_view raw;
     if (!u32(n) || !valid_program(n) || !bytes(n, raw)) return false;
     out.resize(n / sizeof(sock_filter));
-    std::memcpy(out.data(), raw.data(), n);
+    if (n != 0) std::memcpy(out.data(), raw.data(), n);  // an empty program has no data() to copy
     return true;
   }
   bool done() const { return data_.empty(); }
