@@ -314,7 +314,12 @@ class ServerSession:
                  policy: str = "python-repl", *, context: Any = None,
                  context_file: Optional[Union[str, os.PathLike]] = None,
                  context_json: bool = False, on_llm_query: Optional[LlmCallback] = None,
-                 max_llm_workers: int = 8, timeout: Optional[Union[int, float, str]] = None,
+                 on_rlm_query: Optional[LlmCallback] = None,
+                 tools: Optional[Dict[str, Any]] = None, echo: bool = True,
+                 llm_timeout: Optional[Union[int, float, str]] = None,
+                 llm_budget: Optional[int] = None, llm_concurrency: Optional[int] = None,
+                 max_llm_workers: Optional[int] = None,
+                 timeout: Optional[Union[int, float, str]] = None,
                  memory: Optional[Union[int, str]] = None,
                  overrides: Optional[Dict[str, Any]] = None,
                  lifetime: Optional[float] = None) -> None:
@@ -322,7 +327,14 @@ class ServerSession:
         self._closed = False
         self._close_result: Dict[str, Any] = {}
         self._lock = threading.RLock()
-        self._workers = max(1, int(max_llm_workers))
+        unsupported = [name for name, given in (
+            ("on_rlm_query", on_rlm_query is not None), ("tools", bool(tools)),
+            ("echo", not echo), ("llm_timeout", llm_timeout is not None),
+            ("llm_budget", llm_budget is not None),
+            ("llm_concurrency", llm_concurrency is not None)) if given]
+        if unsupported:
+            raise ValueError(f"{', '.join(unsupported)}: not supported through a server")
+        self._workers = max(1, int(max_llm_workers or 16))
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.on_llm_query = on_llm_query
         self.server = server if isinstance(server, Server) else Server(server)
@@ -370,8 +382,11 @@ class ServerSession:
         return self._wire is not None and not self._closed
 
     def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
-                timeout: Optional[float] = None) -> CellResult:
+                timeout: Optional[float] = None, *, locals: bool = False,
+                fetch: Optional[str] = None) -> CellResult:
         """Runs one cell and returns its result (RlmSandbox.execute)."""
+        if locals or fetch is not None:
+            raise ValueError("locals and fetch: not supported through a server")
         request: Dict[str, Any] = {"op": "execute", "code": code}
         if timeout is not None:
             request["timeout_ms"] = _milliseconds(timeout, "timeout")

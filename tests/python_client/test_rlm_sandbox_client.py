@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -419,6 +420,80 @@ class LifecycleTest(SandboxTestCase):
             sb.execute("1")
         self.assertIn("exited", str(raised.exception))
         self.assertEqual(sb.close(), {})
+
+
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+_NEVER_CLOSED = """
+sb = RlmSandbox(backend=BACKEND, binary=BINARY)
+print(sb.pid, flush=True)
+assert sb.execute("print(1)").stdout == "1\\n"
+"""
+
+# The last reference goes when the interpreter clears the module's globals, and the owner's
+# __del__ closes the sandbox then (as an RLM environment's cleanup in __del__ does).
+_CLOSED_FROM_DEL = """
+class Owner:
+    def __init__(self):
+        self.sb = RlmSandbox(backend=BACKEND, binary=BINARY)
+    def __del__(self):
+        self.sb.close()
+        print("closed", flush=True)
+owner = Owner()
+print(owner.sb.pid, flush=True)
+assert owner.sb.execute("print(2)").stdout == "2\\n"
+"""
+
+
+class InterpreterExitTest(unittest.TestCase):
+    """A sandbox left open when Python exits: the interpreter exits cleanly and the CLI with it,
+    with the client's exit hook (the usual case) and without it (what is left for __del__ and
+    close() while the interpreter is finalizing, when no other thread runs any more)."""
+
+    def run_script(self, body: str, exit_hook: bool) -> subprocess.CompletedProcess:
+        head = ("import sys\n"
+                f"sys.path.insert(0, {_PACKAGE_DIR!r})\n"
+                "from rlm_sandbox import RlmSandbox\n"
+                f"BACKEND, BINARY = {BACKEND!r}, {BINARY!r}\n")
+        if not exit_hook:
+            head += ("import atexit, rlm_sandbox.session\n"
+                     "atexit.unregister(rlm_sandbox.session._close_open_sandboxes)\n")
+        try:
+            done = subprocess.run([sys.executable, "-c", head + body], capture_output=True,
+                                  text=True, timeout=60)
+        except subprocess.TimeoutExpired as error:
+            self.fail(f"the interpreter did not exit within 60 s: {error.stderr}")
+        self.assertNotIn("Fatal Python error", done.stderr)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assert_gone(int(done.stdout.split()[0]))
+        return done
+
+    def assert_gone(self, pid: int) -> None:
+        """The repl process (reparented once its parent exited) ends within a few seconds."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as stat:
+                    if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                        return
+            except FileNotFoundError:
+                return
+            time.sleep(0.05)
+        self.fail(f"rlm-sandbox repl {pid} still runs after its client exited")
+
+    def test_never_closed_sandbox_exits_cleanly(self) -> None:
+        self.run_script(_NEVER_CLOSED, exit_hook=True)
+
+    def test_never_closed_sandbox_exits_cleanly_without_the_exit_hook(self) -> None:
+        self.run_script(_NEVER_CLOSED, exit_hook=False)
+
+    def test_close_from_del_at_shutdown_returns(self) -> None:
+        done = self.run_script(_CLOSED_FROM_DEL, exit_hook=True)
+        self.assertIn("closed", done.stdout)
+
+    def test_close_from_del_while_finalizing_returns(self) -> None:
+        done = self.run_script(_CLOSED_FROM_DEL, exit_hook=False)
+        self.assertIn("closed", done.stdout)
 
 
 if __name__ == "__main__":
