@@ -243,6 +243,33 @@ class LlmQueryTest(SandboxTestCase):
         self.assertLess(elapsed, 2.0)
         self.assertGreaterEqual(running[1], 4)
 
+    def test_slow_calls_after_fast_ones_still_overlap(self) -> None:
+        # Calls that return at once are answered on the reader thread; the first slow one
+        # sends the next ones back to the pool, so a batch of slow calls still overlaps.
+        lock = threading.Lock()
+        running = [0, 0]  # now, most at once
+
+        def answer(prompt: str, model: Optional[str]) -> str:
+            if prompt == "fast":
+                return "f"
+            with lock:
+                running[0] += 1
+                running[1] = max(running[1], running[0])
+            time.sleep(0.2)
+            with lock:
+                running[0] -= 1
+            return "s"
+
+        sb = self.sandbox(on_llm_query=answer)
+        for _ in range(5):  # a busy machine may preempt a fast call and restart the count
+            self.run_ok(sb, "assert llm_query_batched(['fast'] * 40) == ['f'] * 40")
+            if sb._conn._fast >= 16:
+                break
+        self.assertGreaterEqual(sb._conn._fast, 16)  # answering on the reader thread now
+        self.run_ok(sb, "assert llm_query_batched(['slow'] * 12) == ['s'] * 12")
+        self.assertGreaterEqual(running[1], 4)
+        self.assertEqual(sb._conn._fast, 0)
+
     def test_queries_left_by_a_crashed_cell_do_not_reach_the_next_cell(self) -> None:
         # 20 queries, 8 answered at once by the CLI: when the cell dies the other 12 are still
         # queued there, and come out as llm_query events after the cell's result.
