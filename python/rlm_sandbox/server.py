@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Dict, Optional, Sequence, Union
 
+from ._calls import Calls, split_tools, unencodable
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 
@@ -303,7 +304,11 @@ class ServerSession:
         context, context_file, context_json: the REPL's ``context`` (as RlmSandbox takes them).
         on_llm_query: the default ``callback(prompt, model) -> str``; None: calls fail in the
             cell unless ``execute`` is given one.
-        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread).
+        on_rlm_query, tools, echo: as RlmSandbox takes them.
+        llm_timeout, llm_budget, llm_concurrency: the session's LM limits, each only tightening
+            the server's (seconds or "30s"; counts).
+        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread);
+            default ``llm_concurrency``, else 16.
         timeout: the session's wall time limit, and memory: its memory limit, each only
             tightening the offered policy (seconds or "30s"; bytes or "256M").
         overrides: a whole tightened policy to run instead of the offered one.
@@ -327,14 +332,9 @@ class ServerSession:
         self._closed = False
         self._close_result: Dict[str, Any] = {}
         self._lock = threading.RLock()
-        unsupported = [name for name, given in (
-            ("on_rlm_query", on_rlm_query is not None), ("tools", bool(tools)),
-            ("echo", not echo), ("llm_timeout", llm_timeout is not None),
-            ("llm_budget", llm_budget is not None),
-            ("llm_concurrency", llm_concurrency is not None)) if given]
-        if unsupported:
-            raise ValueError(f"{', '.join(unsupported)}: not supported through a server")
-        self._workers = max(1, int(max_llm_workers or 16))
+        tool_specs, self._tool_functions = split_tools(tools)
+        self._workers = max(1, int(max_llm_workers or llm_concurrency or 16))
+        self.on_rlm_query = on_rlm_query
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.on_llm_query = on_llm_query
         self.server = server if isinstance(server, Server) else Server(server)
@@ -355,6 +355,18 @@ class ServerSession:
             options: Dict[str, Any] = {"context_is_json": as_json, "llm": "client"}
             if lifetime is not None:
                 options["lifetime_ms"] = _milliseconds(lifetime, "lifetime")
+            if llm_timeout is not None:
+                options["llm_timeout_ms"] = _milliseconds(llm_timeout, "llm_timeout")
+            for key, count in (("llm_budget", llm_budget), ("llm_concurrency", llm_concurrency)):
+                if count is not None:
+                    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+                        raise ValueError(f"{key} must be a positive int, not {count!r}")
+                    options[key] = count
+            # Sent only when asked for: a server without them refuses the session, saying so.
+            if not echo:
+                options["echo"] = False
+            if tool_specs:
+                options["tools"] = tool_specs
             frame: Dict[str, Any] = {"op": "session_open", "policy": policy, "options": options}
             if overrides is not None:
                 frame["overrides"] = overrides
@@ -385,13 +397,18 @@ class ServerSession:
                 timeout: Optional[float] = None, *, locals: bool = False,
                 fetch: Optional[str] = None) -> CellResult:
         """Runs one cell and returns its result (RlmSandbox.execute)."""
-        if locals or fetch is not None:
-            raise ValueError("locals and fetch: not supported through a server")
         request: Dict[str, Any] = {"op": "execute", "code": code}
         if timeout is not None:
             request["timeout_ms"] = _milliseconds(timeout, "timeout")
-        callback = on_llm_query if on_llm_query is not None else self.on_llm_query
-        reply = self._request(request, "cell_result", callback)
+        if locals:
+            request["locals"] = True
+        if fetch is not None:
+            if not isinstance(fetch, str):
+                raise TypeError(f"fetch must be a variable name, not {type(fetch).__name__}")
+            request["fetch"] = fetch
+        llm = on_llm_query if on_llm_query is not None else self.on_llm_query
+        calls = Calls(llm, self.on_rlm_query, self._tool_functions)
+        reply = self._request(request, "cell_result", calls)
         return CellResult.from_json(reply.get("result") or {})
 
     def snapshot(self) -> int:
@@ -448,17 +465,17 @@ class ServerSession:
             self._pool.shutdown(wait=False)
             self._pool = None
 
-    def _request(self, frame: Dict[str, Any], answer_op: str,
-                 callback: Optional[LlmCallback] = None) -> Dict[str, Any]:
+    def _request(self, frame: Dict[str, Any], answer_op: str, calls: Optional[Calls] = None,
+                 fds: Sequence[int] = ()) -> Dict[str, Any]:
         with self._lock:
             if self._closed or self._wire is None:
                 raise RlmSandboxError("the session is closed")
             wire = self._wire
-            wire.send(frame)
+            wire.send(frame, fds)
             while True:
                 reply = wire.receive()
                 if reply["op"] == "llm_call":
-                    self._answer(reply, callback)
+                    self._answer(reply, calls)
                     continue
                 raise_if_error(reply)
                 if reply["op"] != answer_op:
@@ -466,27 +483,22 @@ class ServerSession:
                                       f"{answer_op!r} was due")
                 return reply
 
-    def _answer(self, call: Dict[str, Any], callback: Optional[LlmCallback]) -> None:
+    def _answer(self, call: Dict[str, Any], calls: Optional[Calls]) -> None:
         wire = self._wire
-        call_id = call.get("id")
-        prompt = str(call.get("prompt") or "")
-        model = call.get("model")
 
         def answer() -> None:
-            if callback is None:
-                reply = {"op": "llm_answer", "id": call_id,
-                         "error": "no llm_query handler: pass on_llm_query"}
-            else:
-                try:
-                    reply = {"op": "llm_answer", "id": call_id,
-                             "text": str(callback(prompt, model))}
-                except Exception as error:  # noqa: BLE001 - the cell sees it as RuntimeError
-                    reply = {"op": "llm_answer", "id": call_id, "error": str(error) or
-                             type(error).__name__}
+            head = {"op": "llm_answer", "id": call.get("id")}
+            fields = (calls.answer(call) if calls is not None else
+                      {"error": "no llm_query handler: pass on_llm_query"})
             try:
-                wire.send(reply)
+                try:
+                    wire.send({**head, **fields})
+                except (TypeError, RecursionError) as error:  # a tool's value that is not JSON
+                    wire.send({**head, **unencodable(call, error)})
+                except ValueError as error:  # not JSON, or over the frame limit
+                    wire.send({**head, **unencodable(call, error)})
             except (RlmSandboxError, ValueError):
-                pass  # the session ended (or the answer was too large): the cell sees an error
+                pass  # the session ended: the cell sees an error
 
         if self._workers == 1:
             answer()
@@ -495,4 +507,3 @@ class ServerSession:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 self._workers, thread_name_prefix="rlm-sandbox-llm")
         self._pool.submit(answer)
-
