@@ -21,6 +21,8 @@ import time
 from typing import Any, Dict, Optional, Sequence, Union
 
 from ._calls import Calls, split_tools, unencodable
+from ._requests import execute_request
+from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 
@@ -30,27 +32,11 @@ _DRAIN_SECONDS = 2.0
 _DEFAULT_OUTPUT_BYTES = 1 << 20
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.I)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
 def server_from_environment() -> Optional[str]:
     """The socket named by ``$RLM_SANDBOX_SERVER``, or None."""
     return os.environ.get("RLM_SANDBOX_SERVER") or None
-
-
-def _milliseconds(value: Union[int, float, str], what: str) -> int:
-    """Seconds (a number) or a duration string ("30s", "500ms", "2m") -> milliseconds."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"{what} {value!r}: expected e.g. 30s, 500ms, 2m")
-        scale = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}[match.group(2)]
-        result = float(match.group(1)) * scale
-    elif isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
-    else:
-        result = value * 1000
-    return max(1, round(result))
 
 
 def _bytes(value: Union[int, str], what: str) -> int:
@@ -397,18 +383,8 @@ class ServerSession:
                 timeout: Optional[float] = None, *, locals: bool = False,
                 fetch: Optional[str] = None) -> CellResult:
         """Runs one cell and returns its result (RlmSandbox.execute)."""
-        request: Dict[str, Any] = {"op": "execute", "code": code}
-        if timeout is not None:
-            request["timeout_ms"] = _milliseconds(timeout, "timeout")
-        if locals:
-            request["locals"] = True
-        if fetch is not None:
-            if not isinstance(fetch, str):
-                raise TypeError(f"fetch must be a variable name, not {type(fetch).__name__}")
-            request["fetch"] = fetch
-        llm = on_llm_query if on_llm_query is not None else self.on_llm_query
-        calls = Calls(llm, self.on_rlm_query, self._tool_functions)
-        reply = self._request(request, "cell_result", calls)
+        calls = Calls(on_llm_query or self.on_llm_query, self.on_rlm_query, self._tool_functions)
+        reply = self._request(execute_request(code, timeout, locals, fetch), "cell_result", calls)
         return CellResult.from_json(reply.get("result") or {})
 
     def snapshot(self) -> int:

@@ -12,10 +12,11 @@ import subprocess
 import tempfile
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._calls import Calls, split_tools
 from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode, _finalizing
+from ._requests import execute_request
 from .result import CellResult, LlmCallback, RlmSandboxError
 from .server import ServerSession, server_from_environment
 
@@ -308,17 +309,7 @@ class RlmSandbox:
         """
         if self._remote is not None:
             return self._remote.execute(code, on_llm_query, timeout, locals=locals, fetch=fetch)
-        request: Dict[str, Any] = {"op": "execute", "code": code}
-        if timeout is not None:
-            if isinstance(timeout, bool) or timeout <= 0:
-                raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-            request["timeout_ms"] = max(1, round(timeout * 1000))
-        if locals:
-            request["locals"] = True
-        if fetch is not None:
-            if not isinstance(fetch, str):
-                raise TypeError(f"fetch must be a variable name, not {type(fetch).__name__}")
-            request["fetch"] = fetch
+        request = execute_request(code, timeout, locals, fetch)
         return CellResult.from_json(self._request(request, calls=self._calls(on_llm_query)))
 
     def add_context(self, value: Any, index: Optional[int] = None) -> int:
@@ -452,8 +443,7 @@ class RlmSandbox:
         return found
 
     def _calls(self, on_llm_query: Optional[LlmCallback]) -> Calls:
-        llm = on_llm_query if on_llm_query is not None else self.on_llm_query
-        return Calls(llm, self.on_rlm_query, self._tool_functions)
+        return Calls(on_llm_query or self.on_llm_query, self.on_rlm_query, self._tool_functions)
 
     def _added(self, result: Dict[str, Any]) -> int:
         """The index an add_context/add_history result names; raises when it failed."""

@@ -16,7 +16,7 @@ import unittest
 from typing import Any, Dict, List, Optional
 
 from test_rlm_sandbox_client import (  # noqa: F401 - unittest runs the module fixtures by name
-    CellResult, RlmSandbox, SandboxTestCase, setUpModule, tearDownModule)
+    CellResult, ConcurrencyMeter, RlmSandbox, SandboxTestCase, setUpModule, tearDownModule)
 
 
 class FinishingTest(SandboxTestCase):
@@ -159,22 +159,11 @@ class OptionsTest(SandboxTestCase):
         self.assertTrue(result.stdout.startswith("Error: "), result.stdout)
 
     def test_llm_concurrency(self) -> None:
-        lock = threading.Lock()
-        running = [0, 0]  # now, most at once
-
-        def slow(prompt: Any, model: Optional[str]) -> str:
-            with lock:
-                running[0] += 1
-                running[1] = max(running[1], running[0])
-            time.sleep(0.1)
-            with lock:
-                running[0] -= 1
-            return prompt
-
+        slow = ConcurrencyMeter(0.1)
         sb = self.sandbox(llm_concurrency=2, on_llm_query=slow)
         result = self.run_ok(sb, "print(len(llm_query_batched([str(i) for i in range(8)])))")
         self.assertEqual(result.stdout, "8\n")
-        self.assertEqual(running[1], 2)
+        self.assertEqual(slow.most, 2)
         self.assertIn(["--llm-concurrency", "2"], [sb.args[i:i + 2] for i in range(len(sb.args))])
 
 

@@ -71,6 +71,28 @@ def tearDownModule() -> None:  # noqa: N802 - unittest's name
         raise AssertionError(f"processes left behind: {sorted(left)}")
 
 
+class ConcurrencyMeter:
+    """An LM callback that answers after `delay` seconds, counting how many run at once."""
+
+    def __init__(self, delay: float, answer: Any = None) -> None:
+        self.delay = delay
+        self.answer = answer if answer is not None else (lambda prompt: prompt)
+        self.most = 0
+        self._now = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, prompt: Any, model: Optional[str]) -> str:
+        with self._lock:
+            self._now += 1
+            self.most = max(self.most, self._now)
+        try:
+            time.sleep(self.delay)
+            return self.answer(prompt)
+        finally:
+            with self._lock:
+                self._now -= 1
+
+
 class SandboxTestCase(unittest.TestCase):
     def sandbox(self, **options: Any) -> RlmSandbox:
         """A sandbox on the test backend, closed (or killed) when the test ends."""
@@ -211,22 +233,12 @@ class LlmQueryTest(SandboxTestCase):
         self.assertTrue(result.stdout.startswith("Error: no on_llm_query callback"), result)
 
     def test_batched_queries_overlap_and_fail_per_item(self) -> None:
-        lock = threading.Lock()
-        running = [0, 0]  # now, most at once
+        def answer(prompt: str) -> str:
+            if prompt == "p7":
+                raise RuntimeError("p7 failed")
+            return prompt.upper()
 
-        def slow(prompt: str, model: Optional[str]) -> str:
-            with lock:
-                running[0] += 1
-                running[1] = max(running[1], running[0])
-            try:
-                time.sleep(0.2)
-                if prompt == "p7":
-                    raise RuntimeError("p7 failed")
-                return prompt.upper()
-            finally:
-                with lock:
-                    running[0] -= 1
-
+        slow = ConcurrencyMeter(0.2, answer)
         sb = self.sandbox(on_llm_query=slow)
         started = time.monotonic()
         result = self.run_ok(sb, (
@@ -241,33 +253,21 @@ class LlmQueryTest(SandboxTestCase):
         self.assertEqual(result.llm_calls, 20)
         # 20 x 0.2 s one after another would be 4 s; 8 at a time is about 0.6 s.
         self.assertLess(elapsed, 2.0)
-        self.assertGreaterEqual(running[1], 4)
+        self.assertGreaterEqual(slow.most, 4)
 
     def test_slow_calls_after_fast_ones_still_overlap(self) -> None:
         # Calls that return at once are answered on the reader thread; the first slow one
         # sends the next ones back to the pool, so a batch of slow calls still overlaps.
-        lock = threading.Lock()
-        running = [0, 0]  # now, most at once
-
-        def answer(prompt: str, model: Optional[str]) -> str:
-            if prompt == "fast":
-                return "f"
-            with lock:
-                running[0] += 1
-                running[1] = max(running[1], running[0])
-            time.sleep(0.2)
-            with lock:
-                running[0] -= 1
-            return "s"
-
-        sb = self.sandbox(on_llm_query=answer)
+        slow = ConcurrencyMeter(0.2, lambda prompt: "s")
+        sb = self.sandbox(on_llm_query=lambda prompt, model:
+                          "f" if prompt == "fast" else slow(prompt, model))
         for _ in range(5):  # a busy machine may preempt a fast call and restart the count
             self.run_ok(sb, "assert llm_query_batched(['fast'] * 40) == ['f'] * 40")
             if sb._conn._fast >= 16:
                 break
         self.assertGreaterEqual(sb._conn._fast, 16)  # answering on the reader thread now
         self.run_ok(sb, "assert llm_query_batched(['slow'] * 12) == ['s'] * 12")
-        self.assertGreaterEqual(running[1], 4)
+        self.assertGreaterEqual(slow.most, 4)
         self.assertEqual(sb._conn._fast, 0)
 
     def test_queries_left_by_a_crashed_cell_do_not_reach_the_next_cell(self) -> None:
