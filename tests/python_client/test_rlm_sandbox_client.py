@@ -263,12 +263,12 @@ class LlmQueryTest(SandboxTestCase):
                           "f" if prompt == "fast" else slow(prompt, model))
         for _ in range(5):  # a busy machine may preempt a fast call and restart the count
             self.run_ok(sb, "assert llm_query_batched(['fast'] * 40) == ['f'] * 40")
-            if sb._conn._fast >= 16:
+            if sb._conn.dispatcher.fast >= 16:
                 break
-        self.assertGreaterEqual(sb._conn._fast, 16)  # answering on the reader thread now
+        self.assertGreaterEqual(sb._conn.dispatcher.fast, 16)  # answering on the reader thread now
         self.run_ok(sb, "assert llm_query_batched(['slow'] * 12) == ['s'] * 12")
         self.assertGreaterEqual(slow.most, 4)
-        self.assertEqual(sb._conn._fast, 0)
+        self.assertEqual(sb._conn.dispatcher.fast, 0)
 
     def test_queries_left_by_a_crashed_cell_do_not_reach_the_next_cell(self) -> None:
         # 20 queries, 8 answered at once by the CLI: when the cell dies the other 12 are still
