@@ -25,10 +25,12 @@ MAX_TOOLS = 64
 
 #: Calls that return at once are answered on the thread that read them: a hand-over to the pool
 #: costs two thread wake-ups per call, which on a busy machine is most of a batch's time. After
-#: _FAST_STREAK calls in a row each took under _FAST_CALL seconds, calls run on the reading
-#: thread; one that takes over _SLOW_CALL sends the next ones back to the pool (so a slow callback
-#: delays the reading of other calls by at most one call).
+#: _FAST_STREAK calls of one function in a row each took under _FAST_CALL seconds, its calls
+#: run on the reading thread; one that takes over _SLOW_CALL sends the next ones back to the pool
+#: (so a slow callback delays the reading of other calls by at most one call). Each function
+#: (llm_query's, rlm_query's, each tool's) keeps its own count.
 _FAST_STREAK = 16
+_MAX_STREAKS = 256
 _FAST_CALL = 0.0002
 _SLOW_CALL = 0.002
 
@@ -91,12 +93,21 @@ class Calls:
         self.rlm = rlm if rlm is not None else llm
         self.tools = dict(tools or {})
 
-    def answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
-        """The reply's fields for one call event; never raises for what a callback does."""
+    def answerer(self, event: Mapping[str, Any]) -> Tuple[str, Any, Optional[Callable[..., Any]]]:
+        """(kind, tool name, the function that answers the call event, or None)."""
         kind = event.get("kind") or "llm"
         if kind == "tool":
-            return self._tool(event.get("tool"), event.get("prompt"))
-        callback = self.rlm if kind == "rlm" else self.llm
+            name = event.get("tool")
+            if not isinstance(name, str):
+                return kind, None, None
+            return kind, name, self.tools.get(name)
+        return kind, None, self.rlm if kind == "rlm" else self.llm
+
+    def answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
+        """The reply's fields for one call event; never raises for what a callback does."""
+        kind, name, callback = self.answerer(event)
+        if kind == "tool":
+            return self._tool(name, callback, event.get("prompt"))
         if callback is None:
             what = "on_rlm_query or on_llm_query" if kind == "rlm" else "on_llm_query"
             return {"error": f"no {what} callback was given to the rlm-sandbox client"}
@@ -108,10 +119,11 @@ class Calls:
             return {"error": _error_text(error)}
         return {"text": text}
 
-    def _tool(self, name: Any, call: Any) -> Dict[str, Any]:
-        function = self.tools.get(name) if isinstance(name, str) else None
+    def _tool(self, name: Any, function: Optional[Callable[..., Any]],
+              call: Any) -> Dict[str, Any]:
         if function is None:
-            return {"error": f"no host tool named {str(name)[:100]!r}"}
+            return {"error": f"no host tool named {str(name)[:100]!r}" if name is not None
+                    else "a tool call without a tool name"}
         args = call.get("args") if isinstance(call, dict) else None
         kwargs = call.get("kwargs") if isinstance(call, dict) else None
         if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -147,14 +159,22 @@ class Dispatcher:
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
         self._closed = False
-        self.fast = 0  # calls in a row that returned within _FAST_CALL
+        # Per answering function, calls in a row that returned within _FAST_CALL.
+        self._streaks: Dict[Tuple[str, Any, int], int] = {}
+
+    def fast(self, key: Tuple[str, Any, int]) -> bool:
+        """True when the calls of `key` (``Calls.answerer`` with the function's id) are answered
+        on the reading thread."""
+        return self._streaks.get(key, 0) >= _FAST_STREAK
 
     def dispatch(self, calls: Calls, event: Dict[str, Any]) -> None:
         """Answers one call event (dropped once shut down)."""
         if self._closed:
             return
-        if self.workers == 1 or self.fast >= _FAST_STREAK:
-            self._answer(calls, event)
+        kind, name, function = calls.answerer(event)
+        key = (kind, name, id(function))
+        if self.workers == 1 or self.fast(key):
+            self._answer(calls, event, key)
             return
         with self._pool_lock:
             if self._closed:
@@ -164,19 +184,22 @@ class Dispatcher:
                     max_workers=self.workers, thread_name_prefix=self._name)
             pool = self._pool
         try:
-            pool.submit(self._answer, calls, event)
+            pool.submit(self._answer, calls, event, key)
         except RuntimeError:  # the pool was shut down: the session is ending
             pass
 
-    def _answer(self, calls: Calls, event: Dict[str, Any]) -> None:
+    def _answer(self, calls: Calls, event: Dict[str, Any], key: Tuple[str, Any, int]) -> None:
         start = time.perf_counter()
         fields = calls.answer(event)
         took = time.perf_counter() - start
         # Updated from several threads without a lock: a lost update only moves a switch.
+        streak = self._streaks.get(key, 0)
         if took < _FAST_CALL:
-            self.fast = min(self.fast + 1, _FAST_STREAK)
-        elif took > _SLOW_CALL or self.fast < _FAST_STREAK:
-            self.fast = 0
+            if len(self._streaks) >= _MAX_STREAKS and key not in self._streaks:
+                self._streaks.clear()  # per-cell callbacks: forget the old ones
+            self._streaks[key] = min(streak + 1, _FAST_STREAK)
+        elif took > _SLOW_CALL or streak < _FAST_STREAK:
+            self._streaks.pop(key, None)
         self._send(event, fields)
 
     def shutdown(self) -> None:
