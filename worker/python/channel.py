@@ -244,6 +244,11 @@ class Channel:
                 self._cond.wait()
             self._reading = self._frozen = True
 
+    def has_input(self, timeout: float) -> bool:
+        """Whether a frame (or its first bytes) waits, read or not, or comes within timeout
+        seconds."""
+        return bool(self._ops) or bool(self._buffer) or self._socket_ready(timeout * 1000)
+
     def _socket_ready(self, timeout_ms) -> bool:
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
