@@ -4,7 +4,6 @@
 //                   a fresh interpreter per cell would cost
 //   cell_pass       Session::execute("pass") on the namespace backend: a whole cell round trip,
 //                   checkpoint fork and output capture included
-//   cell_back_to_back  the same, sent as soon as the previous cell_pass returned
 //   llm_query_echo  one llm_query('x') answered by the echo handler, timed inside the sandbox
 //   docker_exec     `docker exec CONTAINER python3 -c pass` when a daemon and the test image are
 //                   there (tools/docker-env), else skipped with the reason
@@ -127,12 +126,6 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
       if (cell.status == rlm::CellStatus::ok)
         g_samples_ms["cell_pass"].push_back(
             std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-      // The next cell at once: its standby was forked as the previous result came back.
-      const auto next_start = Clock::now();
-      const auto next = session->execute("pass");
-      if (next.status == rlm::CellStatus::ok)
-        g_samples_ms["cell_back_to_back"].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - next_start).count());
 
       if (round % 10 == 0) {
         const auto timed = session->execute(llm_cell);
@@ -147,8 +140,7 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
   }
   session->close();
   if (!container.empty()) spawn_ms({"docker", "rm", "-f", container});
-  for (const char* name :
-       {"cold_python", "cell_pass", "cell_back_to_back", "llm_query_echo", "docker_exec"}) {
+  for (const char* name : {"cold_python", "cell_pass", "llm_query_echo", "docker_exec"}) {
     const auto& samples = g_samples_ms[name];
     state.counters[std::string(name) + "_median_ms"] = percentile(samples, 0.5);
   }
@@ -338,8 +330,7 @@ void print_table() {
   std::printf("\n%-16s %10s %10s %8s   %s\n", "step", "median ms", "p99 ms", "samples",
               "ratio to cold python3 -c pass");
   const double cold = percentile(g_samples_ms["cold_python"], 0.5);
-  for (const char* name :
-       {"cold_python", "cell_pass", "cell_back_to_back", "llm_query_echo", "docker_exec"}) {
+  for (const char* name : {"cold_python", "cell_pass", "llm_query_echo", "docker_exec"}) {
     const auto& samples = g_samples_ms[name];
     if (samples.empty()) {
       std::printf("%-16s skipped: %s\n", name, g_skipped[name].c_str());
