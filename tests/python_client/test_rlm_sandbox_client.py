@@ -285,7 +285,7 @@ class LlmQueryTest(SandboxTestCase):
             time.sleep(0.3)
             return "late"
 
-        sb = self.sandbox(on_llm_query=slow)
+        sb = self.sandbox(on_llm_query=slow, llm_concurrency=8)
         result = sb.execute(
             "import os, threading, time\n"
             "for i in range(20):\n"
