@@ -176,6 +176,7 @@ class RlmSandbox:
         self._close_result: Dict[str, Any] = {}
         self._op_lock = threading.RLock()
         self._ids = itertools.count(1)
+        self._owner = os.getpid()  # a forked child never ends this session by itself
         self.on_llm_query = on_llm_query
         self.on_rlm_query = on_rlm_query
         tool_specs, self._tool_functions = split_tools(tools)
@@ -429,6 +430,8 @@ class RlmSandbox:
         # cleanly; a process still running a second later is killed.
         if getattr(self, "_conn", None) is None or getattr(self, "_closed", True):
             return
+        if self._owner != os.getpid():
+            return
         try:
             self._abandon(wait=1.0)
         except Exception:  # noqa: BLE001
@@ -513,6 +516,8 @@ class RlmSandbox:
 
     def _close_at_exit(self) -> None:
         """At interpreter exit: a clean close, unless another thread is inside a request."""
+        if self._owner != os.getpid():
+            return  # a forked child's exit: the session is its parent's
         if not self._op_lock.acquire(blocking=False):
             self._abandon()
             return

@@ -382,8 +382,9 @@ class DocstringExampleTest(unittest.TestCase):
             if turn == 0:
                 return "Let me look.\n```python\nn = len(context)\nprint(n)\n```"
             self.assertIn("[ok]\n11\n", messages[-1]["content"])
-            return ("```python\nanswer['content'] = llm_query('summarize: ' + context[:5]) + f' {n}'"
-                    "\nanswer['ready'] = True\n```")
+            return ("```python\n"
+                    "answer['content'] = llm_query('summarize: ' + context[:5]) + f' {n}'\n"
+                    "answer['ready'] = True\n```")
 
         self.assertEqual(namespace["rlm_loop"]("what?", "hello world", ask_model),
                          "SUMMARY 11")
@@ -516,6 +517,18 @@ class InterpreterExitTest(unittest.TestCase):
     def test_close_from_del_at_shutdown_returns(self) -> None:
         done = self.run_script(_CLOSED_FROM_DEL, exit_hook=True)
         self.assertIn("closed", done.stdout)
+
+    def test_a_forked_child_exiting_leaves_the_session_open(self) -> None:
+        # The child's exit hook and collection must not close its parent's session.
+        done = self.run_script(_NEVER_CLOSED + """
+import os
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # a normal exit: exit hooks and finalization run in the child
+os.waitpid(child, 0)
+assert sb.execute("print(3)").stdout == "3\\n", "the child closed the session"
+""", exit_hook=True)
+        self.assertEqual(done.stderr, "")
 
     def test_close_from_del_while_finalizing_returns(self) -> None:
         done = self.run_script(_CLOSED_FROM_DEL, exit_hook=False)
