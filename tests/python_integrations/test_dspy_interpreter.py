@@ -59,6 +59,17 @@ class Protocol(unittest.TestCase):
         self.assertIsInstance(RlmSandboxInterpreter.execution_instructions, str)
         interp.shutdown()  # never started: nothing to end, and no error
 
+    def test_factory_makes_fresh_interpreters_and_carries_the_instructions(self) -> None:
+        factory = RlmSandboxInterpreter.factory(binary=BINARY, backend="namespace", timeout=5)
+        self.assertEqual(factory.execution_instructions,
+                         RlmSandboxInterpreter.execution_instructions)
+        one, two = factory(), factory()
+        self.addCleanup(one.shutdown)
+        self.addCleanup(two.shutdown)
+        self.assertIsNot(one, two)
+        one.execute("mine = 1")
+        self.assertEqual(two.execute("print('mine' in globals())"), "False\n")
+
     def test_start_is_idempotent_and_state_persists(self) -> None:
         with make() as interp:
             interp.start()

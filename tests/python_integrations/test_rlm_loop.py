@@ -36,12 +36,12 @@ def setUpModule() -> None:  # noqa: N802 - unittest's name
 
 
 def make_document() -> str:
-    """5 MB of numbered filler lines with one line holding the secret, past the middle."""
+    """5 MiB of numbered filler lines with one line holding the secret, past the middle."""
     lines = [f"line {i:07d}: nothing to see in this part of the record, move along."
-             for i in range(72_000)]
+             for i in range(80_000)]
     lines[51_234] = f"line 0051234: the secret code is {SECRET}, keep it safe."
     text = "\n".join(lines)
-    assert len(text) >= 5_000_000, len(text)
+    assert len(text) >= 5 << 20, len(text)
     return text
 
 

@@ -10,7 +10,7 @@ session (a runaway cell is stopped and rolled back; the session goes on)::
 
     dspy.configure(lm=dspy.LM("openai/gpt-5-mini"))
     rlm = dspy.RLM("context, query -> answer",
-                   interpreter_factory=lambda: RlmSandboxInterpreter(timeout=60))
+                   interpreter_factory=RlmSandboxInterpreter.factory(timeout=60))
     print(rlm(context=open("big.txt").read(), query="Who wrote it?").answer)
 
 What the code sees: the ``variables`` of each ``execute`` as globals; ``SUBMIT(...)`` with the
@@ -182,6 +182,19 @@ class RlmSandboxInterpreter:
         self._late_tools: frozenset = frozenset()
         self._stashed: Dict[str, str] = {}  # variable name -> digest of the stashed text
         self._submission: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def factory(cls, **options: Any) -> Callable[[], "RlmSandboxInterpreter"]:
+        """A zero-argument ``interpreter_factory`` for ``dspy.RLM`` (one session per call).
+
+        It carries ``execution_instructions``, which ``dspy.RLM`` reads from the factory to
+        tell the model about the runtime (a plain ``lambda`` would not).
+        """
+        def make() -> "RlmSandboxInterpreter":
+            return cls(**options)
+
+        make.execution_instructions = cls.execution_instructions  # type: ignore[attr-defined]
+        return make
 
     # -- CodeInterpreter ------------------------------------------------------------------------
 
