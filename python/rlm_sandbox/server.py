@@ -20,6 +20,9 @@ import threading
 import time
 from typing import Any, Dict, Optional, Sequence, Union
 
+from ._calls import Calls, split_tools, unencodable
+from ._requests import execute_request
+from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 
@@ -29,27 +32,11 @@ _DRAIN_SECONDS = 2.0
 _DEFAULT_OUTPUT_BYTES = 1 << 20
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.I)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
 def server_from_environment() -> Optional[str]:
     """The socket named by ``$RLM_SANDBOX_SERVER``, or None."""
     return os.environ.get("RLM_SANDBOX_SERVER") or None
-
-
-def _milliseconds(value: Union[int, float, str], what: str) -> int:
-    """Seconds (a number) or a duration string ("30s", "500ms", "2m") -> milliseconds."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"{what} {value!r}: expected e.g. 30s, 500ms, 2m")
-        scale = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}[match.group(2)]
-        result = float(match.group(1)) * scale
-    elif isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
-    else:
-        result = value * 1000
-    return max(1, round(result))
 
 
 def _bytes(value: Union[int, str], what: str) -> int:
@@ -303,7 +290,11 @@ class ServerSession:
         context, context_file, context_json: the REPL's ``context`` (as RlmSandbox takes them).
         on_llm_query: the default ``callback(prompt, model) -> str``; None: calls fail in the
             cell unless ``execute`` is given one.
-        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread).
+        on_rlm_query, tools, echo: as RlmSandbox takes them.
+        llm_timeout, llm_budget, llm_concurrency: the session's LM limits, each only tightening
+            the server's (seconds or "30s"; counts).
+        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread);
+            default ``llm_concurrency``, else 16.
         timeout: the session's wall time limit, and memory: its memory limit, each only
             tightening the offered policy (seconds or "30s"; bytes or "256M").
         overrides: a whole tightened policy to run instead of the offered one.
@@ -314,7 +305,12 @@ class ServerSession:
                  policy: str = "python-repl", *, context: Any = None,
                  context_file: Optional[Union[str, os.PathLike]] = None,
                  context_json: bool = False, on_llm_query: Optional[LlmCallback] = None,
-                 max_llm_workers: int = 8, timeout: Optional[Union[int, float, str]] = None,
+                 on_rlm_query: Optional[LlmCallback] = None,
+                 tools: Optional[Dict[str, Any]] = None, echo: bool = True,
+                 llm_timeout: Optional[Union[int, float, str]] = None,
+                 llm_budget: Optional[int] = None, llm_concurrency: Optional[int] = None,
+                 max_llm_workers: Optional[int] = None,
+                 timeout: Optional[Union[int, float, str]] = None,
                  memory: Optional[Union[int, str]] = None,
                  overrides: Optional[Dict[str, Any]] = None,
                  lifetime: Optional[float] = None) -> None:
@@ -322,7 +318,9 @@ class ServerSession:
         self._closed = False
         self._close_result: Dict[str, Any] = {}
         self._lock = threading.RLock()
-        self._workers = max(1, int(max_llm_workers))
+        tool_specs, self._tool_functions = split_tools(tools)
+        self._workers = max(1, int(max_llm_workers or llm_concurrency or 16))
+        self.on_rlm_query = on_rlm_query
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.on_llm_query = on_llm_query
         self.server = server if isinstance(server, Server) else Server(server)
@@ -343,6 +341,18 @@ class ServerSession:
             options: Dict[str, Any] = {"context_is_json": as_json, "llm": "client"}
             if lifetime is not None:
                 options["lifetime_ms"] = _milliseconds(lifetime, "lifetime")
+            if llm_timeout is not None:
+                options["llm_timeout_ms"] = _milliseconds(llm_timeout, "llm_timeout")
+            for key, count in (("llm_budget", llm_budget), ("llm_concurrency", llm_concurrency)):
+                if count is not None:
+                    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+                        raise ValueError(f"{key} must be a positive int, not {count!r}")
+                    options[key] = count
+            # Sent only when asked for: a server without them refuses the session, saying so.
+            if not echo:
+                options["echo"] = False
+            if tool_specs:
+                options["tools"] = tool_specs
             frame: Dict[str, Any] = {"op": "session_open", "policy": policy, "options": options}
             if overrides is not None:
                 frame["overrides"] = overrides
@@ -370,13 +380,11 @@ class ServerSession:
         return self._wire is not None and not self._closed
 
     def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
-                timeout: Optional[float] = None) -> CellResult:
+                timeout: Optional[float] = None, *, locals: bool = False,
+                fetch: Optional[str] = None) -> CellResult:
         """Runs one cell and returns its result (RlmSandbox.execute)."""
-        request: Dict[str, Any] = {"op": "execute", "code": code}
-        if timeout is not None:
-            request["timeout_ms"] = _milliseconds(timeout, "timeout")
-        callback = on_llm_query if on_llm_query is not None else self.on_llm_query
-        reply = self._request(request, "cell_result", callback)
+        calls = Calls(on_llm_query or self.on_llm_query, self.on_rlm_query, self._tool_functions)
+        reply = self._request(execute_request(code, timeout, locals, fetch), "cell_result", calls)
         return CellResult.from_json(reply.get("result") or {})
 
     def snapshot(self) -> int:
@@ -433,17 +441,17 @@ class ServerSession:
             self._pool.shutdown(wait=False)
             self._pool = None
 
-    def _request(self, frame: Dict[str, Any], answer_op: str,
-                 callback: Optional[LlmCallback] = None) -> Dict[str, Any]:
+    def _request(self, frame: Dict[str, Any], answer_op: str, calls: Optional[Calls] = None,
+                 fds: Sequence[int] = ()) -> Dict[str, Any]:
         with self._lock:
             if self._closed or self._wire is None:
                 raise RlmSandboxError("the session is closed")
             wire = self._wire
-            wire.send(frame)
+            wire.send(frame, fds)
             while True:
                 reply = wire.receive()
                 if reply["op"] == "llm_call":
-                    self._answer(reply, callback)
+                    self._answer(reply, calls)
                     continue
                 raise_if_error(reply)
                 if reply["op"] != answer_op:
@@ -451,27 +459,22 @@ class ServerSession:
                                       f"{answer_op!r} was due")
                 return reply
 
-    def _answer(self, call: Dict[str, Any], callback: Optional[LlmCallback]) -> None:
+    def _answer(self, call: Dict[str, Any], calls: Optional[Calls]) -> None:
         wire = self._wire
-        call_id = call.get("id")
-        prompt = str(call.get("prompt") or "")
-        model = call.get("model")
 
         def answer() -> None:
-            if callback is None:
-                reply = {"op": "llm_answer", "id": call_id,
-                         "error": "no llm_query handler: pass on_llm_query"}
-            else:
-                try:
-                    reply = {"op": "llm_answer", "id": call_id,
-                             "text": str(callback(prompt, model))}
-                except Exception as error:  # noqa: BLE001 - the cell sees it as RuntimeError
-                    reply = {"op": "llm_answer", "id": call_id, "error": str(error) or
-                             type(error).__name__}
+            head = {"op": "llm_answer", "id": call.get("id")}
+            fields = (calls.answer(call) if calls is not None else
+                      {"error": "no llm_query handler: pass on_llm_query"})
             try:
-                wire.send(reply)
+                try:
+                    wire.send({**head, **fields})
+                except (TypeError, RecursionError) as error:  # a tool's value that is not JSON
+                    wire.send({**head, **unencodable(call, error)})
+                except ValueError as error:  # not JSON, or over the frame limit
+                    wire.send({**head, **unencodable(call, error)})
             except (RlmSandboxError, ValueError):
-                pass  # the session ended (or the answer was too large): the cell sees an error
+                pass  # the session ended: the cell sees an error
 
         if self._workers == 1:
             answer()
@@ -480,4 +483,3 @@ class ServerSession:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 self._workers, thread_name_prefix="rlm-sandbox-llm")
         self._pool.submit(answer)
-

@@ -7,6 +7,7 @@ tests/python_client (ctest's ``python_server_client`` test does this).
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 import unittest
-from typing import List, Optional
+from typing import Any, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rlm_sandbox  # noqa: E402
@@ -197,14 +198,33 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(result.stdout, "cba the context\n")
         self.assertEqual(asked, [("abc", None)])
 
-    def test_callback_error_is_an_exception_in_the_cell(self) -> None:
+    def test_callback_error_is_an_error_text_in_the_cell(self) -> None:
         def fail(prompt: str, model: Optional[str]) -> str:
             raise ValueError("no model here")
 
         sb = self.session(on_llm_query=fail)
-        result = sb.execute("llm_query('q')")
-        self.assertEqual(result.status, "error")
-        self.assertIn("no model here", result.error)
+        result = sb.execute("print(llm_query('q'))")
+        self.assertEqual(result.status, "ok")
+        self.assertEqual(result.stdout, "Error: no model here\n")
+
+    def test_rlm_query_and_message_prompts_reach_their_callbacks(self) -> None:
+        seen: List[Any] = []
+        sb = self.session(on_llm_query=lambda prompt, model: seen.append(prompt) or "llm",
+                          on_rlm_query=lambda prompt, model: f"rlm:{prompt}")
+        messages = [{"role": "user", "content": "hi"}]
+        result = sb.execute(f"print(llm_query({messages!r}), rlm_query('sub'))")
+        self.assertEqual(result.stdout, "llm rlm:sub\n")
+        self.assertEqual(seen, [messages])
+
+    def test_llm_limits_are_session_options(self) -> None:
+        sb = self.session(llm_budget=2, llm_concurrency=1, llm_timeout=30,
+                          on_llm_query=lambda prompt, model: "ok")
+        result = sb.execute("print(llm_query_batched(['a', 'b', 'c']))")
+        answers = ast.literal_eval(result.stdout)
+        self.assertEqual(answers[:2], ["ok", "ok"])
+        self.assertTrue(answers[2].startswith("Error: "), answers)
+        with self.assertRaises(ServerError):  # only tightening: above the server's own
+            self.session(llm_budget=10 ** 12)
 
     def test_snapshot_restore_and_close(self) -> None:
         sb = self.session(context={"k": [1, 2]})

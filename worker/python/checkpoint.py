@@ -81,7 +81,6 @@ def fork_standby(channel: Channel, fork_id):
         # orphan it once it is a checkpoint.
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         child_channel = Channel(theirs, channel.max_frame)
-        child_channel.takes_fds = not SESSION.handed_over
         SESSION.channel = child_channel
         warm_up()
         return child_channel
@@ -187,13 +186,16 @@ def roll_back_and_refork(channel: Channel, standby: ChildWatch, op_id):
 
 
 def execute_op(op: dict):
-    """(code, output_cap) of an execute op, or a protocol error."""
+    """(code, output_cap, locals, fetch) of an execute op, or a protocol error."""
     code, cap = op.get('code'), op.get('output_cap', DEFAULT_OUTPUT_CAP)
+    want_locals, fetch = op.get('locals', False), op.get('fetch')
     if not is_op_id(op.get('id')) or not isinstance(code, str):
         protocol_violation('execute needs an id and a code string')
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0:
         protocol_violation('execute output_cap must be a non-negative integer')
-    return code, cap
+    if not isinstance(want_locals, bool) or not (fetch is None or isinstance(fetch, str)):
+        protocol_violation('execute locals must be a boolean and fetch a string')
+    return code, cap, want_locals, fetch
 
 
 def serve(channel: Channel) -> None:
@@ -205,16 +207,18 @@ def serve(channel: Channel) -> None:
         kind, op_id = op.get('op'), op.get('id')
         if kind == 'handover':
             hand_over_standby(channel, op)
-        elif kind == 'execute':
-            if not SESSION.handed_over:
-                protocol_violation('execute before the handover')
-            code, cap = execute_op(op)
-            fit_cell_result(channel, run_cell(channel, op_id, code, cap))
-            # The host takes the result first; the next standby's fork (a page-table copy of
-            # the whole interpreter) would otherwise compete with it for the CPU.
-            time.sleep(HANDOVER_PAUSE)
-            channel = become_checkpoint(channel, op_id)
-        elif kind == 'rollback' and was_rolled_back(op_id):
+            continue
+        if kind == 'rollback' and was_rolled_back(op_id):
             continue  # stale: the rollback it crossed was already taken
-        else:
+        if kind not in ('execute', 'add_context'):
             protocol_violation('unexpected op %r for the standby' % kind)
+        if not SESSION.handed_over:
+            protocol_violation('%s before the handover' % kind)
+        if kind == 'execute':
+            fit_cell_result(channel, run_cell(channel, op_id, *execute_op(op)))
+        else:
+            fit_cell_result(channel, run_add_context(op))
+        # The host takes the result first; the next standby's fork (a page-table copy of
+        # the whole interpreter) would otherwise compete with it for the CPU.
+        time.sleep(HANDOVER_PAUSE)
+        channel = become_checkpoint(channel, op_id)
