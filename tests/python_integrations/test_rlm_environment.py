@@ -116,6 +116,21 @@ class ReplResultShape(unittest.TestCase):
         self.assertEqual(env.execute_code("print(round(math.pi * radius ** 2, 2))").stdout,
                          "12.57\n")
 
+    def test_locals_mapping_reads_values_from_the_session(self) -> None:
+        self.env.load_context("First")
+        self.env.execute_code("total = 6 * 100\nitems = [1, 'a']\n"
+                              "class K:\n    pass\nk = K()")
+        variables = self.env.locals
+        self.assertEqual(variables["total"], 600)
+        self.assertEqual(variables["items"], [1, "a"])
+        self.assertEqual(variables["context_0"], "First")
+        self.assertTrue(variables["k"].startswith("<"), variables["k"])  # not JSON: its repr
+        self.assertIn("total", variables)
+        self.assertNotIn("missing", variables)
+        with self.assertRaises(KeyError):
+            variables["missing"]  # noqa: B018 - the lookup is the test
+        self.assertLessEqual({"total", "items", "k"}, set(variables))
+
     def test_stand_in_result_has_the_library_fields(self) -> None:
         result = self.env.execute_code("print(1)")
         data = result.to_dict()

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import RlmSandbox
 from . import _lm_handler
@@ -157,6 +157,39 @@ def _failure_text(cell: Any) -> str:
     return f"{what}: {detail}{rolled}"
 
 
+class _Variables(Mapping):
+    """LocalREPL's ``locals`` read from the live session: ``env.locals["x"]`` fetches ``x``.
+
+    A value comes back as JSON data when it is (str, numbers, lists, dicts, ...), else as its
+    ``repr``; iterating lists the cells' variables (not the reserved names, which can still be
+    looked up: ``env.locals["context_0"]``).
+    """
+
+    def __init__(self, env: "RlmSandboxREPL") -> None:
+        self._env = env
+
+    def _fetch(self, name: str) -> Dict[str, Any]:
+        fetched = self._env._session().execute("", fetch=name).fetched
+        return fetched if isinstance(fetched, dict) else {"error": "nothing fetched"}
+
+    def __getitem__(self, name: str) -> Any:
+        fetched = self._fetch(name)
+        if "value" not in fetched:
+            raise KeyError(name)
+        return fetched["value"]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and "value" in self._fetch(name)
+
+    def __iter__(self) -> Iterator[str]:
+        listed = self._env._session().execute("", locals=True).locals or []
+        return iter([entry["name"] for entry in listed
+                     if isinstance(entry, dict) and isinstance(entry.get("name"), str)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class RlmSandboxREPL(_EnvBase):
     """A LocalREPL-compatible RLM environment whose cells run in an rlm-sandbox session.
 
@@ -264,6 +297,11 @@ class RlmSandboxREPL(_EnvBase):
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             sandbox.close()
+
+    @property
+    def locals(self) -> Mapping[str, Any]:
+        """The session's variables, as LocalREPL's ``locals`` (each lookup asks the session)."""
+        return _Variables(self)
 
     def __enter__(self) -> "RlmSandboxREPL":
         return self
