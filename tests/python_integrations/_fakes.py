@@ -5,16 +5,30 @@
 - ``find_code_blocks``: the library's convention for the model's code (```repl blocks).
 - ``ScriptedLM``: a "model" that returns prepared turns in order and records its prompts.
 - ``run_completion``: the shape of the library's ``RLM.completion`` loop, for one turn.
+- ``SANDBOX``: the sandbox options every test uses (this build's binary, the namespace
+  backend); ``require_binary`` is each test module's ``setUpModule``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import socketserver
 import struct
 import threading
+import unittest
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+SANDBOX: Dict[str, Any] = {"binary": BINARY, "backend": "namespace"}
+
+
+def require_binary() -> None:
+    """Skips a test module when there is no rlm-sandbox binary to test against."""
+    if not BINARY:
+        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
 
 
 def _recv_exactly(sock: Any, size: int) -> bytes:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import shutil
 import sys
 import threading
 import unittest
@@ -23,21 +22,18 @@ from typing import Any, Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+from _fakes import SANDBOX, require_binary  # noqa: E402
 from rlm_sandbox.integrations.dspy import (  # noqa: E402
     CodeExecutionError, CodeInterpreterError, FinalOutput, RlmSandboxInterpreter)
 
-BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 
 
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    if not BINARY:
-        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
+setUpModule = require_binary  # noqa: N816 - unittest's name
 
 
 def make(**kwargs: Any) -> RlmSandboxInterpreter:
-    kwargs.setdefault("binary", BINARY)
-    kwargs.setdefault("backend", "namespace")
-    return RlmSandboxInterpreter(**kwargs)
+    return RlmSandboxInterpreter(**{**SANDBOX, **kwargs})
 
 
 def as_dspy_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,7 +56,7 @@ class Protocol(unittest.TestCase):
         interp.shutdown()  # never started: nothing to end, and no error
 
     def test_factory_makes_fresh_interpreters_and_carries_the_instructions(self) -> None:
-        factory = RlmSandboxInterpreter.factory(binary=BINARY, backend="namespace", timeout=5)
+        factory = RlmSandboxInterpreter.factory(timeout=5, **SANDBOX)
         self.assertEqual(factory.execution_instructions,
                          RlmSandboxInterpreter.execution_instructions)
         one, two = factory(), factory()

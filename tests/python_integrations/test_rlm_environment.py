@@ -11,7 +11,6 @@ from tests/python_integrations (ctest's ``python_integrations`` test does this).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -22,22 +21,17 @@ from typing import Any, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
-from _fakes import FakeLMHandler  # noqa: E402
+from _fakes import SANDBOX, FakeLMHandler, require_binary  # noqa: E402
 from rlm_sandbox.integrations import rlm as rlm_env  # noqa: E402
 from rlm_sandbox.integrations.rlm import RlmSandboxREPL  # noqa: E402
 
-BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 
 
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    if not BINARY:
-        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
+setUpModule = require_binary  # noqa: N816 - unittest's name
 
 
 def make_env(**kwargs: Any) -> RlmSandboxREPL:
-    kwargs.setdefault("binary", BINARY)
-    kwargs.setdefault("backend", "namespace")
-    return RlmSandboxREPL(**kwargs)
+    return RlmSandboxREPL(**{**SANDBOX, **kwargs})
 
 
 def pid_alive(pid: Optional[int]) -> bool:
@@ -374,7 +368,7 @@ class Registration(unittest.TestCase):
         self.addCleanup(restore)
 
     def test_routes_the_name_and_the_kwargs_key_and_nothing_else(self) -> None:
-        kwargs = rlm_env.sandboxed(binary=BINARY, backend="namespace")
+        kwargs = rlm_env.sandboxed(**SANDBOX)
         rlm_env.register()  # idempotent: still one router
         route = self.core_rlm.get_environment
         self.assertIs(route.__wrapped__, self.original)  # wrapped once, not twice
@@ -384,7 +378,7 @@ class Registration(unittest.TestCase):
         self.assertIsInstance(env, RlmSandboxREPL)
         self.assertEqual(env.depth, 3)
         self.assertEqual(env.execute_code("print(context)").stdout, "ctx\n")
-        named = route("rlm_sandbox", {"binary": BINARY, "backend": "namespace"})
+        named = route("rlm_sandbox", dict(SANDBOX))
         self.addCleanup(named.cleanup)
         self.assertIsInstance(named, RlmSandboxREPL)
         self.assertEqual(self.calls, ["local"])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 import unittest
 from typing import Any, Optional
@@ -23,16 +22,14 @@ from typing import Any, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
-from _fakes import FakeLMHandler, ScriptedLM, run_completion  # noqa: E402
+from _fakes import (  # noqa: E402
+    SANDBOX, FakeLMHandler, ScriptedLM, require_binary, run_completion)
 from rlm_sandbox.integrations.rlm import RlmSandboxREPL  # noqa: E402
 
-BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 SECRET = "7731"
 
 
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    if not BINARY:
-        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
+setUpModule = require_binary  # noqa: N816 - unittest's name
 
 
 def make_document() -> str:
@@ -98,8 +95,7 @@ class ScriptedRlmRun(unittest.TestCase):
         def subcall(prompt: Any, model: Optional[str]) -> Any:
             """As the library's RLM._subcall: a child run with its own environment."""
             child = RlmSandboxREPL(lm_handler_address=env.lm_handler_address,
-                                   context_payload=prompt, depth=2, binary=BINARY,
-                                   backend="namespace", timeout=5)
+                                   context_payload=prompt, depth=2, timeout=5, **SANDBOX)
             try:
                 final, _, results = run_completion(child, ScriptedLM(list(CHILD_TURNS)),
                                                    "verify it")
@@ -114,8 +110,8 @@ class ScriptedRlmRun(unittest.TestCase):
         document = make_document()
         with FakeLMHandler(sub_lm) as handler:
             env = RlmSandboxREPL(lm_handler_address=handler.address, context_payload=document,
-                                 persistent=True, subcall_fn=subcall, depth=1,
-                                 binary=BINARY, backend="namespace", timeout=3)
+                                 persistent=True, subcall_fn=subcall, depth=1, timeout=3,
+                                 **SANDBOX)
             self.addCleanup(env.cleanup)
             model = ScriptedLM(list(ROOT_TURNS))
             final, messages, results = run_completion(env, model, "What is the secret code?")
