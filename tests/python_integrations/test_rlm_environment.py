@@ -326,6 +326,7 @@ class Lifecycle(unittest.TestCase):
         env.cleanup()
         env.cleanup()
         self.assertFalse(pid_alive(pid))
+        self.assertEqual(len(env.locals), 0)  # as LocalREPL's cleared namespace
         with self.assertRaises(RuntimeError):
             env.execute_code("1")
 

@@ -40,6 +40,7 @@ same fields (``REPLResult`` and ``ChatCompletion`` below).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -169,7 +170,9 @@ class _Variables(Mapping):
         self._env = env
 
     def _fetch(self, name: str) -> Dict[str, Any]:
-        fetched = self._env._session().execute("", fetch=name).fetched
+        if self._env._sandbox is None:  # cleaned up: no variables, as LocalREPL's cleared dict
+            return {"error": "the session was cleaned up"}
+        fetched = self._env._sandbox.execute("", fetch=name).fetched
         return fetched if isinstance(fetched, dict) else {"error": "nothing fetched"}
 
     def __getitem__(self, name: str) -> Any:
@@ -182,7 +185,9 @@ class _Variables(Mapping):
         return isinstance(name, str) and "value" in self._fetch(name)
 
     def __iter__(self) -> Iterator[str]:
-        listed = self._env._session().execute("", locals=True).locals or []
+        if self._env._sandbox is None:
+            return iter([])
+        listed = self._env._sandbox.execute("", locals=True).locals or []
         return iter([entry["name"] for entry in listed
                      if isinstance(entry, dict) and isinstance(entry.get("name"), str)])
 
@@ -240,7 +245,8 @@ class RlmSandboxREPL(_EnvBase):
         self._lm_request_timeout = options.pop("lm_request_timeout",
                                                _lm_handler.DEFAULT_TIMEOUT)
         self._calls_lock = threading.Lock()
-        self._pending_calls: List[Any] = []
+        self._pending_calls: List[Tuple[int, Any]] = []  # (order the call arrived, record)
+        self._call_order = itertools.count()
         self._subcalls = threading.BoundedSemaphore(max(1, int(max_concurrent_subcalls)))
         self._context_count = 0
         self._history_count = 0
@@ -278,7 +284,9 @@ class RlmSandboxREPL(_EnvBase):
             self._pending_calls = []
         cell = self._session().execute(code, locals=self._list_locals)
         with self._calls_lock:
-            calls, self._pending_calls = self._pending_calls, []
+            pending, self._pending_calls = self._pending_calls, []
+        # In the order the cell made the calls (a batch's in prompt order), as LocalREPL has them.
+        calls = [record for _, record in sorted(pending, key=lambda item: item[0])]
         stderr = cell.stderr
         failure = _failure_text(cell)
         if failure:
@@ -364,12 +372,13 @@ class RlmSandboxREPL(_EnvBase):
         self._session().execute(f"import json as _json\nhistory = _json.loads({text!r})\n"
                                 f"del _json")
 
-    def _record(self, completion: Any) -> None:
+    def _record(self, order: int, completion: Any) -> None:
         with self._calls_lock:
-            self._pending_calls.append(completion)
+            self._pending_calls.append((order, completion))
 
     def _answer_llm_query(self, prompt: Any, model: Optional[str]) -> str:
         """A cell's ``llm_query``: one request to the library's LM handler."""
+        order = next(self._call_order)
         address = self.lm_handler_address
         if not address:
             raise RuntimeError("No LM handler configured")
@@ -386,19 +395,20 @@ class RlmSandboxREPL(_EnvBase):
         if not isinstance(data, dict):
             raise RuntimeError("No chat completion or error provided.")
         completion = _completion_from_json(data)
-        self._record(completion)
+        self._record(order, completion)
         return str(completion.response)
 
     def _answer_rlm_query(self, prompt: Any, model: Optional[str]) -> str:
         """A cell's ``rlm_query``: a child RLM through ``subcall_fn``, else an llm_query."""
         if self.subcall_fn is None:
             return self._answer_llm_query(prompt, model)
+        order = next(self._call_order)
         with self._subcalls:
             try:
                 completion = self.subcall_fn(prompt, model)
             except Exception as error:  # noqa: BLE001
                 raise RuntimeError(f"RLM query failed - {error}") from error
-        self._record(completion)
+        self._record(order, completion)
         return str(getattr(completion, "response", completion))
 
 
