@@ -8,7 +8,10 @@ failed (the cell sees ``"Error: ..."`` from ``llm_query``, ``RuntimeError`` from
 
 from __future__ import annotations
 
+import concurrent.futures
 import keyword
+import threading
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .result import LlmCallback
@@ -19,6 +22,17 @@ RESERVED_NAMES = frozenset({
     "rlm_query_batched", "FINAL", "FINAL_VAR", "SHOW_VARS"})
 #: At most this many tools per session (as the worker takes them).
 MAX_TOOLS = 64
+
+#: Calls that return at once are answered on the thread that read them: a hand-over to the pool
+#: costs two thread wake-ups per call, which on a busy machine is most of a batch's time. After
+#: _FAST_STREAK calls of one function in a row each took under _FAST_CALL seconds, its calls
+#: run on the reading thread; one that takes over _SLOW_CALL sends the next ones back to the pool
+#: (so a slow callback delays the reading of other calls by at most one call). Each function
+#: (llm_query's, rlm_query's, each tool's) keeps its own count.
+_FAST_STREAK = 16
+_MAX_STREAKS = 256
+_FAST_CALL = 0.0002
+_SLOW_CALL = 0.002
 
 
 def _reserved(name: str) -> bool:
@@ -79,12 +93,21 @@ class Calls:
         self.rlm = rlm if rlm is not None else llm
         self.tools = dict(tools or {})
 
-    def answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
-        """The reply's fields for one call event; never raises for what a callback does."""
+    def answerer(self, event: Mapping[str, Any]) -> Tuple[str, Any, Optional[Callable[..., Any]]]:
+        """(kind, tool name, the function that answers the call event, or None)."""
         kind = event.get("kind") or "llm"
         if kind == "tool":
-            return self._tool(event.get("tool"), event.get("prompt"))
-        callback = self.rlm if kind == "rlm" else self.llm
+            name = event.get("tool")
+            if not isinstance(name, str):
+                return kind, None, None
+            return kind, name, self.tools.get(name)
+        return kind, None, self.rlm if kind == "rlm" else self.llm
+
+    def answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
+        """The reply's fields for one call event; never raises for what a callback does."""
+        kind, name, callback = self.answerer(event)
+        if kind == "tool":
+            return self._tool(name, callback, event.get("prompt"))
         if callback is None:
             what = "on_rlm_query or on_llm_query" if kind == "rlm" else "on_llm_query"
             return {"error": f"no {what} callback was given to the rlm-sandbox client"}
@@ -96,10 +119,11 @@ class Calls:
             return {"error": _error_text(error)}
         return {"text": text}
 
-    def _tool(self, name: Any, call: Any) -> Dict[str, Any]:
-        function = self.tools.get(name) if isinstance(name, str) else None
+    def _tool(self, name: Any, function: Optional[Callable[..., Any]],
+              call: Any) -> Dict[str, Any]:
         if function is None:
-            return {"error": f"no host tool named {str(name)[:100]!r}"}
+            return {"error": f"no host tool named {str(name)[:100]!r}" if name is not None
+                    else "a tool call without a tool name"}
         args = call.get("args") if isinstance(call, dict) else None
         kwargs = call.get("kwargs") if isinstance(call, dict) else None
         if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -118,3 +142,70 @@ def unencodable(event: Mapping[str, Any], error: Exception) -> Dict[str, Any]:
     else:
         what = "the answer could not be encoded"
     return {"error": f"{what}: {_error_text(error)}"}
+
+
+#: ``send(event, fields)``: writes the reply to one call event.
+Send = Callable[[Dict[str, Any], Dict[str, Any]], None]
+
+
+class Dispatcher:
+    """Runs the answers to call events, on a pool of `workers` threads, or on the thread that
+    read the event (always with one worker; else while calls return at once)."""
+
+    def __init__(self, workers: int, send: Send, name: str = "rlm-sandbox-llm") -> None:
+        self.workers = max(1, workers)
+        self._send = send
+        self._name = name
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        # Per answering function, calls in a row that returned within _FAST_CALL.
+        self._streaks: Dict[Tuple[str, Any, int], int] = {}
+
+    def fast(self, key: Tuple[str, Any, int]) -> bool:
+        """True when the calls of `key` (``Calls.answerer`` with the function's id) are answered
+        on the reading thread."""
+        return self._streaks.get(key, 0) >= _FAST_STREAK
+
+    def dispatch(self, calls: Calls, event: Dict[str, Any]) -> None:
+        """Answers one call event (dropped once shut down)."""
+        if self._closed:
+            return
+        kind, name, function = calls.answerer(event)
+        key = (kind, name, id(function))
+        if self.workers == 1 or self.fast(key):
+            self._answer(calls, event, key)
+            return
+        with self._pool_lock:
+            if self._closed:
+                return
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.workers, thread_name_prefix=self._name)
+            pool = self._pool
+        try:
+            pool.submit(self._answer, calls, event, key)
+        except RuntimeError:  # the pool was shut down: the session is ending
+            pass
+
+    def _answer(self, calls: Calls, event: Dict[str, Any], key: Tuple[str, Any, int]) -> None:
+        start = time.perf_counter()
+        fields = calls.answer(event)
+        took = time.perf_counter() - start
+        # Updated from several threads without a lock: a lost update only moves a switch.
+        streak = self._streaks.get(key, 0)
+        if took < _FAST_CALL:
+            if len(self._streaks) >= _MAX_STREAKS and key not in self._streaks:
+                self._streaks.clear()  # per-cell callbacks: forget the old ones
+            self._streaks[key] = min(streak + 1, _FAST_STREAK)
+        elif took > _SLOW_CALL or streak < _FAST_STREAK:
+            self._streaks.pop(key, None)
+        self._send(event, fields)
+
+    def shutdown(self) -> None:
+        """Later calls are dropped; calls not yet started are cancelled (none is waited for)."""
+        with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

@@ -9,7 +9,6 @@ with a thread. Each reader thread owns its fd and closes it at the end of its st
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import json
 import logging
 import os
@@ -17,10 +16,9 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from ._calls import Calls, unencodable
+from ._calls import Calls, Dispatcher, unencodable
 from .result import RlmSandboxError
 
 _log = logging.getLogger(__name__)
@@ -33,14 +31,6 @@ _READ_CHUNK = 1 << 16
 #: The longest line taken from the CLI; a longer one is dropped. Its lines carry a cell's
 #: output (capped by the policy) and prompts of at most a control-channel frame, JSON-escaped.
 _MAX_OUTPUT_LINE = 512 << 20
-#: Calls that return at once are answered on the reader thread itself: a hand-over to the pool
-#: costs two thread wake-ups per call, which on a busy machine is most of a batch's time. After
-#: _FAST_STREAK calls in a row each took under _FAST_CALL seconds, calls run on the reader; one
-#: that takes over _SLOW_CALL sends the next ones back to the pool (so a slow callback delays the
-#: reading of other calls by at most one call).
-_FAST_STREAK = 16
-_FAST_CALL = 0.0002
-_SLOW_CALL = 0.002
 
 
 def _finalizing() -> bool:
@@ -127,7 +117,6 @@ class _Connection:
         for fd in (in_read, out_write, err_write):  # the child's ends
             os.close(fd)
         self._stdin = in_write  # -1 once closed (under _write_lock)
-        self.max_workers = max_workers
         self.replies: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
         self.stderr = _StderrTail(err_read)
         self._write_lock = threading.Lock()
@@ -135,8 +124,7 @@ class _Connection:
         self._state_lock = threading.Lock()
         self._current_id: Optional[int] = None  # the execute whose queries are answered
         self._calls: Optional[Calls] = None
-        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._fast = 0  # calls in a row that returned within _FAST_CALL
+        self.dispatcher = Dispatcher(max_workers, self._send_answer)
         self._reader = threading.Thread(target=self._read, args=(out_read,), daemon=True,
                                         name="rlm-sandbox-reader")
         self._reader.start()
@@ -226,27 +214,8 @@ class _Connection:
         if not current or calls is None:
             # Queued behind --llm-concurrency when its cell ended: nobody waits for it.
             self._send_answer(event, {"error": "the cell that asked has ended"})
-        elif self.max_workers == 1 or self._fast >= _FAST_STREAK:
-            self._answer(calls, event)
         else:
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self.max_workers, thread_name_prefix="rlm-sandbox-llm")
-            try:
-                self._executor.submit(self._answer, calls, event)
-            except RuntimeError:  # the pool was shut down: the session is ending
-                pass
-
-    def _answer(self, calls: Calls, event: Dict[str, Any]) -> None:
-        start = time.perf_counter()
-        fields = calls.answer(event)
-        took = time.perf_counter() - start
-        # Updated from several threads without a lock: a lost update only moves a switch.
-        if took < _FAST_CALL:
-            self._fast = min(self._fast + 1, _FAST_STREAK)
-        elif took > _SLOW_CALL or self._fast < _FAST_STREAK:
-            self._fast = 0
-        self._send_answer(event, fields)
+            self.dispatcher.dispatch(calls, event)
 
     def _send_answer(self, event: Dict[str, Any], fields: Dict[str, Any]) -> None:
         head = {"op": "llm_result", "query_id": event.get("query_id")}
@@ -307,8 +276,7 @@ class _Connection:
         if threading.current_thread() is not self._reader:
             self._reader.join(timeout=2.0)
         self.stderr.finish()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.dispatcher.shutdown()
 
     def abandon(self, wait: Optional[float] = None) -> None:
         """Ends the process through the end of its input (the CLI then closes its session),

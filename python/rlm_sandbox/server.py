@@ -11,7 +11,6 @@ the run on overflow, as a direct run would.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import re
@@ -20,7 +19,7 @@ import threading
 import time
 from typing import Any, Dict, Optional, Sequence, Union
 
-from ._calls import Calls, split_tools, unencodable
+from ._calls import Calls, Dispatcher, split_tools, unencodable
 from ._requests import execute_request
 from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
@@ -318,10 +317,10 @@ class ServerSession:
         self._closed = False
         self._close_result: Dict[str, Any] = {}
         self._lock = threading.RLock()
+        self._dispatcher = Dispatcher(int(max_llm_workers or llm_concurrency or 16),
+                                      self._send_answer)
         tool_specs, self._tool_functions = split_tools(tools)
-        self._workers = max(1, int(max_llm_workers or llm_concurrency or 16))
         self.on_rlm_query = on_rlm_query
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.on_llm_query = on_llm_query
         self.server = server if isinstance(server, Server) else Server(server)
         self.policy = policy
@@ -437,9 +436,7 @@ class ServerSession:
     def _shutdown(self) -> None:
         if self._wire is not None:
             self._wire.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        self._dispatcher.shutdown()
 
     def _request(self, frame: Dict[str, Any], answer_op: str, calls: Optional[Calls] = None,
                  fds: Sequence[int] = ()) -> Dict[str, Any]:
@@ -460,26 +457,17 @@ class ServerSession:
                 return reply
 
     def _answer(self, call: Dict[str, Any], calls: Optional[Calls]) -> None:
-        wire = self._wire
+        if calls is None:
+            self._send_answer(call, {"error": "no llm_query handler: pass on_llm_query"})
+        else:
+            self._dispatcher.dispatch(calls, call)
 
-        def answer() -> None:
-            head = {"op": "llm_answer", "id": call.get("id")}
-            fields = (calls.answer(call) if calls is not None else
-                      {"error": "no llm_query handler: pass on_llm_query"})
+    def _send_answer(self, call: Dict[str, Any], fields: Dict[str, Any]) -> None:
+        wire, head = self._wire, {"op": "llm_answer", "id": call.get("id")}
+        try:
             try:
-                try:
-                    wire.send({**head, **fields})
-                except (TypeError, RecursionError) as error:  # a tool's value that is not JSON
-                    wire.send({**head, **unencodable(call, error)})
-                except ValueError as error:  # not JSON, or over the frame limit
-                    wire.send({**head, **unencodable(call, error)})
-            except (RlmSandboxError, ValueError):
-                pass  # the session ended: the cell sees an error
-
-        if self._workers == 1:
-            answer()
-            return
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self._workers, thread_name_prefix="rlm-sandbox-llm")
-        self._pool.submit(answer)
+                wire.send({**head, **fields})
+            except (TypeError, ValueError, RecursionError) as error:  # not JSON, or too large
+                wire.send({**head, **unencodable(call, error)})
+        except (RlmSandboxError, ValueError):
+            pass  # the session ended: the cell sees an error

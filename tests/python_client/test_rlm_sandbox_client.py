@@ -259,16 +259,21 @@ class LlmQueryTest(SandboxTestCase):
         # Calls that return at once are answered on the reader thread; the first slow one
         # sends the next ones back to the pool, so a batch of slow calls still overlaps.
         slow = ConcurrencyMeter(0.2, lambda prompt: "s")
-        sb = self.sandbox(on_llm_query=lambda prompt, model:
-                          "f" if prompt == "fast" else slow(prompt, model))
+
+        def answer(prompt: str, model: Optional[str]) -> str:
+            return "f" if prompt == "fast" else slow(prompt, model)
+
+        sb = self.sandbox(on_llm_query=answer)
+        key = ("llm", None, id(answer))
         for _ in range(5):  # a busy machine may preempt a fast call and restart the count
             self.run_ok(sb, "assert llm_query_batched(['fast'] * 40) == ['f'] * 40")
-            if sb._conn._fast >= 16:
+            if sb._conn.dispatcher.fast(key):
                 break
-        self.assertGreaterEqual(sb._conn._fast, 16)  # answering on the reader thread now
+        self.assertTrue(sb._conn.dispatcher.fast(key))  # answering on the reader thread now
+        self.assertFalse(sb._conn.dispatcher.fast(("rlm", None, id(answer))))  # its own count
         self.run_ok(sb, "assert llm_query_batched(['slow'] * 12) == ['s'] * 12")
         self.assertGreaterEqual(slow.most, 4)
-        self.assertEqual(sb._conn._fast, 0)
+        self.assertFalse(sb._conn.dispatcher.fast(key))
 
     def test_queries_left_by_a_crashed_cell_do_not_reach_the_next_cell(self) -> None:
         # 20 queries, 8 answered at once by the CLI: when the cell dies the other 12 are still

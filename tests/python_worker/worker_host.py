@@ -70,11 +70,29 @@ def read_exact(sock, n, fds):
     return bytes(data)
 
 
+BULK_BIT = 0x80000000
+
+
 def read_frame(sock):
-    """(message, fds received with it)."""
-    fds = []
-    (length,) = struct.unpack('>I', read_exact(sock, 4, fds))
-    return json.loads(read_exact(sock, length, fds)), fds
+    """(message, fds received with it); bulk frames before it put where its placeholders are."""
+    fds, bulk = [], []
+    while True:
+        (length,) = struct.unpack('>I', read_exact(sock, 4, fds))
+        if not length & BULK_BIT:
+            break
+        bulk.append(read_exact(sock, length & ~BULK_BIT, fds).decode('utf-8'))
+    message = json.loads(read_exact(sock, length, fds))
+    if bulk:
+        assert message.pop('bulk') == len(bulk)
+
+        def put(value):
+            if isinstance(value, dict) and list(value) == ['$bulk']:
+                return bulk[value['$bulk']]
+            return value
+
+        message = {key: [put(item) for item in value] if isinstance(value, list) else put(value)
+                   for key, value in message.items()}
+    return message, fds
 
 
 def write_frame(sock, message, fd=None):

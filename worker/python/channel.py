@@ -15,6 +15,8 @@ import time
 
 CHILD_POLL_SECONDS = 0.01  # only when os.pidfd_open is unavailable
 HEADER = struct.Struct('>I')
+BULK_BIT = 0x80000000  # a header with this bit is a bulk frame's (raw UTF-8, no JSON)
+BULK_MIN = 1 << 16     # strings this long (in characters) travel as bulk frames
 FD_ROOM = socket.CMSG_SPACE(struct.calcsize('i'))  # one fd per message; the kernel closes more
 
 
@@ -43,6 +45,27 @@ def encode_frame(message: dict) -> bytes:
     # the frame stays valid UTF-8. NaN/Infinity are not JSON, so they are refused.
     text = json.dumps(message, ensure_ascii=False, allow_nan=False, separators=(',', ':'))
     return text.encode('utf-8', 'replace')
+
+
+def split_bulk(message: dict, bulk: list) -> dict:
+    """The message with each long string of a top-level field (or of a top-level list) replaced
+    by a {"$bulk": i} placeholder, its UTF-8 bytes appended to bulk: JSON-escaping and parsing
+    tens of megabytes costs far more than copying them (docs/control-channel.md)."""
+    def take(value):
+        if isinstance(value, str) and len(value) >= BULK_MIN:
+            bulk.append(value.encode('utf-8', 'replace'))
+            return {'$bulk': len(bulk) - 1}
+        return value
+
+    if not any(isinstance(v, str) and len(v) >= BULK_MIN or isinstance(v, list)
+               for v in message.values()):
+        return message
+    split = {key: [take(item) for item in value] if isinstance(value, list) else take(value)
+             for key, value in message.items()}
+    if bulk:
+        split['bulk'] = len(bulk)
+        return split
+    return message
 
 
 def decode_frame(body: bytes) -> HostFrame:
@@ -103,13 +126,22 @@ class Channel:
     # -- sending
 
     def send(self, message: dict, fd: int = -1) -> None:
-        """Sends one frame; with fd, attaches it to the frame's first byte (SCM_RIGHTS)."""
+        """Sends one frame; with fd, attaches it to the frame's first byte (SCM_RIGHTS).
+        Long strings (a top-level field's, or an item of a top-level list) travel as bulk
+        frames before it, unescaped."""
+        bulk = []
+        if fd < 0:
+            message = split_bulk(message, bulk)
         data = encode_frame(message)
-        if len(data) > self.max_frame:
-            raise FrameTooLarge(len(data))
+        size = len(data) + sum(len(item) for item in bulk)
+        if size > self.max_frame:
+            raise FrameTooLarge(size)
         header = HEADER.pack(len(data))
         try:
             with self._send_lock:
+                for item in bulk:
+                    self.sock.sendall(HEADER.pack(len(item) | BULK_BIT))
+                    self.sock.sendall(item)
                 if fd < 0:
                     self.sock.sendall(header + data)
                 else:
@@ -243,6 +275,11 @@ class Channel:
             while self._reading:
                 self._cond.wait()
             self._reading = self._frozen = True
+
+    def has_input(self, timeout: float) -> bool:
+        """Whether a frame (or its first bytes) waits, read or not, or comes within timeout
+        seconds."""
+        return bool(self._ops) or bool(self._buffer) or self._socket_ready(timeout * 1000)
 
     def _socket_ready(self, timeout_ms) -> bool:
         poller = select.poll()

@@ -82,7 +82,7 @@ def fork_standby(channel: Channel, fork_id):
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         child_channel = Channel(theirs, channel.max_frame)
         SESSION.channel = child_channel
-        warm_up()
+        warm_up(child_channel)
         return child_channel
     theirs.close()
     try:
@@ -96,21 +96,29 @@ def fork_standby(channel: Channel, fork_id):
     return child
 
 
-def warm_up() -> None:
+# How long a fresh standby waits for an op before it warms up: the host sends the next execute
+# as soon as it has the fork frame when cells come back to back.
+WARM_UP_DELAY = 0.002
+
+
+def warm_up(channel: Channel) -> None:
     """Readies a fresh standby while it waits, so the next cell does not pay for it: every
     page the fork shares with the checkpoint is copied on its first write, and a cell would
     otherwise take those faults for the REPL's own machinery (and the garbage collector's
     full-heap passes). The objects that exist now are frozen out of the collector until the
-    cell ends (run_cell unfreezes them), and one empty cell runs through the same path with
-    nothing sent."""
+    cell ends (run_cell unfreezes them), the cell's output capture is made, and, unless the
+    host's next op comes within WARM_UP_DELAY (cells sent back to back: warming would only
+    delay it), one empty cell runs through the same path with nothing sent."""
     gc.freeze()
+    SESSION.next_capture = OutputCapture()
+    if channel.has_input(WARM_UP_DELAY):
+        return
     scratch = {'__builtins__': builtins}
     capture = OutputCapture().activate(0)
     try:
         run_source('pass', scratch)
     finally:
         capture.finish()
-    SESSION.next_capture = OutputCapture()
     json.dumps({'type': 'cell_result', 'id': 0, 'status': 'ok', 'stdout': '', 'stderr': '',
                 'error': None, 'cpu_ms': cpu_seconds()})
 
