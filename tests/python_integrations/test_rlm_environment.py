@@ -239,10 +239,10 @@ class CustomTools(unittest.TestCase):
             "lookup": {"tool": lookup, "description": "finds a key"},
             "LIMITS": {"max": 3}})
         self.addCleanup(env.cleanup)
-        result = env.execute_code("print(lookup('a'), lookup('b', default='none'))\n"
+        result = env.execute_code("a, b = lookup('a'), lookup('b', default='none')\n"
+                                  "print(a['key'], a['found'], b['key'], b['found'])\n"
                                   "print(LIMITS['max'])")
-        self.assertEqual(result.stdout,
-                         "{'key': 'a', 'found': 1} {'key': 'b', 'found': 'none'}\n3\n")
+        self.assertEqual(result.stdout, "a 1 b none\n3\n")
         self.assertEqual(len(host_threads), 2)
 
     def test_tool_exception_raises_in_the_cell(self) -> None:

@@ -285,7 +285,8 @@ class RlmSandboxREPL(_EnvBase):
         cell = self._session().execute(code, locals=self._list_locals)
         with self._calls_lock:
             pending, self._pending_calls = self._pending_calls, []
-        # In the order the cell made the calls (a batch's in prompt order), as LocalREPL has them.
+        # In the order the calls reached the host (one by one as the cell made them; a batch's
+        # calls run at once and may arrive in any order, their answers are in prompt order).
         calls = [record for _, record in sorted(pending, key=lambda item: item[0])]
         stderr = cell.stderr
         failure = _failure_text(cell)
