@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Optional, Union
 
+from .result import RlmSandboxError
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
@@ -37,3 +39,19 @@ def execute_request(code: str, timeout: Optional[Union[int, float, str]], locals
             raise TypeError(f"fetch must be a variable name, not {type(fetch).__name__}")
         request["fetch"] = fetch
     return request
+
+
+def checked_index(index: Any) -> int:
+    """An add_context/add_history index as given by the caller."""
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"index must be a non-negative int, not {index!r}")
+    return index
+
+
+def added_index(result: Dict[str, Any]) -> int:
+    """The index an add_context/add_history result names; raises when it failed."""
+    index = result.get("index")
+    if result.get("status") != "ok" or isinstance(index, bool) or not isinstance(index, int):
+        raise RlmSandboxError(f"the session did not take it: {result.get('status')}: "
+                              f"{result.get('error') or ''}".rstrip(": "))
+    return index

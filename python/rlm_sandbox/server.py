@@ -17,10 +17,10 @@ import re
 import selectors
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._calls import Calls, Dispatcher, split_tools, unencodable
-from ._requests import execute_request
+from ._requests import added_index, checked_index, execute_request
 from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
@@ -264,8 +264,14 @@ def _context_fd(context: Any, context_file: Any, context_json: bool):
         return os.open(os.fspath(context_file), os.O_RDONLY | os.O_CLOEXEC), context_json
     if context is None:
         return None, False
-    as_json = context_json or not isinstance(context, str)
-    text = (json.dumps(context, ensure_ascii=False, allow_nan=False) if as_json else context)
+    return _value_fd(context, context_json)
+
+
+def _value_fd(value: Any, as_json: bool):
+    """A memfd holding `value`: a str as text (unless `as_json`), anything else as JSON.
+    Returns (fd, is_json)."""
+    as_json = as_json or not isinstance(value, str)
+    text = (json.dumps(value, ensure_ascii=False, allow_nan=False) if as_json else value)
     fd = os.memfd_create("rlm-sandbox-context", os.MFD_CLOEXEC)
     try:
         view = memoryview(text.encode("utf-8"))
@@ -386,6 +392,17 @@ class ServerSession:
         reply = self._request(execute_request(code, timeout, locals, fetch), "cell_result", calls)
         return CellResult.from_json(reply.get("result") or {})
 
+    def add_context(self, value: Any, index: Optional[int] = None) -> int:
+        """Adds ``context_N`` to the live session (RlmSandbox.add_context); the value crosses
+        as an fd (a memfd of this process), never inside a frame."""
+        return self._add("context", value, index)
+
+    def add_history(self, messages: List[Dict[str, Any]], index: Optional[int] = None) -> int:
+        """Adds ``history_N`` to the live session (RlmSandbox.add_history)."""
+        if not isinstance(messages, list):
+            raise TypeError(f"messages must be a list, not {type(messages).__name__}")
+        return self._add("history", messages, index)
+
     def snapshot(self) -> int:
         """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
         return int(self._request({"op": "snapshot"}, "snapshot")["id"])
@@ -438,6 +455,18 @@ class ServerSession:
             self._wire.close()
         self._dispatcher.shutdown()
 
+    def _add(self, kind: str, value: Any, index: Optional[int]) -> int:
+        frame: Dict[str, Any] = {"op": "add_context", "kind": kind}
+        if index is not None:
+            frame["index"] = checked_index(index)
+        fd, as_json = _value_fd(value, kind == "history")
+        try:
+            frame["format"] = "json" if as_json else "text"
+            reply = self._request(frame, "cell_result", fds=[fd])
+        finally:
+            os.close(fd)
+        return added_index(reply.get("result") or {})
+
     def _request(self, frame: Dict[str, Any], answer_op: str, calls: Optional[Calls] = None,
                  fds: Sequence[int] = ()) -> Dict[str, Any]:
         with self._lock:
@@ -457,6 +486,12 @@ class ServerSession:
                 return reply
 
     def _answer(self, call: Dict[str, Any], calls: Optional[Calls]) -> None:
+        if call.get("prompt_is_json"):  # a message list or a tool's arguments, as JSON text
+            try:
+                call["prompt"] = json.loads(call.get("prompt"))
+            except (TypeError, ValueError, RecursionError):
+                self._send_answer(call, {"error": "the call's prompt is not JSON"})
+                return
         if calls is None:
             self._send_answer(call, {"error": "no llm_query handler: pass on_llm_query"})
         else:
@@ -464,6 +499,12 @@ class ServerSession:
 
     def _send_answer(self, call: Dict[str, Any], fields: Dict[str, Any]) -> None:
         wire, head = self._wire, {"op": "llm_answer", "id": call.get("id")}
+        if "value" in fields:  # a tool's answer crosses as the JSON text of its value
+            try:
+                fields = {"text": json.dumps(fields["value"], ensure_ascii=False,
+                                             allow_nan=False)}
+            except (TypeError, ValueError, RecursionError) as error:
+                fields = unencodable(call, error)
         try:
             try:
                 wire.send({**head, **fields})

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._calls import Calls, split_tools
 from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode, _finalizing
-from ._requests import execute_request
+from ._requests import added_index, checked_index, execute_request
 from .result import CellResult, LlmCallback, RlmSandboxError
 from .server import ServerSession, server_from_environment
 
@@ -27,6 +27,8 @@ _log = logging.getLogger(__name__)
 _INLINE_BYTES = 1 << 20
 #: A JSON value nesting deeper than this goes through a file (a repl line nests at most 64).
 _INLINE_DEPTH = 32
+#: Linux's bound on one command-line argument (MAX_ARG_STRLEN), which --tools must fit in.
+_MAX_ARG_BYTES = 128 * 1024
 
 
 def _duration_flag(value: Union[int, float, str], what: str = "timeout") -> str:
@@ -64,6 +66,16 @@ def _shallow(value: Any, limit: int) -> bool:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return True
+
+
+def _tools_flag(specs: List[Dict[str, Any]]) -> str:
+    """The --tools JSON; raises ValueError when it cannot be one command-line argument."""
+    text = json.dumps(specs, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    if len(text.encode("utf-8")) >= _MAX_ARG_BYTES:
+        raise ValueError(f"the tools are {len(text)} characters as --tools JSON; a command-line "
+                         f"argument holds less than {_MAX_ARG_BYTES} bytes: pass large data "
+                         f"with add_context")
+    return text
 
 
 def _spill(data: bytes) -> str:
@@ -200,6 +212,7 @@ class RlmSandbox:
         if context is not None and context_file is not None:
             raise ValueError("give context or context_file, not both")
         binary_path = self._find_binary(binary)
+        tools_flag = _tools_flag(tool_specs) if tool_specs else None
         first_line = None
         spilled: Optional[str] = None
         if context is not None:
@@ -227,9 +240,8 @@ class RlmSandbox:
             args += ["--memory", _size_flag(memory)]
         if not echo:
             args.append("--no-echo")
-        if tool_specs:
-            args += ["--tools", json.dumps(tool_specs, ensure_ascii=False, allow_nan=False,
-                                           separators=(",", ":"))]
+        if tools_flag is not None:
+            args += ["--tools", tools_flag]
         if llm_timeout is not None:
             args += ["--llm-timeout", _duration_flag(llm_timeout, "llm_timeout")]
         if llm_budget is not None:
@@ -338,9 +350,9 @@ class RlmSandbox:
         if as_json:
             request["json"] = True
         if index is not None:
-            request["index"] = _index(index)
+            request["index"] = checked_index(index)
         try:
-            return self._added(self._request(request))
+            return added_index(self._request(request))
         finally:
             if spilled is not None:
                 os.unlink(spilled)
@@ -354,8 +366,8 @@ class RlmSandbox:
             raise TypeError(f"messages must be a list, not {type(messages).__name__}")
         request: Dict[str, Any] = {"op": "add_history", "history": messages}
         if index is not None:
-            request["index"] = _index(index)
-        return self._added(self._request(request))
+            request["index"] = checked_index(index)
+        return added_index(self._request(request))
 
     def snapshot(self) -> int:
         """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
@@ -445,13 +457,6 @@ class RlmSandbox:
     def _calls(self, on_llm_query: Optional[LlmCallback]) -> Calls:
         return Calls(on_llm_query or self.on_llm_query, self.on_rlm_query, self._tool_functions)
 
-    def _added(self, result: Dict[str, Any]) -> int:
-        """The index an add_context/add_history result names; raises when it failed."""
-        if result.get("status") != "ok" or not isinstance(result.get("index"), int):
-            raise RlmSandboxError(f"the session did not take it: {result.get('status')}: "
-                                  f"{result.get('error') or ''}".rstrip(": "))
-        return int(result["index"])
-
     def _request(self, message: Dict[str, Any], *, calls: Optional[Calls] = None,
                  allow_closed: bool = False) -> Dict[str, Any]:
         """Sends one request with a fresh id; returns its result (its cell's queries go to
@@ -532,8 +537,3 @@ class RlmSandbox:
         if self._conn is not None:
             self._conn.kill()
 
-
-def _index(index: Any) -> int:
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ValueError(f"index must be a non-negative int, not {index!r}")
-    return index

@@ -125,6 +125,10 @@ class ToolsTest(SandboxTestCase):
         self.run_ok(sb, "double = None")
         self.assertEqual(self.run_ok(sb, "print(double(21))").stdout, "42\n")
 
+    def test_data_tools_over_a_command_line_argument_are_refused_before_starting(self) -> None:
+        with self.assertRaisesRegex(ValueError, "add_context"):
+            RlmSandbox(binary="/nonexistent", tools={"big": "x" * (128 * 1024)})
+
     def test_bad_tool_names_are_refused_before_starting(self) -> None:
         for name in ("llm_query", "context_3", "not an identifier", "class"):
             with self.assertRaises(ValueError, msg=name):

@@ -226,6 +226,26 @@ class SessionTest(unittest.TestCase):
         with self.assertRaises(ServerError):  # only tightening: above the server's own
             self.session(llm_budget=10 ** 12)
 
+    def test_tools_echo_locals_and_fetch(self) -> None:
+        sb = self.session(echo=False, tools={
+            "add": {"tool": lambda a, b=0: {"sum": a + b}, "description": "adds"},
+            "table": [1, 2, 3], "broken": lambda: object()})
+        result = sb.execute("r = add(2, b=3)\nprint(r, table)\nr", locals=True, fetch="r")
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(result.stdout, "{'sum': 5} [1, 2, 3]\n")  # no echo of the last line
+        self.assertIn({"name": "r", "type": "dict", "repr": "{'sum': 5}"}, result.locals)
+        self.assertEqual(result.fetched, {"value": {"sum": 5}})
+        result = sb.execute("broken()")
+        self.assertIn("tool 'broken' returned a value that is not JSON", result.error)
+
+    def test_add_context_and_history(self) -> None:
+        sb = self.session(context="first")
+        self.assertEqual(sb.add_context({"k": "v"}), 1)
+        self.assertEqual(sb.add_context("x" * (2 << 20), index=3), 3)
+        self.assertEqual(sb.add_history([{"role": "user", "content": "q"}]), 0)
+        result = sb.execute("print(context, context_1['k'], len(context_3), history[0]['role'])")
+        self.assertEqual(result.stdout, "first v 2097152 user\n")
+
     def test_snapshot_restore_and_close(self) -> None:
         sb = self.session(context={"k": [1, 2]})
         self.assertEqual(sb.execute("n = len(context['k'])").status, "ok")
