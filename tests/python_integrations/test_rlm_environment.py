@@ -301,6 +301,15 @@ class Persistence(unittest.TestCase):
         self.assertIn("TimeoutError", result.stderr)
         self.assertEqual(env.execute_code("print(context)").stdout, "kept text\n")
 
+    def test_compaction_entries_make_the_history_list(self) -> None:
+        env = make_env(compaction=True)
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute_code("print(history)").stdout, "[]\n")
+        env.append_compaction_entry([{"role": "user", "content": "segment"}])
+        env.append_compaction_entry({"type": "summary", "content": "so far"})
+        self.assertEqual(env.execute_code("print(len(history), history[1]['content'])").stdout,
+                         "2 so far\n")
+
     def test_supports_the_persistence_protocol_methods(self) -> None:
         for name in ("update_handler_address", "add_context", "get_context_count",
                      "add_history", "get_history_count"):

@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from collections import abc
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import RlmSandbox
@@ -158,7 +159,7 @@ def _failure_text(cell: Any) -> str:
     return f"{what}: {detail}{rolled}"
 
 
-class _Variables(Mapping):
+class _Variables(abc.Mapping):
     """LocalREPL's ``locals`` read from the live session: ``env.locals["x"]`` fetches ``x``.
 
     A value comes back as JSON data when it is (str, numbers, lists, dicts, ...), else as its
@@ -355,7 +356,12 @@ class RlmSandboxREPL(_EnvBase):
         return self._history_count
 
     def append_compaction_entry(self, entry: Any) -> None:
-        """Compaction: appends a trajectory segment or summary to the ``history`` list."""
+        """Compaction: appends a trajectory segment or summary to the ``history`` list.
+
+        The whole list is sent again each time (as DockerREPL does). Unlike LocalREPL, once a
+        ``history_0`` exists (persistent mode's ``add_history``) ``history`` is that, the
+        session's reserved alias, and the compaction list is no longer visible by that name.
+        """
         if not self.compaction:
             return
         self._compaction_history.append(json.loads(json.dumps(entry)))
