@@ -111,6 +111,12 @@ class Variables(unittest.TestCase):
         self.assertEqual(self.interp.execute("print(doc[0], len(doc))",
                                              variables={"doc": other}), "y 200000\n")
 
+    def test_string_over_a_request_line_arrives_whole(self) -> None:
+        big = "0123456789abcdef" * (17 << 16) + "\"'\n\u00e9"  # 17 MiB, over the 16 MiB line
+        self.assertEqual(self.interp.execute("print(len(doc), repr(doc[-4:]))",
+                                             variables={"doc": big}),
+                         f"{len(big)} {big[-4:]!r}\n")
+
     def test_bad_names_are_refused(self) -> None:
         for name in ("not valid", "class", "SUBMIT"):
             with self.assertRaises(CodeInterpreterError, msg=name):

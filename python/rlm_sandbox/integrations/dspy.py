@@ -70,9 +70,11 @@ except Exception:  # noqa: BLE001 - absent, or present without its own dependenc
 #: Names the interpreter provides itself (never registered as host tools).
 BUILTIN_NAMES = frozenset({"llm_query", "llm_query_batched", "SUBMIT"})
 
-#: A string variable at least this long is sent once and kept in the session (strings cannot
-#: change in place, so re-binding it before each cell gives the code the original value).
+#: A string variable at least this long is sent once, as a context (``context_N`` from
+#: ``STASH_INDEX`` on: no size limit of a request line, and the session restores those names
+#: after every cell), and re-bound before each cell (strings cannot change in place).
 STASH_BYTES = 64 * 1024
+STASH_INDEX = 1_000_000
 
 #: The host tool that runs tools added to ``tools`` after the session started.
 _LATE_TOOL = "rlm_sandbox_tool_call"
@@ -180,7 +182,7 @@ class RlmSandboxInterpreter:
         self._ended = False
         self._tool_names: frozenset = frozenset()
         self._late_tools: frozenset = frozenset()
-        self._stashed: Dict[str, str] = {}  # variable name -> digest of the stashed text
+        self._stashed: Dict[str, Tuple[int, str]] = {}  # name -> (context index, digest)
         self._submission: Optional[Dict[str, Any]] = None
 
     @classmethod
@@ -287,16 +289,23 @@ class RlmSandboxInterpreter:
                 raise CodeInterpreterError(f"Invalid variable name: '{name}' is the interpreter's")
             if isinstance(value, str) and len(value) >= STASH_BYTES:
                 digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
-                if self._stashed.get(name) != digest:
-                    stash = self._run(f"_rlm_var_{name} = {value!r}")
-                    if stash.status != "ok":
-                        raise CodeInterpreterError(
-                            f"could not send variable '{name}': {stash.error or stash.status}")
-                    self._stashed[name] = digest
-                lines.append(f"{name} = _rlm_var_{name}")
+                index, sent = self._stashed.get(name, (STASH_INDEX + len(self._stashed), ""))
+                if sent != digest:
+                    self._stash(name, index, value)
+                    self._stashed[name] = (index, digest)
+                lines.append(f"{name} = context_{index}")
             else:
                 lines.append(f"{name} = {_python_literal(value)}")
         return "".join(line + "\n" for line in lines)
+
+    def _stash(self, name: str, index: int, value: str) -> None:
+        try:
+            self._sandbox.add_context(value, index=index)
+        except RlmSandboxError as error:
+            if self._sandbox is not None and self._sandbox.running:
+                raise CodeInterpreterError(f"could not send variable '{name}': {error}") from error
+            self._end()
+            raise CodeInterpreterError(f"the sandbox session ended: {error}") from error
 
     def _define_late_tools(self) -> None:
         """Tools added to ``tools`` after the start become functions through one host tool."""
