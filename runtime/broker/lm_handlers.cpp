@@ -54,15 +54,9 @@ std::string valid_utf8(const std::string& text) {
 }  // namespace broker
 
 std::string_view to_string(CallKind kind) {
-  switch (kind) {
-    case CallKind::llm:
-      return "llm";
-    case CallKind::rlm:
-      return "rlm";
-    case CallKind::tool:
-      return "tool";
-  }
-  return "llm";
+  constexpr std::string_view kNames[] = {"llm", "rlm", "tool"};  // in CallKind's order
+  const auto index = static_cast<std::size_t>(kind);
+  return index < std::size(kNames) ? kNames[index] : kNames[0];
 }
 
 std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec) {

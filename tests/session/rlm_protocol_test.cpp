@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "namespace_session_fixture.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/llm.hpp"
@@ -48,21 +49,7 @@ class ToolLm final : public LlmHandler {
   std::atomic<int> calls_{0};
 };
 
-class RlmProtocol : public ::testing::Test {
- protected:
-  void SetUp() override {
-    policy_ = load_policy("python-repl");
-    policy_.limits.wall_time = 10s;
-    backend_ = make_backend("namespace");
-    ASSERT_TRUE(backend_);
-  }
-  std::unique_ptr<Session> open(SessionOptions options = {}) {
-    return backend_->open_session(policy_, std::move(options));
-  }
-
-  Policy policy_;
-  std::unique_ptr<Backend> backend_;
-};
+using RlmProtocol = NamespaceSessionTest;
 
 TEST_F(RlmProtocol, ToolsAreHostFunctionsOrValuesAndSurviveACellThatRebindsThem) {
   auto lm = std::make_shared<ToolLm>();
