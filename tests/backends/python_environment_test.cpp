@@ -19,7 +19,6 @@ namespace rlm::test {
 namespace {
 
 using ::testing::HasSubstr;
-using namespace std::chrono_literals;
 
 // Adds each site directory as the session's worker does, imports both probes, then tries to plant
 // a module in the venv's site-packages and to change it.
@@ -52,15 +51,6 @@ if os.environ.get("TRY_WRITE"):
 
 class PythonEnvironmentRun : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
-    policy_ = load_policy(GetParam() == "local" ? "trusted-local" : "python-repl");
-    policy_.limits.wall_time = 20s;
-    policy_.python.venv = venv_.path();
-    policy_.python.site_packages = {venv_.plain_site()};
-    backend_ = make_backend(GetParam());
-    ASSERT_TRUE(backend_);
-  }
-
   Result run(std::vector<std::string> argv, std::map<std::string, std::string> env = {}) {
     Request request;
     request.argv = std::move(argv);
@@ -69,8 +59,8 @@ class PythonEnvironmentRun : public ::testing::TestWithParam<std::string> {
   }
 
   PythonVenv venv_;
-  Policy policy_;
-  std::unique_ptr<Backend> backend_;
+  Policy policy_ = venv_.policy_for(GetParam());
+  std::unique_ptr<Backend> backend_ = make_backend(GetParam());
 };
 
 TEST_P(PythonEnvironmentRun, APayloadImportsFromTheSiteDirectoriesInOrder) {

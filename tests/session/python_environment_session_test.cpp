@@ -17,19 +17,10 @@ namespace rlm::test {
 namespace {
 
 using ::testing::HasSubstr;
-using namespace std::chrono_literals;
 
 class PythonEnvironmentSession : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
-    policy_ = load_policy(GetParam() == "local" ? "trusted-local" : "python-repl");
-    policy_.limits.wall_time = 20s;
-    policy_.python.venv = venv_.path();
-    policy_.python.site_packages = {venv_.plain_site()};
-    backend_ = make_backend(GetParam());
-    ASSERT_TRUE(backend_);
-    session_ = backend_->open_session(policy_, {});
-  }
+  void SetUp() override { session_ = backend_->open_session(policy_, {}); }
 
   CellResult execute(const std::string& code) {
     auto cell = session_->execute(code);
@@ -38,8 +29,8 @@ class PythonEnvironmentSession : public ::testing::TestWithParam<std::string> {
   }
 
   PythonVenv venv_;
-  Policy policy_;
-  std::unique_ptr<Backend> backend_;
+  Policy policy_ = venv_.policy_for(GetParam());
+  std::unique_ptr<Backend> backend_ = make_backend(GetParam());
   std::unique_ptr<Session> session_;
 };
 

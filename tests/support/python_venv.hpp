@@ -4,8 +4,10 @@
 // everything in it on destruction.
 #pragma once
 
+#include <chrono>
 #include <string>
 
+#include "rlm_sandbox/policy.hpp"
 #include "support/subprocess.hpp"
 
 namespace rlm::test {
@@ -24,6 +26,16 @@ class PythonVenv {
   const std::string& site() const { return site_; }  // lib/pythonX.Y/site-packages
   // A directory beside the venv with a module of its own ("rlm_site_probe"), for site_packages.
   std::string plain_site() const { return dir_.path() + "/site"; }
+
+  // The policy a test of `backend` runs with: python-repl (trusted-local for "local") exposing
+  // the venv and the plain site directory, with 20 s of wall time.
+  Policy policy_for(const std::string& backend) const {
+    Policy policy = load_policy(backend == "local" ? "trusted-local" : "python-repl");
+    policy.limits.wall_time = std::chrono::seconds(20);
+    policy.python.venv = path();
+    policy.python.site_packages = {plain_site()};
+    return policy;
+  }
 
  private:
   TempDir dir_;
