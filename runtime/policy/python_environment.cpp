@@ -31,9 +31,9 @@ std::string parent_of(const std::string& path) {
   return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
 }
 
+// Absolute, without empty, "." or ".." components or a trailing '/'.
 bool lexically_normal_absolute(const std::string& path) {
-  if (!path.starts_with('/') || path == "/") return path == "/";
-  if (path.ends_with('/')) return false;
+  if (!path.starts_with('/') || path.ends_with('/')) return false;
   std::size_t start = 1;
   while (start <= path.size()) {
     const std::size_t end = std::min(path.find('/', start), path.size());
@@ -130,7 +130,8 @@ bool check_directory(const std::string& where, const std::string& path,
     return false;
   };
   if (!path.starts_with('/')) return problem("must be an absolute host path, got \"" + path + "\"");
-  if (!lexically_normal_absolute(path) || path == "/")
+  if (path == "/") return problem("must not be \"/\": name the directory of the packages");
+  if (!lexically_normal_absolute(path))
     return problem(
         "must be a directory written in normal form (no \"//\", \".\", \"..\" or "
         "trailing '/'), got \"" +

@@ -128,6 +128,7 @@ TEST_F(PythonPolicy, PathsMustBeInNormalFormWithoutAColon) {
     EXPECT_EQ(problem.path, "python.venv") << path;
     EXPECT_THAT(problem.message, HasSubstr("normal form")) << path;
   }
+  EXPECT_THAT(only_problem_in(with_venv("/")).message, HasSubstr("must not be \"/\""));
   std::filesystem::create_directory(venv_.root() + "/a:b");
   EXPECT_THAT(only_problem_in(with_site(venv_.root() + "/a:b")).message,
               HasSubstr("holds a ':', which separates the directories in RLM_SANDBOX_SITE_DIRS"));
