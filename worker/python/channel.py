@@ -47,13 +47,43 @@ def encode_frame(message: dict) -> bytes:
     return text.encode('utf-8', 'replace')
 
 
+UTF8_VIEW = []  # [PyUnicode_AsUTF8AndSize] once ctypes has been tried; [None] without it
+
+
+def utf8_view(text: str):
+    """The UTF-8 bytes of an ASCII str without copying them (CPython keeps an ASCII string's
+    characters as its UTF-8; PyUnicode_AsUTF8AndSize returns them in place): a 50 MB prompt's
+    encode() cost more than its whole trip to the host. None for other strings (their UTF-8
+    would be cached in the str, doubling it) or without ctypes; the caller encodes then. The
+    view is valid while `text` lives: the caller's message holds it until the send is done."""
+    if not text.isascii():
+        return None
+    if not UTF8_VIEW:
+        try:
+            import ctypes
+            function = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+            function.restype = ctypes.c_void_p
+            function.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)]
+            UTF8_VIEW.append((ctypes, function))
+        except (ImportError, AttributeError):
+            UTF8_VIEW.append(None)
+    if UTF8_VIEW[0] is None:
+        return None
+    ctypes, function = UTF8_VIEW[0]
+    size = ctypes.c_ssize_t()
+    address = function(text, ctypes.byref(size))
+    if not address or size.value != len(text):
+        return None
+    return memoryview((ctypes.c_char * size.value).from_address(address)).cast('B')
+
+
 def split_bulk(message: dict, bulk: list) -> dict:
     """The message with each long string of a top-level field (or of a top-level list) replaced
     by a {"$bulk": i} placeholder, its UTF-8 bytes appended to bulk: JSON-escaping and parsing
     tens of megabytes costs far more than copying them (docs/control-channel.md)."""
     def take(value):
         if isinstance(value, str) and len(value) >= BULK_MIN:
-            bulk.append(value.encode('utf-8', 'replace'))
+            bulk.append(utf8_view(value) or value.encode('utf-8', 'replace'))
             return {'$bulk': len(bulk) - 1}
         return value
 
