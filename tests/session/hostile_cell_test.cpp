@@ -343,9 +343,11 @@ time.sleep(5))py",
   auto session = open(make_llm_handler("echo"));
   auto cell = session->execute(R"py(p = 'caf\u00e9 ' * 100000 + '\udc80'
 a = llm_query(p)
-print(len(p), len(a), a == 'echo: ' + p[:-1] + '?'))py");
+print(len(p), len(a), a == 'echo: ' + p[:-1] + '?')
+q = ''.join(chr(32 + i % 95) for i in range(300000))  # ASCII: sent from the str's own bytes
+print(llm_query_batched([q, 'short', q[::-1]]) == ['echo: ' + q, 'echo: short', 'echo: ' + q[::-1]]))py");
   EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
-  EXPECT_EQ(cell.stdout_data, "500001 500007 True\n") << dump(cell);
+  EXPECT_EQ(cell.stdout_data, "500001 500007 True\nTrue\n") << dump(cell);
 }
 
 // Line 3: 700 llm_query frames whose replies the cell never reads. The host queues the replies
