@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -242,21 +243,30 @@ void BM_OrchestratorSteps(benchmark::State& state) {
 }
 BENCHMARK(BM_OrchestratorSteps)->Iterations(1)->Unit(benchmark::kMillisecond);
 
-void print_orchestrator_table() {
-  std::printf("\n%-22s %10s %10s %8s   %s\n", "orchestrator step", "median ms", "p99 ms", "samples",
-              "ratio to paused_cell");
-  const double paused = percentile(g_samples_ms["paused_cell"], 0.5);
-  for (const char* name :
-       {"paused_cell", "back_to_back_cell", "batched_50", "prompt_50mb", "add_context_50mb"}) {
+// One table: each step's median, p99 and sample count, and its median's ratio to `baseline`'s.
+void print_steps(const char* title, const char* ratio_title,
+                 std::initializer_list<const char*> names, const char* baseline) {
+  std::printf("\n%-22s %10s %10s %8s   %s\n", title, "median ms", "p99 ms", "samples", ratio_title);
+  const double base = percentile(g_samples_ms[baseline], 0.5);
+  for (const char* name : names) {
     const auto& samples = g_samples_ms[name];
     if (samples.empty()) {
-      std::printf("%-22s no samples\n", name);
+      const auto skipped = g_skipped.find(name);
+      std::printf(
+          "%-22s %s\n", name,
+          skipped == g_skipped.end() ? "no samples" : ("skipped: " + skipped->second).c_str());
       continue;
     }
     const double median = percentile(samples, 0.5);
     std::printf("%-22s %10.3f %10.3f %8zu   %.2fx\n", name, median, percentile(samples, 0.99),
-                samples.size(), paused > 0 ? median / paused : 0.0);
+                samples.size(), base > 0 ? median / base : 0.0);
   }
+}
+
+void print_orchestrator_table() {
+  print_steps("orchestrator step", "ratio to paused_cell",
+              {"paused_cell", "back_to_back_cell", "batched_50", "prompt_50mb", "add_context_50mb"},
+              "paused_cell");
   const double bulk = percentile(g_samples_ms["prompt_50mb"], 0.5);
   if (bulk > 0)
     std::printf("prompt_50mb: %.0f MB/s to the host\n", kBulkBytes / 1e6 / (bulk / 1000));
@@ -352,20 +362,9 @@ void print_open_table() {
 }
 
 void print_table() {
-  std::printf("\n%-16s %10s %10s %8s   %s\n", "step", "median ms", "p99 ms", "samples",
-              "ratio to cold python3 -c pass");
-  const double cold = percentile(g_samples_ms["cold_python"], 0.5);
-  for (const char* name :
-       {"cold_python", "cell_pass", "llm_query_echo", "llm_batch_50", "docker_exec"}) {
-    const auto& samples = g_samples_ms[name];
-    if (samples.empty()) {
-      std::printf("%-16s skipped: %s\n", name, g_skipped[name].c_str());
-      continue;
-    }
-    const double median = percentile(samples, 0.5);
-    std::printf("%-16s %10.3f %10.3f %8zu   %.2fx\n", name, median, percentile(samples, 0.99),
-                samples.size(), cold > 0 ? median / cold : 0.0);
-  }
+  print_steps("step", "ratio to cold python3 -c pass",
+              {"cold_python", "cell_pass", "llm_query_echo", "llm_batch_50", "docker_exec"},
+              "cold_python");
   std::printf("\ntargets: cell_pass median < 1 ms, llm_query_echo median < 0.5 ms\n");
 }
 
