@@ -26,10 +26,13 @@ set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
     "nlohmann-json3-dev, libseccomp-dev, libcap-dev, libnl-3-dev, libnl-route-3-dev, libcurl4-openssl-dev, docker.io")
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
-# The server's configuration under /etc is the administrator's once installed.
+# The postinst makes the socket's group; the server's configuration under /etc is the
+# administrator's once installed (a conffile).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_SOURCE_DIR}/deb/postinst)
 if(DEFINED RLM_SANDBOX_CONFIG_DIR AND IS_ABSOLUTE "${RLM_SANDBOX_CONFIG_DIR}")
   file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/deb/conffiles "${RLM_SANDBOX_CONFIG_DIR}/server.json\n")
-  set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/deb/conffiles)
+  list(APPEND CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/deb/conffiles)
 endif()
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_SOURCE_IGNORE_FILES "/build[^/]*/;/\\\\.git/")
 include(CPack)
