@@ -14,7 +14,7 @@
 namespace rlm::session {
 namespace {
 
-constexpr std::size_t kChunk = 64 * 1024;
+constexpr std::size_t kChunk = 256 * 1024;
 // Reads per receive() call: a sandbox sending one byte per message (each with fds attached) gets
 // as many syscalls as it sends messages, but never holds the caller in one call.
 constexpr int kMaxReads = 256;
@@ -107,17 +107,17 @@ bool Channel::flush() {
 
 bool Channel::receive(std::size_t limit) {
   if (!fd_) return false;
+  if (!chunk_) chunk_ = std::make_unique_for_overwrite<char[]>(kChunk);
   std::size_t received = 0;
   for (int reads = 0; reads < kMaxReads && received < limit;) {
     const std::size_t want = std::min({decoder_.want(), kChunk, limit - received});
     if (want == 0) return true;  // a broken stream: next_frame() says why
     const bool at_start = decoder_.at_frame_start();
     const std::uint64_t frame = decoder_.frames_started() - (at_start ? 0 : 1);
-    char data[kChunk];
     // Room for exactly one fd: a message with more comes back truncated, the kernel (or
     // receive_with_fds) closing the rest.
     int fd = -1;
-    const auto got = sys::receive_with_fds(fd_.get(), std::span<char>(data, want),
+    const auto got = sys::receive_with_fds(fd_.get(), std::span<char>(chunk_.get(), want),
                                            std::span<int>(&fd, 1), MSG_DONTWAIT);
     if (got.bytes < 0) return got.error == EAGAIN || got.error == EWOULDBLOCK;
     ++reads;
@@ -132,7 +132,7 @@ bool Channel::receive(std::size_t limit) {
         frame_fds_.pop_back();
       }
     }
-    decoder_.append(data, static_cast<std::size_t>(got.bytes));
+    decoder_.append(chunk_.get(), static_cast<std::size_t>(got.bytes));
     received += static_cast<std::size_t>(got.bytes);
   }
   return true;

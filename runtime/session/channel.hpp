@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -61,11 +62,11 @@ class Channel {
 
   // Bytes received and not yet taken as frames (the partial frame included).
   std::uint64_t unread() const { return decoder_.buffered(); }
-  // The partial frame's bytes so far.
+  // The partial frame's bytes so far (a JSON frame's bulk frames before it included).
   std::size_t partial_bytes() const { return decoder_.partial_bytes(); }
-  // How many bytes the current partial frame still needs (0 when none is partial or the stream
-  // is broken).
-  std::size_t partial_wants() const { return decoder_.at_frame_start() ? 0 : decoder_.want(); }
+  // How many bytes the current partial frame still needs to be read at least (0 when none is
+  // partial or the stream is broken).
+  std::size_t partial_wants() const { return decoder_.frame_wants(); }
 
  private:
   void settle_fds(std::uint64_t frame);
@@ -78,6 +79,7 @@ class Channel {
   std::deque<std::string> outbound_;
   std::size_t outbound_offset_ = 0;  // into outbound_.front()
   std::uint64_t unsent_ = 0;
+  std::unique_ptr<char[]> chunk_;  // what one read takes, on its way to the decoder
 };
 
 }  // namespace rlm::session

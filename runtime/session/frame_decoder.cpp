@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <vector>
 
 #include "rlm_sandbox/error.hpp"
@@ -108,13 +109,108 @@ std::uint32_t header_length(const std::string& frame) {
   return length;
 }
 
+// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), what the JSON parser
+// takes in a string; 32 ASCII bytes at a time, so bulk text is checked at memory speed.
+bool is_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t size = text.size();
+  std::size_t i = 0;
+  constexpr std::uint64_t kHighBits = 0x8080808080808080ull;
+  while (i < size) {
+    if (i + 32 <= size) {
+      std::uint64_t words[4];
+      std::memcpy(words, bytes + i, sizeof words);
+      if (((words[0] | words[1] | words[2] | words[3]) & kHighBits) == 0) {
+        i += 32;
+        continue;
+      }
+    }
+    const unsigned char lead = bytes[i];
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t length;
+    unsigned char low = 0x80, high = 0xbf;  // the second byte's range
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      if (lead == 0xe0) low = 0xa0;
+      if (lead == 0xed) high = 0x9f;  // no surrogates
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      if (lead == 0xf0) low = 0x90;
+      if (lead == 0xf4) high = 0x8f;
+    } else {
+      return false;
+    }
+    if (i + length > size || bytes[i + 1] < low || bytes[i + 1] > high) return false;
+    for (std::size_t k = 2; k < length; ++k)
+      if ((bytes[i + k] & 0xc0) != 0x80) return false;
+    i += length;
+  }
+  return true;
+}
+
+bool is_placeholder(const json& value) {
+  return value.is_object() && value.size() == 1 && value.begin().key() == "$bulk";
+}
+
+// Puts the bulk strings where the frame's placeholders are: each exactly once.
+void take_bulk(json& frame, std::vector<std::string>& bulk) {
+  const auto count = frame.find("bulk");
+  if (count == frame.end() || !count->is_number_unsigned() ||
+      count->get<std::uint64_t>() != bulk.size())
+    throw Error("the sandbox sent " + std::to_string(bulk.size()) +
+                " bulk frames before a frame that does not announce them");
+  frame.erase(count);
+  std::vector<bool> taken(bulk.size(), false);
+  std::size_t placed = 0;
+  const auto place = [&](json& value) {
+    if (!is_placeholder(value)) return;
+    const auto& index = value.begin().value();
+    if (!index.is_number_unsigned() || index.get<std::uint64_t>() >= bulk.size() ||
+        taken[index.get<std::size_t>()])
+      throw Error("the sandbox sent a frame whose bulk placeholders do not match its bulk frames");
+    const auto at = index.get<std::size_t>();
+    taken[at] = true;
+    ++placed;
+    bulk[at].erase(0, FrameDecoder::kHeader);
+    if (!is_utf8(bulk[at]))
+      throw Error("the sandbox sent a bulk string of " + format_size(bulk[at].size()) +
+                  " that is not UTF-8");
+    value = std::move(bulk[at]);
+  };
+  for (auto& [name, value] : frame.items()) {
+    if (value.is_array())
+      for (auto& item : value) place(item);
+    else
+      place(value);
+  }
+  if (placed != bulk.size())
+    throw Error("the sandbox sent a frame whose bulk placeholders do not match its bulk frames");
+}
+
 }  // namespace
 
+std::uint32_t FrameDecoder::body_length() const {
+  return header_length(partial_) & ~kBulkBit;
+}
+
+void FrameDecoder::refuse(std::string why) {
+  if (broken_.empty()) broken_ = std::move(why);
+}
+
 std::size_t FrameDecoder::want() const {
+  if (!broken_.empty()) return 0;
   if (partial_.size() < kHeader) return kHeader - partial_.size();
-  const std::uint32_t length = header_length(partial_);
-  if (length > max_frame_) return 0;
-  return kHeader + length - partial_.size();
+  return kHeader + body_length() - partial_.size();
+}
+
+std::size_t FrameDecoder::frame_wants() const {
+  if (!partial_.empty()) return want();
+  return bulk_.empty() || !broken_.empty() ? 0 : kHeader;
 }
 
 void FrameDecoder::append(const char* data, std::size_t size) {
@@ -123,34 +219,59 @@ void FrameDecoder::append(const char* data, std::size_t size) {
   partial_.append(data, size);
   buffered_ += size;
   if (partial_.size() < kHeader) return;
-  const std::uint32_t length = header_length(partial_);
-  if (length > max_frame_) return;  // next() refuses it; want() stops the reads
-  // The body's room is taken once, at its declared size (capped above): no doubling while it
-  // fills. Pages not yet written cost no memory.
-  if (!had_header) partial_.reserve(kHeader + length);
+  const bool bulk = (header_length(partial_) & kBulkBit) != 0;
+  const std::uint32_t length = body_length();
+  if (!had_header) {
+    // The cap is on the JSON frame's body and its bulk frames' bodies together.
+    if (bulk_body_bytes_ + length > max_frame_) {
+      refuse("the sandbox sent a frame of " + format_size(bulk_body_bytes_ + length) +
+             ", over the limit of " + format_size(max_frame_));
+      return;  // want() stops the reads; next() says why
+    }
+    if (bulk && bulk_.size() >= kMaxBulkFrames) {
+      refuse("the sandbox sent more than " + std::to_string(kMaxBulkFrames) +
+             " bulk frames before one frame");
+      return;
+    }
+    // The body's room is taken once, at its declared size (capped above): no doubling while it
+    // fills. Pages not yet written cost no memory.
+    partial_.reserve(kHeader + length);
+  }
   if (partial_.size() < kHeader + length) return;
-  complete_.push_back(std::move(partial_));
+  if (bulk) {
+    bulk_bytes_ += partial_.size();
+    bulk_body_bytes_ += length;
+    bulk_.push_back(std::move(partial_));
+  } else {
+    complete_frames_ += 1 + bulk_.size();
+    complete_.push_back({std::move(bulk_), std::move(partial_)});
+    bulk_ = {};
+    bulk_bytes_ = bulk_body_bytes_ = 0;
+  }
   partial_ = std::string();
 }
 
 std::optional<json> FrameDecoder::next() {
   if (complete_.empty()) {
-    if (partial_.size() >= kHeader && header_length(partial_) > max_frame_) {
+    if (!broken_.empty()) {
       ++taken_;
-      throw Error("the sandbox sent a frame of " + format_size(header_length(partial_)) +
-                  ", over the limit of " + format_size(max_frame_));
+      throw Error(broken_);
     }
     return std::nullopt;
   }
-  std::string whole = std::move(complete_.front());
+  Group group = std::move(complete_.front());
   complete_.pop_front();
-  buffered_ -= whole.size();
-  ++taken_;
-  auto frame = parse_frame_body(std::string_view(whole).substr(kHeader));
-  if (whole.size() >= kLargeFrame) {
+  std::uint64_t bytes = group.frame.size();
+  for (const auto& frame : group.bulk) bytes += frame.size();
+  buffered_ -= bytes;
+  complete_frames_ -= 1 + group.bulk.size();
+  taken_ += 1 + group.bulk.size();
+  auto frame = parse_frame_body(std::string_view(group.frame).substr(kHeader));
+  if (!group.bulk.empty()) take_bulk(frame, group.bulk);
+  if (bytes >= kLargeFrame) {
     // The frame and the parser's buffers were large: give their pages back now, so that a
     // sandbox sending large frames does not leave the host's heap fragmented and resident.
-    std::string().swap(whole);
+    std::string().swap(group.frame);
 #ifdef __GLIBC__
     malloc_trim(0);
 #endif

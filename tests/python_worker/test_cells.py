@@ -137,14 +137,22 @@ class CellTest(WorkerTestCase):
         empty = self.run_ok(worker, 'FINAL([{}] * 200000)')['final']
         self.assertIsInstance(empty['value'], str)
 
-    def test_show_vars_lists_only_user_variables(self):
+    def test_show_vars_returns_the_text_of_localrepl(self):
+        # LocalREPL's _show_vars: every variable but _-names and answer (modules too), as
+        # "Available variables: {...}"; the functions are not variables.
         worker = self.start()
+        self.assertEqual(self.stdout_of(worker, 'print(SHOW_VARS())'),
+                         'No variables created yet. Use ```repl``` blocks to create '
+                         'variables.\n')
         result = self.run_ok(worker, (
             "import os\nx = 1\n_hidden = 2\ndef f():\n    pass\nnames = SHOW_VARS()\n"
             "print(names)"))
-        self.assertEqual(result['stdout'], "x: int\nf: function\n{'x': 'int', 'f': 'function'}\n")
+        self.assertEqual(result['stdout'],
+                         "Available variables: {'os': 'module', 'x': 'int', 'f': 'function'}\n")
+        # As a cell's last expression it shows as its text, once; print() shows it once too.
         self.assertEqual(self.stdout_of(worker, 'SHOW_VARS()'),
-                         'x: int\nf: function\nnames: VarTable\n')
+                         "Available variables: {'os': 'module', 'x': 'int', 'f': 'function', "
+                         "'names': 'str'}\n")
 
 
 if __name__ == '__main__':

@@ -8,12 +8,12 @@ from worker_host import WorkerTestCase, read_frame, write_frame
 
 class LlmQueryTest(WorkerTestCase):
     def test_answer_and_error(self):
+        # A failed call returns the library's "Error: ..." text (LocalREPL), it does not raise.
         worker = self.start()
         out = self.stdout_of(worker, (
             "print(llm_query('hi', model='small'))\n"
-            "try:\n    llm_query('FAIL now')\n"
-            "except RuntimeError as e:\n    print('error:', e)"))
-        self.assertEqual(out, 'echo:hi\nerror: model failed on FAIL now\n')
+            "print(llm_query('FAIL now'))"))
+        self.assertEqual(out, 'echo:hi\nError: model failed on FAIL now\n')
 
     def test_request_fields(self):
         worker = self.start()
@@ -89,7 +89,44 @@ class LlmQueryTest(WorkerTestCase):
             "r = llm_query_batched(prompts)\n"
             "print(len(r), sum(isinstance(x, str) for x in r))\n"
             "print(type(r[7]).__name__, r[7])\nprint(r[0], r[19])"))
-        self.assertEqual(out, '20 19\nRuntimeError model failed on FAIL 7\necho:p0 echo:p19\n')
+        self.assertEqual(out, '20 20\nstr Error: model failed on FAIL 7\necho:p0 echo:p19\n')
+
+    def test_rlm_query_asks_with_kind_rlm(self):
+        worker = self.start()
+        out = self.stdout_of(worker, (
+            "print(rlm_query('sub', model='m'))\nprint(rlm_query('FAIL x'))\n"
+            "print(rlm_query_batched(['a', 'FAIL b']))"))
+        self.assertEqual(out, "rlm:sub\nError: model failed on FAIL x\n"
+                              "['rlm:a', 'Error: model failed on FAIL b']\n")
+        self.assertEqual([(q['type'], q.get('kind'), q.get('model')) for q in worker.queries],
+                         [('llm_query', 'rlm', 'm'), ('llm_query', 'rlm', None),
+                          ('llm_query_batched', 'rlm', None)])
+
+    def test_llm_frames_carry_no_kind(self):
+        # kind absent means "llm": the frames of today's llm_query are unchanged.
+        worker = self.start()
+        self.run_ok(worker, "llm_query('a')\nllm_query_batched(['b'])")
+        self.assertEqual([q.get('kind', 'absent') for q in worker.queries], ['absent', 'absent'])
+
+    def test_a_prompt_may_be_a_list_of_messages(self):
+        worker = self.start()
+        out = self.stdout_of(worker, (
+            "msgs = [{'role': 'system', 'content': 'be brief'}, "
+            "{'role': 'user', 'content': 'hi', 'name': 'dropped'}]\n"
+            "print(llm_query(msgs))\nprint(rlm_query(tuple(msgs)))"))
+        self.assertEqual(out, 'echo:system=be brief|user=hi\nrlm:system=be brief|user=hi\n')
+        self.assertEqual(worker.queries[0]['prompt'], [
+            {'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}])
+        for call in ("llm_query([{'role': 'user'}])", "llm_query([{'role': 1, 'content': ''}])",
+                     "llm_query(['hi'])", "rlm_query(b'x')",
+                     "llm_query_batched([[{'role': 'user', 'content': 'x'}]])"):
+            result = worker.execute(call)
+            self.assertEqual(result['status'], 'error', call)
+            self.assertIn('TypeError', result['error'])
+        over = worker.execute("llm_query([{'role': 'u', 'content': ''}] * 40000)")
+        self.assertIn('ValueError: the prompt nests deeper than 62 levels or holds more than',
+                      over['error'])
+        self.assertEqual(len(worker.queries), 2)
 
 
 if __name__ == '__main__':

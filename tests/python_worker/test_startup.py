@@ -118,6 +118,35 @@ print(*_scan(%r))
         with self.assertRaises(EOFError):
             read_frame(worker.first)
 
+    def test_site_dirs_are_importable_and_their_pth_files_processed(self):
+        # RLM_SANDBOX_SITE_DIRS: the Python environment the policy exposes (a venv's
+        # site-packages); the worker runs -I -S, so only these reach sys.path.
+        first, second = (os.path.join(self.tmp.name, name) for name in ('site1', 'site2'))
+        for path in (first, second, os.path.join(second, 'extra')):
+            os.mkdir(path)
+        with open(os.path.join(first, 'venvmod.py'), 'w') as f:
+            f.write('VALUE = 41\n')
+        with open(os.path.join(second, 'extra', 'pthmod.py'), 'w') as f:
+            f.write('VALUE = 1\n')
+        with open(os.path.join(second, 'x.pth'), 'w') as f:
+            f.write('extra\n')
+        worker = self.start(extra_env={'RLM_SANDBOX_SITE_DIRS': first + ':' + second})
+        out = self.stdout_of(worker, (
+            "import os, venvmod, pthmod\nprint(venvmod.VALUE + pthmod.VALUE)\n"
+            "print([k for k in os.environ if k.startswith('RLM_SANDBOX')])"))
+        self.assertEqual(out, '42\n[]\n')
+
+    def test_a_relative_site_dir_fails_before_hello(self):
+        worker = self.start(hello=False, extra_env={'RLM_SANDBOX_SITE_DIRS': '/ok:relative'})
+        self.assertEqual(worker.wait_exit(), 1)
+        self.assertIn("RLM_SANDBOX_SITE_DIRS holds 'relative', not an absolute path",
+                      worker.stderr_text())
+
+    def test_without_site_dirs_only_the_standard_library_imports(self):
+        worker = self.start()
+        self.assertEqual(self.stdout_of(worker, (
+            "import sys\nprint(any(p.endswith('-packages') for p in sys.path))")), 'False\n')
+
     def test_invalid_json_context_fails_the_handover(self):
         worker = self.start(hello=False, context='{not json', context_format='json')
         worker.hello(hand_over=False)

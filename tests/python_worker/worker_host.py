@@ -70,11 +70,29 @@ def read_exact(sock, n, fds):
     return bytes(data)
 
 
+BULK_BIT = 0x80000000
+
+
 def read_frame(sock):
-    """(message, fds received with it)."""
-    fds = []
-    (length,) = struct.unpack('>I', read_exact(sock, 4, fds))
-    return json.loads(read_exact(sock, length, fds)), fds
+    """(message, fds received with it); bulk frames before it put where its placeholders are."""
+    fds, bulk = [], []
+    while True:
+        (length,) = struct.unpack('>I', read_exact(sock, 4, fds))
+        if not length & BULK_BIT:
+            break
+        bulk.append(read_exact(sock, length & ~BULK_BIT, fds).decode('utf-8'))
+    message = json.loads(read_exact(sock, length, fds))
+    if bulk:
+        assert message.pop('bulk') == len(bulk)
+
+        def put(value):
+            if isinstance(value, dict) and list(value) == ['$bulk']:
+                return bulk[value['$bulk']]
+            return value
+
+        message = {key: [put(item) for item in value] if isinstance(value, list) else put(value)
+                   for key, value in message.items()}
+    return message, fds
 
 
 def write_frame(sock, message, fd=None):
@@ -88,10 +106,32 @@ def write_frame(sock, message, fd=None):
     sock.sendall(data)
 
 
-def answer_for(prompt):
+def answer_for(prompt, kind='llm'):
+    """The fake host's LM (kind llm) and sub-RLM (kind rlm): a prompt starting FAIL fails; a
+    message list is answered with its contents joined."""
+    if isinstance(prompt, list):
+        prompt = '|'.join('%s=%s' % (m['role'], m['content']) for m in prompt)
     if prompt.startswith('FAIL'):
         return {'error': 'model failed on ' + prompt}
-    return {'text': 'echo:' + prompt}
+    return {'text': ('echo:' if kind == 'llm' else 'rlm:') + prompt}
+
+
+def tool_answer(name, call):
+    """The fake host's tools: `fail` fails, `garbage` answers text that is not JSON, any other
+    returns what it was called with."""
+    if name == 'fail':
+        return {'error': 'tool fail refused %r' % (call['args'],)}
+    if name == 'garbage':
+        return {'text': '{not json'}
+    return {'text': json.dumps({'tool': name, 'args': call['args'], 'kwargs': call['kwargs']})}
+
+
+def answer_query(frame):
+    """The llm_result fields for an llm_query frame of any kind."""
+    kind = frame.get('kind', 'llm')
+    if kind == 'tool':
+        return tool_answer(frame['tool'], frame['prompt'])
+    return answer_for(frame['prompt'], kind)
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,7 +195,7 @@ class Worker:
     """A worker process tree and the host's ends of its channels."""
 
     def __init__(self, workdir, source=SOURCE, context=None, context_format=None,
-                 context_via_pipe=False, max_frame=None, drop_env=()):
+                 context_via_pipe=False, max_frame=None, drop_env=(), extra_env=None):
         host, guest = socket.socketpair()
         env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'),
                'RLM_SANDBOX_FD': str(guest.fileno()), 'RLM_SANDBOX_TOKEN': TOKEN}
@@ -166,6 +206,7 @@ class Worker:
         self.context = context
         self.context_format = context_format or 'text'
         self.context_via_pipe = context_via_pipe
+        env.update(extra_env or {})
         for name in drop_env:
             env.pop(name, None)
         self.output = tempfile.TemporaryFile(dir=workdir)
@@ -183,6 +224,7 @@ class Worker:
         self.snapshots = set()     # checkpoints the host keeps (commit instead of discard)
         self.sockets = [host]
         self.next_id = 0
+        self.queries = []          # every llm_query / llm_query_batched frame served
 
     # -- lifecycle
 
@@ -286,11 +328,13 @@ class Worker:
         self.standby_pid = frame['pid']
         return child
 
-    def begin(self, code, output_cap=1 << 20):
-        """Sends execute to the standby; returns (op id, checkpoint channel, cell channel)."""
+    def begin(self, code, output_cap=1 << 20, **fields):
+        """Sends execute (with any further fields: locals, fetch) to the standby; returns (op
+        id, checkpoint channel, cell channel)."""
         op_id = self.new_id()
-        write_frame(self.standby, {'op': 'execute', 'id': op_id, 'code': code,
-                                   'output_cap': output_cap})
+        message = {'op': 'execute', 'id': op_id, 'code': code, 'output_cap': output_cap}
+        message.update(fields)
+        write_frame(self.standby, message)
         return op_id, self.checkpoint, self.standby
 
     def serve_cell(self, op_id, child):
@@ -299,11 +343,12 @@ class Worker:
             frame, _ = read_frame(child)
             kind = frame.get('type')
             if kind == 'llm_query':
-                write_frame(child, dict(op='llm_result', id=frame['id'],
-                                        **answer_for(frame['prompt'])))
+                self.queries.append(frame)
+                write_frame(child, dict(op='llm_result', id=frame['id'], **answer_query(frame)))
             elif kind == 'llm_query_batched':
-                write_frame(child, {'op': 'llm_results', 'id': frame['id'],
-                                    'items': [answer_for(p) for p in frame['prompts']]})
+                self.queries.append(frame)
+                items = [answer_for(p, frame.get('kind', 'llm')) for p in frame['prompts']]
+                write_frame(child, {'op': 'llm_results', 'id': frame['id'], 'items': items})
             else:
                 self.assert_type(frame, 'cell_result')
                 if frame['id'] != op_id:
@@ -332,8 +377,23 @@ class Worker:
         self.release(parent)
         self.expect_fork(child, op_id)
 
-    def execute(self, code, output_cap=1 << 20):
-        op_id, parent, child = self.begin(code, output_cap)
+    def execute(self, code, output_cap=1 << 20, **fields):
+        op_id, parent, child = self.begin(code, output_cap, **fields)
+        result = self.serve_cell(op_id, child)
+        self.finish(op_id, parent, child)
+        return result
+
+    def add_context(self, data, kind='context', data_format='text', index=None):
+        """add_context with data (bytes or str) in a memfd attached: answered like a cell."""
+        op_id = self.new_id()
+        fd = os.memfd_create('added')
+        try:
+            os.write(fd, data if isinstance(data, bytes) else data.encode())
+            write_frame(self.standby, {'op': 'add_context', 'id': op_id, 'index': index,
+                                       'kind': kind, 'format': data_format}, fd)
+        finally:
+            os.close(fd)
+        parent, child = self.checkpoint, self.standby
         result = self.serve_cell(op_id, child)
         self.finish(op_id, parent, child)
         return result

@@ -57,10 +57,12 @@ TEST_F(ServerSessionTest, CellsStatePersistsAndLlmQueryIsAnsweredByTheClient) {
   EXPECT_THROW(session->execute("1"), Error);
 }
 
+// A failed call returns the RLM library's "Error: ..." text in the cell (it does not raise).
 TEST_F(ServerSessionTest, WithoutAHandlerLlmQueryFailsInTheCell) {
   auto session = ServerConnection(server_->socket()).open_session("python-repl", nullptr, {});
-  auto cell = session->execute("llm_query('x')");
-  EXPECT_EQ(cell.status, CellStatus::error);
+  auto cell = session->execute("print(llm_query('x'))");
+  EXPECT_EQ(cell.status, CellStatus::ok);
+  EXPECT_EQ(cell.stdout_data, "Error: no LM handler is configured for this session\n");
   session->close();
 }
 

@@ -133,6 +133,113 @@ TEST(FrameDecoder, AnOversizeLengthStopsTheStream) {
   }
 }
 
+std::string bulk_framed(const std::string& bytes) {
+  std::string frame = framed(bytes);
+  frame[0] = static_cast<char>(static_cast<unsigned char>(frame[0]) | 0x80);
+  return frame;
+}
+
+std::string bulk_error_of(const std::string& bytes, std::uint64_t max_frame = 1 << 20) {
+  FrameDecoder decoder(max_frame);
+  feed(decoder, bytes);
+  try {
+    decoder.next();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(FrameDecoder, BulkFramesTakeTheirPlaceholdersInTheFrameAfterThem) {
+  FrameDecoder decoder(1 << 20);
+  const std::string big(100'000, 'p');
+  const std::string accented = "caf\xc3\xa9 \xf0\x9f\x99\x82";
+  feed(decoder, bulk_framed(big) + bulk_framed(accented) +
+                    framed(R"({"type": "llm_query_batched", "bulk": 2,)"
+                           R"( "prompts": ["small", {"$bulk": 1}, {"$bulk": 0}],)"
+                           R"( "model": {"$bulk": 7, "other": 1}})"));
+  EXPECT_EQ(decoder.frames_started(), 3u);
+  const auto frame = decoder.next();
+  ASSERT_TRUE(frame);
+  EXPECT_EQ(decoder.frames_taken(), 3u);
+  EXPECT_FALSE(frame->contains("bulk"));
+  EXPECT_EQ((*frame)["prompts"], json::array({"small", accented, big}));
+  EXPECT_EQ((*frame)["model"], (json{{"$bulk", 7}, {"other", 1}}));  // not a placeholder
+  EXPECT_EQ(decoder.buffered(), 0u);
+}
+
+TEST(FrameDecoder, AFrameWithItsBulkFramesIsOneFrameForTheBuffer) {
+  FrameDecoder decoder(1 << 20);
+  const std::string first = bulk_framed(std::string(5000, 'a'));
+  feed(decoder, first);
+  EXPECT_FALSE(decoder.next());                      // waits for the JSON frame
+  EXPECT_EQ(decoder.partial_bytes(), first.size());  // the frame being received
+  EXPECT_EQ(decoder.frame_wants(), 4u);              // it needs at least the next header
+  feed(decoder, framed(R"({"type": "llm_query", "bulk": 1, "prompt": {"$bulk": 0}})"));
+  EXPECT_EQ(decoder.partial_bytes(), 0u);
+  EXPECT_EQ(decoder.frame_wants(), 0u);
+  const auto frame = decoder.next();
+  ASSERT_TRUE(frame);
+  EXPECT_EQ((*frame)["prompt"], std::string(5000, 'a'));
+}
+
+TEST(FrameDecoder, BulkFramesThatDoNotMatchTheirFrameEndTheStream) {
+  const std::string announce = R"({"type": "llm_query", "bulk": 1, "prompt": {"$bulk": 0}})";
+  // Not announced, announced wrong, a placeholder past the frames, one frame used twice or never.
+  EXPECT_NE(bulk_error_of(bulk_framed("x") + framed(R"({"type": "llm_query", "prompt": "y"})"))
+                .find("does not announce"),
+            std::string::npos);
+  EXPECT_NE(bulk_error_of(bulk_framed("x") +
+                          framed(R"({"type": "a", "bulk": 2, "prompt": {"$bulk": 0}})"))
+                .find("does not announce"),
+            std::string::npos);
+  EXPECT_NE(bulk_error_of(bulk_framed("x") +
+                          framed(R"({"type": "a", "bulk": 1, "prompt": {"$bulk": 1}})"))
+                .find("do not match"),
+            std::string::npos);
+  EXPECT_NE(bulk_error_of(bulk_framed("x") + bulk_framed("y") +
+                          framed(R"({"type": "a", "bulk": 2, "p": [{"$bulk": 0}, {"$bulk": 0}]})"))
+                .find("do not match"),
+            std::string::npos);
+  EXPECT_NE(bulk_error_of(bulk_framed("x") + bulk_framed("y") +
+                          framed(R"({"type": "a", "bulk": 2, "p": [{"$bulk": 1}]})"))
+                .find("do not match"),
+            std::string::npos);
+  // Bulk bytes are checked as strictly as the JSON parser checks a string's.
+  for (const std::string bad : {"\xc3", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80", "\xff"})
+    EXPECT_NE(
+        bulk_error_of(bulk_framed(std::string(40, 'a') + bad) + framed(announce)).find("not UTF-8"),
+        std::string::npos);
+  EXPECT_EQ(bulk_error_of(bulk_framed("ok") + framed(announce)), "");
+}
+
+TEST(FrameDecoder, TheCapCountsAFrameAndItsBulkFramesTogether) {
+  FrameDecoder decoder(1000);
+  feed(decoder, bulk_framed(std::string(600, 'a')));
+  feed(decoder, std::string("\x80\x00\x01\x90", 4));  // a second bulk frame of 400: 1000 in all
+  EXPECT_GT(decoder.want(), 0u);
+  feed(decoder, std::string(400, 'b'));
+  feed(decoder, std::string("\x00\x00\x00\x01", 4));  // and a JSON frame of 1 byte: 1001
+  EXPECT_EQ(decoder.want(), 0u);
+  try {
+    decoder.next();
+    ADD_FAILURE() << "an oversize group was taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("over the limit"), std::string::npos);
+  }
+}
+
+TEST(FrameDecoder, BulkFramesBeforeOneFrameAreCounted) {
+  FrameDecoder decoder(1 << 20);
+  std::string empties;
+  for (std::size_t i = 0; i < kMaxBulkFrames; ++i) empties += bulk_framed("");
+  feed(decoder, empties);
+  EXPECT_GT(decoder.want(), 0u);
+  feed(decoder, std::string("\x80\x00\x00\x00", 4));
+  EXPECT_EQ(decoder.want(), 0u);
+  EXPECT_THROW(decoder.next(), Error);
+}
+
 TEST(FrameDecoder, DescribeFrameNamesTheTypeOnlyWhenItIsShortAndPlain) {
   EXPECT_EQ(describe_frame(json{{"type", "hello"}, {"x", 1}}), "\"hello\" (an object of 2 fields)");
   EXPECT_EQ(describe_frame(json{{"type", std::string(100, 'a')}}),

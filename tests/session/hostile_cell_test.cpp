@@ -309,6 +309,42 @@ while True: pass)py",
   EXPECT_EQ(session->execute("print('after')").stdout_data, "after\n");
 }
 
+// Bulk frames (raw bytes the next JSON frame takes as strings): a flood of them that never
+// announces its frame is held only up to the frame cap, then ends that session; so does a bulk
+// string that is not UTF-8. Large prompts the worker sends as bulk frames arrive whole.
+TEST_P(HostileCell, BulkFramesAreBoundedByTheFrameCapAndChecked) {
+  {
+    auto session = open(make_llm_handler("echo"));
+    auto cell = attack(*session,
+                       R"py(chunk = b'z' * (1 << 20)
+def bulk(body):
+    _sock.sendall((len(body) | 0x80000000).to_bytes(4, 'big') + body)
+for i in range(64):
+    bulk(chunk)
+time.sleep(100))py",
+                       3000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << dump(cell);
+    EXPECT_NE(cell.error.find("over the limit of"), std::string::npos) << cell.error;
+  }
+  {
+    auto session = open(make_llm_handler("echo"));
+    auto cell = session->execute(kPrelude + R"py(
+body = b'ok \xed\xa0\x80'
+_sock.sendall((len(body) | 0x80000000).to_bytes(4, 'big') + body)
+raw(b'{"type": "llm_query", "id": 99, "bulk": 1, "prompt": {"$bulk": 0}, "model": null}')
+time.sleep(5))py",
+                                 5000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << dump(cell);
+    EXPECT_NE(cell.error.find("not UTF-8"), std::string::npos) << cell.error;
+  }
+  auto session = open(make_llm_handler("echo"));
+  auto cell = session->execute(R"py(p = 'caf\u00e9 ' * 100000 + '\udc80'
+a = llm_query(p)
+print(len(p), len(a), a == 'echo: ' + p[:-1] + '?'))py");
+  EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  EXPECT_EQ(cell.stdout_data, "500001 500007 True\n") << dump(cell);
+}
+
 // Line 3: 700 llm_query frames whose replies the cell never reads. The host queues the replies
 // (within the buffer), never blocks on the sandbox, and ends the cell at its limit.
 TEST_P(HostileCell, ACellThatNeverReadsItsRepliesStillTimesOut) {

@@ -18,7 +18,8 @@
 // Samples are interleaved round by round; each benchmark reports median and p99 as counters, and a
 // table with the ratios is printed at the end.
 //
-//   rlm-session-bench [--samples=N] [--open-samples=N] [Google Benchmark flags...]
+//   rlm-session-bench [--samples=N] [--open-samples=N] [--bulk-samples=N] [Google Benchmark
+//   flags...]
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -29,8 +30,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -50,6 +53,7 @@ using Clock = std::chrono::steady_clock;
 
 long g_samples = 300;
 long g_open_samples = 60;
+long g_bulk_samples = 20;
 std::map<std::string, std::vector<double>> g_samples_ms;
 std::map<std::string, std::string> g_skipped;
 
@@ -142,6 +146,99 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_InterleavedRlmSteps)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// What an orchestrator's loop does to a live session, each on its own (issue 13's "Speed"):
+//   back_to_back_cell  Session::execute("pass") sent the moment the previous result is in
+//   batched_50         llm_query_batched of 50 prompts answered at once (echo), timed in the cell
+//   prompt_50mb        one llm_query of a 50 MB prompt to a handler that answers its length, timed
+//                      in the cell: the bytes' trip to the host (MB/s printed)
+// The baseline beside them is the same cell with a 20 ms pause before it (paused_cell).
+class LengthHandler : public rlm::LlmHandler {
+ public:
+  void answer(rlm::LlmCall call, std::function<void(rlm::LlmAnswer)> done) override {
+    done(rlm::LlmAnswer::of_text(std::to_string(call.prompt.size())));
+  }
+};
+
+constexpr std::size_t kBulkBytes = 50'000'000;
+
+double cell_ms(rlm::Session& session, const std::string& code) {
+  const auto start = Clock::now();
+  const auto cell = session.execute(code);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return cell.status == rlm::CellStatus::ok ? ms : -1;
+}
+
+// The cell's own figure (a number it printed), or negative when it failed.
+double printed_ms(rlm::Session& session, const std::string& code) {
+  const auto cell = session.execute(code);
+  if (cell.status != rlm::CellStatus::ok) return -1;
+  try {
+    return std::stod(cell.stdout_data);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+void BM_OrchestratorSteps(benchmark::State& state) {
+  const rlm::Policy policy = rlm::load_policy("python-repl");
+  auto backend = rlm::make_backend("namespace");
+  rlm::SessionOptions options;
+  options.llm = rlm::make_llm_handler("echo");
+  auto session = backend->open_session(policy, options);
+  rlm::SessionOptions bulk_options;
+  bulk_options.llm = std::make_shared<LengthHandler>();
+  bulk_options.max_frame_bytes = 64u << 20;
+  auto bulk = backend->open_session(policy, bulk_options);
+  bulk->execute("_p = 'a' * " + std::to_string(kBulkBytes));
+  const std::string batched =
+      "import time\n_s = time.perf_counter(); llm_query_batched(['x'] * 50)\n"
+      "print((time.perf_counter() - _s) * 1000)";
+  const std::string prompt =
+      "import time\n_s = time.perf_counter(); _n = llm_query(_p)\n"
+      "print((time.perf_counter() - _s) * 1000)";
+  for (auto _ : state) {
+    for (long round = 0; round < g_bulk_samples; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const double paused = cell_ms(*session, "pass");
+      if (paused >= 0) g_samples_ms["paused_cell"].push_back(paused);
+      for (int i = 0; i < 10; ++i) {
+        const double ms = cell_ms(*session, "pass");
+        if (ms >= 0) g_samples_ms["back_to_back_cell"].push_back(ms);
+      }
+      const double batch = printed_ms(*session, batched);
+      if (batch >= 0) g_samples_ms["batched_50"].push_back(batch);
+      const double bulk_ms = printed_ms(*bulk, prompt);
+      if (bulk_ms >= 0) g_samples_ms["prompt_50mb"].push_back(bulk_ms);
+    }
+  }
+  session->close();
+  bulk->close();
+  for (const char* name : {"paused_cell", "back_to_back_cell", "batched_50", "prompt_50mb"})
+    state.counters[std::string(name) + "_median_ms"] = percentile(g_samples_ms[name], 0.5);
+}
+BENCHMARK(BM_OrchestratorSteps)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+void print_orchestrator_table() {
+  std::printf("\n%-22s %10s %10s %8s   %s\n", "orchestrator step", "median ms", "p99 ms", "samples",
+              "ratio to paused_cell");
+  const double paused = percentile(g_samples_ms["paused_cell"], 0.5);
+  for (const char* name : {"paused_cell", "back_to_back_cell", "batched_50", "prompt_50mb"}) {
+    const auto& samples = g_samples_ms[name];
+    if (samples.empty()) {
+      std::printf("%-22s no samples\n", name);
+      continue;
+    }
+    const double median = percentile(samples, 0.5);
+    std::printf("%-22s %10.3f %10.3f %8zu   %.2fx\n", name, median, percentile(samples, 0.99),
+                samples.size(), paused > 0 ? median / paused : 0.0);
+  }
+  const double bulk = percentile(g_samples_ms["prompt_50mb"], 0.5);
+  if (bulk > 0)
+    std::printf("prompt_50mb: %.0f MB/s to the host\n", kBulkBytes / 1e6 / (bulk / 1000));
+  std::printf(
+      "targets: back_to_back_cell median <= 1 ms, batched_50 <= 10 ms, prompt >= 500 MB/s\n");
+}
 
 // Opens a session with `open`, runs the first cell; its wall time in ms, or negative on failure.
 // `open_ms` gets the open's share.
@@ -253,6 +350,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--samples=", 10) == 0)
       g_samples = std::max(1L, std::atol(argv[i] + 10));
+    else if (std::strncmp(argv[i], "--bulk-samples=", 15) == 0)
+      g_bulk_samples = std::max(1L, std::atol(argv[i] + 15));
     else if (std::strncmp(argv[i], "--open-samples=", 15) == 0)
       g_open_samples = std::max(1L, std::atol(argv[i] + 15));
     else
@@ -264,5 +363,6 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   print_table();
   print_open_table();
+  print_orchestrator_table();
   return 0;
 }

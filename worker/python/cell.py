@@ -118,23 +118,22 @@ def flush_std_streams() -> None:
             pass
 
 
-class VarTable(dict):
-    """SHOW_VARS()'s result: it prints itself, so the notebook display skips it."""
-
-
-def run_source(code: str, namespace: dict) -> None:
-    """Runs a cell like interactive input: a trailing expression's repr() is printed."""
+def run_source(code: str, namespace: dict, echo: bool = True) -> None:
+    """Runs a cell like interactive input: with echo, a trailing expression's repr() is printed
+    (SHOW_VARS()'s text as it is)."""
     tree = ast.parse(code, CELL_FILE, 'exec')
     linecache.cache[CELL_FILE] = (len(code), None, code.splitlines(True), CELL_FILE)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    if echo and tree.body and isinstance(tree.body[-1], ast.Expr):
         last = tree.body.pop()
     # dont_inherit: the worker's own compiler flags must not leak into cells.
     exec(compile(tree, CELL_FILE, 'exec', dont_inherit=True), namespace)
     if last is not None:
         expression = ast.Expression(last.value)
         value = eval(compile(expression, CELL_FILE, 'eval', dont_inherit=True), namespace)
-        if value is not None and not isinstance(value, VarTable):
+        if value is not None and value is SESSION.shown_vars:
+            print(value)
+        elif value is not None:
             print(repr(value))
 
 
@@ -167,27 +166,40 @@ def format_cell_error(exc: BaseException) -> str:
     return ''.join(te.format())
 
 
+def shrink_cell_result(result: dict) -> bool:
+    """One step of making a result smaller: output first (flagged truncated), then the listed
+    variables, the fetched value, the answer, the FINAL value, the traceback. False when nothing
+    is left to shrink."""
+    longest = max(('stdout', 'stderr'), key=lambda k: len(result[k]))
+    if len(result[longest]) > 0:
+        result[longest] = result[longest][:len(result[longest]) // 2]
+        result[longest + '_truncated'] = True
+    elif result.get('locals'):
+        del result['locals'][len(result['locals']) // 2:]
+    elif 'value' in result.get('fetched', ()):
+        result['fetched'] = {'error': 'the value is too large for the control channel'}
+    elif 'answer' in result or 'final' in result:
+        what = 'answer' if 'answer' in result else 'final'
+        del result[what]
+        result['status'] = 'error'
+        result['error'] = (result['error'] or '') + \
+            'the %s value is too large for the control channel\n' % what.upper()
+    elif result['error'] and len(result['error']) > 64:
+        result['error'] = result['error'][:len(result['error']) // 2]
+    else:
+        return False
+    return True
+
+
 def fit_cell_result(channel: Channel, result: dict) -> None:
-    """Sends the result, shrinking it until it fits in one frame: output first (flagged
-    truncated), then the FINAL value, then the traceback."""
+    """Sends the result, shrinking it until it fits in one frame."""
     while True:
         try:
             channel.send(result)
             return
         except FrameTooLarge:
             pass
-        longest = max(('stdout', 'stderr'), key=lambda k: len(result[k]))
-        if len(result[longest]) > 0:
-            result[longest] = result[longest][:len(result[longest]) // 2]
-            result[longest + '_truncated'] = True
-        elif 'final' in result:
-            del result['final']
-            result['status'] = 'error'
-            result['error'] = (result['error'] or '') + \
-                'the FINAL value is too large for the control channel\n'
-        elif result['error'] and len(result['error']) > 64:
-            result['error'] = result['error'][:len(result['error']) // 2]
-        else:
+        if not shrink_cell_result(result):
             die('a cell result does not fit in a %d-byte frame' % channel.max_frame,
                 EXIT_PROTOCOL)
 
@@ -202,9 +214,10 @@ def cpu_seconds() -> float:
     return total
 
 
-def run_cell(channel: Channel, op_id, code: str, output_cap: int) -> dict:
+def run_cell(channel: Channel, op_id, code: str, output_cap: int, want_locals: bool = False,
+             fetch=None) -> dict:
     me = os.getpid()
-    SESSION.final = None
+    begin_cell_globals()
     streams = sys.stdout, sys.stderr
     flush_std_streams()
     capture, SESSION.next_capture = SESSION.next_capture or OutputCapture(), None
@@ -213,25 +226,26 @@ def run_cell(channel: Channel, op_id, code: str, output_cap: int) -> dict:
     channel.begin_cell()
     error = None
     try:
-        run_source(code, SESSION.namespace)
+        run_source(code, SESSION.namespace, SESSION.echo)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the cell's own
         error = format_cell_error(exc)
     if os.getpid() != me:
         os._exit(0)  # a process the cell forked ran off the end of the cell
     channel.end_cell()
+    result = {'type': 'cell_result', 'id': op_id, 'status': 'error' if error else 'ok'}
+    end_cell_globals(result, want_locals, fetch)  # what it prints is the cell's output too
     flush_std_streams()  # the cell's streams, if it replaced them
     sys.stdout, sys.stderr = streams
     flush_std_streams()
     (stdout, stdout_truncated), (stderr, stderr_truncated) = capture.finish()
     after = cpu_seconds()
     gc.unfreeze()  # warm_up froze the state before the cell; it is collectable again
-    result = {
-        'type': 'cell_result', 'id': op_id, 'status': 'error' if error else 'ok',
+    result.update({
         'stdout': stdout, 'stderr': stderr,
         'stdout_truncated': stdout_truncated, 'stderr_truncated': stderr_truncated,
         'error': error,
         'cpu_ms': round((after - before) * 1000, 3),
-    }
+    })
     if SESSION.final is not None:
         result['final'] = SESSION.final
     return result

@@ -1,4 +1,5 @@
-# The control channel: framing, the one reader at a time, llm answers filed by id.
+# The control channel: framing, the one reader at a time, llm answers filed by id, fds tied to
+# the frame they came with.
 # One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
@@ -14,11 +15,29 @@ import time
 
 CHILD_POLL_SECONDS = 0.01  # only when os.pidfd_open is unavailable
 HEADER = struct.Struct('>I')
+BULK_BIT = 0x80000000  # a header with this bit is a bulk frame's (raw UTF-8, no JSON)
+BULK_MIN = 1 << 16     # strings this long (in characters) travel as bulk frames
 FD_ROOM = socket.CMSG_SPACE(struct.calcsize('i'))  # one fd per message; the kernel closes more
 
 
 class FrameTooLarge(Exception):
     pass
+
+
+class HostFrame(dict):
+    """A frame from the host, and the fd that came with it (attached to its first bytes), if
+    any: the op that takes an fd takes it with take_fd(); close_fd() closes one nobody took."""
+
+    fd = None
+
+    def take_fd(self):
+        fd, self.fd = self.fd, None
+        return fd
+
+    def close_fd(self) -> None:
+        fd = self.take_fd()
+        if fd is not None:
+            os.close(fd)
 
 
 def encode_frame(message: dict) -> bytes:
@@ -28,14 +47,35 @@ def encode_frame(message: dict) -> bytes:
     return text.encode('utf-8', 'replace')
 
 
-def decode_frame(body: bytes) -> dict:
+def split_bulk(message: dict, bulk: list) -> dict:
+    """The message with each long string of a top-level field (or of a top-level list) replaced
+    by a {"$bulk": i} placeholder, its UTF-8 bytes appended to bulk: JSON-escaping and parsing
+    tens of megabytes costs far more than copying them (docs/control-channel.md)."""
+    def take(value):
+        if isinstance(value, str) and len(value) >= BULK_MIN:
+            bulk.append(value.encode('utf-8', 'replace'))
+            return {'$bulk': len(bulk) - 1}
+        return value
+
+    if not any(isinstance(v, str) and len(v) >= BULK_MIN or isinstance(v, list)
+               for v in message.values()):
+        return message
+    split = {key: [take(item) for item in value] if isinstance(value, list) else take(value)
+             for key, value in message.items()}
+    if bulk:
+        split['bulk'] = len(bulk)
+        return split
+    return message
+
+
+def decode_frame(body: bytes) -> HostFrame:
     try:
         message = json.loads(body.decode('utf-8'))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         protocol_violation('a frame from the host is not UTF-8 JSON (%s)' % exc)
     if not isinstance(message, dict):
         protocol_violation('a frame from the host is not a JSON object')
-    return message
+    return HostFrame(message)
 
 
 class Channel:
@@ -61,8 +101,10 @@ class Channel:
         self._next_query_id = 1
         self._cell_running = False
         self._frozen = False  # the main thread reads for good (wait_frozen)
-        self.takes_fds = False  # only the first interpreter, until its hand-over
-        self._fds = []
+        # Where fds came in: (start, end, fds) of each read that brought some, in stream
+        # offsets; _offset is the stream offset of _buffer[0].
+        self._offset = 0
+        self._fd_reads = collections.deque()
         # Wakes a reader blocked in poll() when the cell ends, so it re-checks its wait.
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -70,7 +112,11 @@ class Channel:
 
     def close(self) -> None:
         """Drops this process's copy of the channel (never shuts the connection down)."""
-        for fd in [self._wake_r, self._wake_w] + self._fds:
+        fds = [self._wake_r, self._wake_w]
+        for _, _, received in self._fd_reads:
+            fds.extend(received)
+        fds.extend(op.take_fd() for op in self._ops if op.fd is not None)
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
@@ -80,13 +126,22 @@ class Channel:
     # -- sending
 
     def send(self, message: dict, fd: int = -1) -> None:
-        """Sends one frame; with fd, attaches it to the frame's first byte (SCM_RIGHTS)."""
+        """Sends one frame; with fd, attaches it to the frame's first byte (SCM_RIGHTS).
+        Long strings (a top-level field's, or an item of a top-level list) travel as bulk
+        frames before it, unescaped."""
+        bulk = []
+        if fd < 0:
+            message = split_bulk(message, bulk)
         data = encode_frame(message)
-        if len(data) > self.max_frame:
-            raise FrameTooLarge(len(data))
+        size = len(data) + sum(len(item) for item in bulk)
+        if size > self.max_frame:
+            raise FrameTooLarge(size)
         header = HEADER.pack(len(data))
         try:
             with self._send_lock:
+                for item in bulk:
+                    self.sock.sendall(HEADER.pack(len(item) | BULK_BIT))
+                    self.sock.sendall(item)
                 if fd < 0:
                     self.sock.sendall(header + data)
                 else:
@@ -108,17 +163,17 @@ class Channel:
             chunk, ancillary, _, _ = self.sock.recvmsg(want, FD_ROOM)
         except OSError:
             chunk, ancillary = b'', []
+        received = []
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array('i')
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-                for fd in fds:
-                    if self.takes_fds:
-                        self._fds.append(fd)
-                    else:
-                        os.close(fd)
+                received.extend(fds)
         if not chunk:
             os._exit(0)  # EOF: the host is done with this interpreter
+        start = self._offset + len(self._buffer)
+        if received:
+            self._fd_reads.append((start, start + len(chunk), received))
         self._buffer += chunk
         while len(self._buffer) >= HEADER.size:
             (length,) = HEADER.unpack_from(self._buffer)
@@ -129,10 +184,32 @@ class Channel:
                 return
             body = bytes(self._buffer[HEADER.size:HEADER.size + length])
             del self._buffer[:HEADER.size + length]
-            self._file(decode_frame(body))
+            frame_start, self._offset = self._offset, self._offset + HEADER.size + length
+            frame = decode_frame(body)
+            frame.fd = self._fd_of_frame(frame_start, self._offset)
+            self._file(frame)
 
-    def _file(self, frame: dict) -> None:
+    def _fd_of_frame(self, start: int, end: int):
+        """The fd that came with the frame at stream offsets [start, end), or None. The host
+        attaches an fd to a frame's first bytes, and the kernel ends a read at the bytes an fd
+        came with, so an fd belongs to the last frame that starts within the read that brought
+        it; the fds of a read in which no frame starts are closed."""
+        mine = []
+        while self._fd_reads and self._fd_reads[0][1] <= end:
+            read_start, read_end, fds = self._fd_reads.popleft()
+            if read_start <= start < read_end:
+                mine.extend(fds)  # no later frame starts in this read
+            else:
+                for fd in fds:
+                    os.close(fd)
+        for extra in mine[1:]:
+            os.close(extra)
+        return mine[0] if mine else None
+
+    def _file(self, frame: HostFrame) -> None:
         op = frame.get('op')
+        if op != 'handover' and op != 'add_context':
+            frame.close_fd()  # only these two ops take an fd
         if op == 'discard':
             # In any state, without another action; the exit (unmapping a whole interpreter)
             # waits for the host to have taken the result that made this process obsolete.
@@ -185,15 +262,7 @@ class Channel:
                 self._reading = False
                 self._cond.notify_all()
 
-    def take_fd(self):
-        """The fd the host sent (only the hand-over carries one), or None; any other is closed."""
-        fd = self._fds.pop(0) if self._fds else None
-        for extra in self._fds:
-            os.close(extra)
-        self._fds = []
-        return fd
-
-    def next_op(self) -> dict:
+    def next_op(self) -> HostFrame:
         return self._wait(lambda: self._ops.popleft() if self._ops else None)
 
     def _claim_for_good(self) -> None:
@@ -206,6 +275,11 @@ class Channel:
             while self._reading:
                 self._cond.wait()
             self._reading = self._frozen = True
+
+    def has_input(self, timeout: float) -> bool:
+        """Whether a frame (or its first bytes) waits, read or not, or comes within timeout
+        seconds."""
+        return bool(self._ops) or bool(self._buffer) or self._socket_ready(timeout * 1000)
 
     def _socket_ready(self, timeout_ms) -> bool:
         poller = select.poll()

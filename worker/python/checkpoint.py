@@ -81,9 +81,8 @@ def fork_standby(channel: Channel, fork_id):
         # orphan it once it is a checkpoint.
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         child_channel = Channel(theirs, channel.max_frame)
-        child_channel.takes_fds = not SESSION.handed_over
         SESSION.channel = child_channel
-        warm_up()
+        warm_up(child_channel)
         return child_channel
     theirs.close()
     try:
@@ -97,21 +96,29 @@ def fork_standby(channel: Channel, fork_id):
     return child
 
 
-def warm_up() -> None:
+# How long a fresh standby waits for an op before it warms up: the host sends the next execute
+# as soon as it has the fork frame when cells come back to back.
+WARM_UP_DELAY = 0.002
+
+
+def warm_up(channel: Channel) -> None:
     """Readies a fresh standby while it waits, so the next cell does not pay for it: every
     page the fork shares with the checkpoint is copied on its first write, and a cell would
     otherwise take those faults for the REPL's own machinery (and the garbage collector's
     full-heap passes). The objects that exist now are frozen out of the collector until the
-    cell ends (run_cell unfreezes them), and one empty cell runs through the same path with
-    nothing sent."""
+    cell ends (run_cell unfreezes them), the cell's output capture is made, and, unless the
+    host's next op comes within WARM_UP_DELAY (cells sent back to back: warming would only
+    delay it), one empty cell runs through the same path with nothing sent."""
     gc.freeze()
+    SESSION.next_capture = OutputCapture()
+    if channel.has_input(WARM_UP_DELAY):
+        return
     scratch = {'__builtins__': builtins}
     capture = OutputCapture().activate(0)
     try:
         run_source('pass', scratch)
     finally:
         capture.finish()
-    SESSION.next_capture = OutputCapture()
     json.dumps({'type': 'cell_result', 'id': 0, 'status': 'ok', 'stdout': '', 'stderr': '',
                 'error': None, 'cpu_ms': cpu_seconds()})
 
@@ -187,13 +194,16 @@ def roll_back_and_refork(channel: Channel, standby: ChildWatch, op_id):
 
 
 def execute_op(op: dict):
-    """(code, output_cap) of an execute op, or a protocol error."""
+    """(code, output_cap, locals, fetch) of an execute op, or a protocol error."""
     code, cap = op.get('code'), op.get('output_cap', DEFAULT_OUTPUT_CAP)
+    want_locals, fetch = op.get('locals', False), op.get('fetch')
     if not is_op_id(op.get('id')) or not isinstance(code, str):
         protocol_violation('execute needs an id and a code string')
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0:
         protocol_violation('execute output_cap must be a non-negative integer')
-    return code, cap
+    if not isinstance(want_locals, bool) or not (fetch is None or isinstance(fetch, str)):
+        protocol_violation('execute locals must be a boolean and fetch a string')
+    return code, cap, want_locals, fetch
 
 
 def serve(channel: Channel) -> None:
@@ -205,16 +215,18 @@ def serve(channel: Channel) -> None:
         kind, op_id = op.get('op'), op.get('id')
         if kind == 'handover':
             hand_over_standby(channel, op)
-        elif kind == 'execute':
-            if not SESSION.handed_over:
-                protocol_violation('execute before the handover')
-            code, cap = execute_op(op)
-            fit_cell_result(channel, run_cell(channel, op_id, code, cap))
-            # The host takes the result first; the next standby's fork (a page-table copy of
-            # the whole interpreter) would otherwise compete with it for the CPU.
-            time.sleep(HANDOVER_PAUSE)
-            channel = become_checkpoint(channel, op_id)
-        elif kind == 'rollback' and was_rolled_back(op_id):
+            continue
+        if kind == 'rollback' and was_rolled_back(op_id):
             continue  # stale: the rollback it crossed was already taken
-        else:
+        if kind not in ('execute', 'add_context'):
             protocol_violation('unexpected op %r for the standby' % kind)
+        if not SESSION.handed_over:
+            protocol_violation('%s before the handover' % kind)
+        if kind == 'execute':
+            fit_cell_result(channel, run_cell(channel, op_id, *execute_op(op)))
+        else:
+            fit_cell_result(channel, run_add_context(op))
+        # The host takes the result first; the next standby's fork (a page-table copy of
+        # the whole interpreter) would otherwise compete with it for the CPU.
+        time.sleep(HANDOVER_PAUSE)
+        channel = become_checkpoint(channel, op_id)

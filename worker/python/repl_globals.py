@@ -1,20 +1,32 @@
-# The REPL globals every cell sees (context, llm_query, llm_query_batched, FINAL, FINAL_VAR,
-# SHOW_VARS) and the per-interpreter Session they work on.
+# The REPL globals every cell sees (context_N, history_N, answer, llm_query, llm_query_batched,
+# rlm_query, rlm_query_batched, FINAL, FINAL_VAR, SHOW_VARS, the caller's tools), the
+# per-interpreter Session they work on, and what a cell's end does to them: the answer taken,
+# the reserved names restored (LocalREPL's _restore_scaffold), the variables listed or fetched.
 # One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
 import builtins
 import json
+import keyword
+import re
 import sys
 import types
 
-# The host refuses a frame nested deeper than 64 levels; a cell_result holds `final` two levels
-# down (docs/control-channel.md).
+# The host refuses a frame nested deeper than 64 levels; a cell_result holds `final` and
+# `fetched` two levels down, an llm_query its prompt one level down (docs/control-channel.md).
 MAX_FINAL_DEPTH = 62
 # The host refuses a frame holding more than 100,000 JSON values (each costs it up to ~100 bytes
 # however small); a cell_result's own fields take a few of them.
 MAX_FINAL_VALUES = 99900
 MAX_BATCH = 10000  # prompts per llm_query_batched: the host ends the session beyond it
+MAX_TOOLS = 64
+MAX_LOCALS = 1000  # variables listed by execute's `locals`
+LOCAL_REPR_CHARS = 200
+# The worker's functions, restored after every cell whatever a cell bound to their names.
+SCAFFOLD_FUNCTIONS = ('llm_query', 'llm_query_batched', 'rlm_query', 'rlm_query_batched',
+                      'FINAL', 'FINAL_VAR', 'SHOW_VARS')
+NUMBERED_NAME = re.compile(r'(context|history)_[0-9]+\Z')
+NO_VARIABLES = 'No variables created yet. Use ```repl``` blocks to create variables.'
 
 
 class Session:
@@ -23,8 +35,15 @@ class Session:
     def __init__(self):
         self.channel = None
         self.namespace = {}
-        self.api = {}
+        self.scaffold = {}    # name -> what a cell finds there: the functions, then the tools
+        self.contexts = {}    # index -> context_N's value (context is context_0)
+        self.histories = {}   # index -> history_N's value (history is history_0)
+        self.echo = True      # print a cell's trailing expression (the hand-over's options)
         self.final = None
+        self.answer = None          # the AnswerDict cells see as `answer`
+        self.answer_ready = False   # its "ready" when the cell started
+        self.answer_content = None  # str(answer["content"]) when a cell set answer["ready"]
+        self.shown_vars = None      # SHOW_VARS()'s last text: echoed as text, not as a repr
         self.next_capture = None  # made by the standby's warm_up for its cell
         self.rolled_back = set()  # rollback ids this interpreter (or its ancestor) took
         self.watches = []         # a frozen interpreter's children (pidfds), armed or not
@@ -36,51 +55,182 @@ class Session:
 SESSION = Session()
 
 
+class AnswerDict(dict):
+    """`answer`: a plain dict to cells, except that setting answer["ready"] to a true value
+    takes str(answer["content"]) as the cell's answer (LocalREPL's _AnswerDict)."""
+
+    def __setitem__(self, key, value):
+        dict.__setitem__(self, key, value)
+        if key == 'ready' and value:
+            try:
+                SESSION.answer_content = str(self.get('content', ''))
+            except Exception:
+                pass
+
+
+def new_answer() -> AnswerDict:
+    return AnswerDict(content='', ready=False)
+
+
+# -- calls to the host: the language model, sub-RLMs, tools
+
+
 def check_model(model) -> None:
     if model is not None and not isinstance(model, str):
         raise TypeError('model must be a str or None, not %s' % type(model).__name__)
 
 
-def llm_query(prompt, model=None):
-    """Asks the host's language model; returns its text or raises RuntimeError."""
-    if not isinstance(prompt, str):
-        raise TypeError('prompt must be a str, not %s' % type(prompt).__name__)
-    check_model(model)
-    answer = SESSION.channel.query({'type': 'llm_query', 'prompt': prompt, 'model': model})
+def check_json_size(value, what: str) -> None:
+    """ValueError for a value the host would refuse in a frame (see MAX_FINAL_*)."""
+    depth, values = json_shape(value)
+    if depth > MAX_FINAL_DEPTH or values > MAX_FINAL_VALUES:
+        raise ValueError('%s nests deeper than %d levels or holds more than %d values'
+                         % (what, MAX_FINAL_DEPTH, MAX_FINAL_VALUES))
+
+
+def check_prompt(prompt):
+    """A str, or a list of {"role": str, "content": str} messages (copied)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):
+        messages = []
+        for message in prompt:
+            if not isinstance(message, dict) or not isinstance(message.get('role'), str) or \
+                    not isinstance(message.get('content'), str):
+                raise TypeError('a prompt that is a list holds messages: dicts with a str '
+                                '"role" and a str "content"')
+            messages.append({'role': message['role'], 'content': message['content']})
+        check_json_size(messages, 'the prompt')
+        return messages
+    raise TypeError('prompt must be a str or a list of messages, not %s'
+                    % type(prompt).__name__)
+
+
+def answer_text(answer: dict) -> str:
+    """An llm_result's text, or the library's "Error: ..." for a failed call."""
     if isinstance(answer.get('error'), str):
-        raise RuntimeError(answer['error'])
+        return 'Error: ' + answer['error']
     if not isinstance(answer.get('text'), str):
         protocol_violation('llm_result %r has neither a text nor an error string'
                            % answer.get('id'))
     return answer['text']
 
 
-def llm_query_batched(prompts, model=None):
-    """Asks for several prompts at once; returns, in order, a str or an Exception each."""
+def query_one(kind: str, prompt, model) -> str:
+    message = {'type': 'llm_query', 'prompt': check_prompt(prompt), 'model': model}
+    check_model(model)
+    if kind != 'llm':
+        message['kind'] = kind
+    return answer_text(SESSION.channel.query(message))
+
+
+def query_batch(kind: str, prompts, model) -> list:
+    name = 'llm_query_batched' if kind == 'llm' else 'rlm_query_batched'
     if not isinstance(prompts, (list, tuple)) or \
             not all(isinstance(p, str) for p in prompts):
         raise TypeError('prompts must be a list of str')
     if len(prompts) > MAX_BATCH:
-        raise ValueError('llm_query_batched takes at most %d prompts, not %d'
-                         % (MAX_BATCH, len(prompts)))
+        raise ValueError('%s takes at most %d prompts, not %d' % (name, MAX_BATCH, len(prompts)))
     check_model(model)
     if not prompts:
         return []
-    answer = SESSION.channel.query(
-        {'type': 'llm_query_batched', 'prompts': list(prompts), 'model': model})
+    message = {'type': 'llm_query_batched', 'prompts': list(prompts), 'model': model}
+    if kind != 'llm':
+        message['kind'] = kind
+    answer = SESSION.channel.query(message)
     items = answer.get('items')
     if not isinstance(items, list) or len(items) != len(prompts):
         protocol_violation('llm_results %r does not have one item per prompt' % answer.get('id'))
     results = []
     for item in items:
-        if isinstance(item, dict) and isinstance(item.get('error'), str):
-            results.append(RuntimeError(item['error']))
-        elif isinstance(item, dict) and isinstance(item.get('text'), str):
-            results.append(item['text'])
-        else:
+        if not isinstance(item, dict) or not (isinstance(item.get('error'), str) or
+                                              isinstance(item.get('text'), str)):
             protocol_violation('llm_results %r has an item with neither text nor error'
                                % answer.get('id'))
+        results.append(answer_text(item))
     return results
+
+
+def llm_query(prompt, model=None):
+    """Asks the host's language model (prompt: a str or a list of messages); returns its
+    text, or "Error: <reason>" when the call failed."""
+    return query_one('llm', prompt, model)
+
+
+def llm_query_batched(prompts, model=None):
+    """Asks for several prompts at once; returns, in order, the text or "Error: <reason>"."""
+    return query_batch('llm', prompts, model)
+
+
+def rlm_query(prompt, model=None):
+    """Asks a sub-RLM the host runs; returns its answer, or "Error: <reason>"."""
+    return query_one('rlm', prompt, model)
+
+
+def rlm_query_batched(prompts, model=None):
+    """Several rlm_query at once; returns, in order, the answer or "Error: <reason>" each."""
+    return query_batch('rlm', prompts, model)
+
+
+def make_tool(name: str, description):
+    """A host tool: calling it sends its JSON arguments to the host and returns the host's
+    JSON value; a failed call raises RuntimeError."""
+
+    def tool(*args, **kwargs):
+        try:
+            payload = json.loads(json.dumps({'args': args, 'kwargs': kwargs}, allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError('the arguments of %s must be JSON values (%s)' % (name, exc)) \
+                from None
+        check_json_size(payload, 'the arguments of %s' % name)
+        answer = SESSION.channel.query({'type': 'llm_query', 'kind': 'tool', 'tool': name,
+                                        'prompt': payload, 'model': None})
+        if isinstance(answer.get('error'), str):
+            raise RuntimeError(answer['error'])
+        if not isinstance(answer.get('text'), str):
+            protocol_violation('llm_result %r has neither a text nor an error string'
+                               % answer.get('id'))
+        try:
+            return json.loads(answer['text'])
+        except (ValueError, RecursionError):
+            raise RuntimeError('the host answered %s with text that is not JSON' % name) \
+                from None
+
+    tool.__name__ = tool.__qualname__ = name
+    tool.__doc__ = description
+    return tool
+
+
+def check_tool_name(name) -> None:
+    """ValueError unless name can be a tool: an identifier that is not a reserved name."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError('a tool name must be a Python identifier, not %r' % (name,))
+    if name in SCAFFOLD_FUNCTIONS or name in ('answer', 'context', 'history') or \
+            NUMBERED_NAME.match(name):
+        raise ValueError('%r is a reserved name, not a tool name' % name)
+
+
+def add_tools(tools) -> None:
+    """The hand-over's tools, as globals restored after every cell like the functions.
+    ValueError for a list the protocol does not allow."""
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise ValueError('tools must be a list of at most %d tools' % MAX_TOOLS)
+    made = {}
+    for entry in tools:
+        if not isinstance(entry, dict):
+            raise ValueError('a tool is an object with a name')
+        name, description = entry.get('name'), entry.get('description')
+        check_tool_name(name)
+        if name in made:
+            raise ValueError('tool %r is given twice' % name)
+        if description is not None and not isinstance(description, str):
+            raise ValueError('the description of tool %r is not a string' % name)
+        made[name] = entry['value'] if 'value' in entry else make_tool(name, description)
+    SESSION.scaffold.update(made)
+    SESSION.namespace.update(made)
+
+
+# -- FINAL, FINAL_VAR, SHOW_VARS
 
 
 def json_shape(value):
@@ -106,7 +256,7 @@ def safe_repr(value) -> str:
         return '<a %s nested too deep to show>' % type(value).__name__
 
 
-def final_value(value) -> dict:
+def final_value(value, max_values: int = MAX_FINAL_VALUES) -> dict:
     """A copy taken now: the cell may change the object before the result is sent. A value that
     is not JSON, or nests deeper or holds more values than the host takes, is sent as its
     repr()."""
@@ -115,7 +265,7 @@ def final_value(value) -> dict:
     except (TypeError, ValueError, RecursionError):
         return {'value': safe_repr(value)}
     depth, values = json_shape(copy)
-    if depth > MAX_FINAL_DEPTH or values > MAX_FINAL_VALUES:
+    if depth > MAX_FINAL_DEPTH or values > max_values:
         return {'value': safe_repr(value)}
     return {'value': copy}
 
@@ -126,41 +276,185 @@ def FINAL(value):
 
 
 def FINAL_VAR(name):
-    """FINAL(the variable called name)."""
+    """FINAL(the variable called name); returns str() of its value."""
     if not isinstance(name, str):
         raise TypeError('FINAL_VAR takes a variable name (a str)')
     caller = sys._getframe(1)
     for scope in (caller.f_locals, SESSION.namespace):
         if name in scope:
-            SESSION.final = final_value(scope[name])
-            return
+            value = scope[name]
+            SESSION.final = final_value(value)
+            return str(value)
     raise NameError('FINAL_VAR: no variable named %r' % name)
 
 
+def shows_in_show_vars(name: str, value) -> bool:
+    """What LocalREPL keeps in its locals: not _-names, answer, or the worker's functions and
+    function tools (LocalREPL's globals); context only when there is one."""
+    if name.startswith('_') or name == 'answer':
+        return False
+    if name in SESSION.scaffold and SESSION.scaffold[name] is value and callable(value):
+        return False
+    return name != 'context' or 0 in SESSION.contexts
+
+
 def SHOW_VARS():
-    """Prints and returns {name: type name} of the variables the cells have made."""
-    table = VarTable()
-    for name, value in SESSION.namespace.items():
-        if name.startswith('_') or isinstance(value, types.ModuleType):
-            continue
-        if name in SESSION.api and SESSION.api[name] is value:
-            continue
-        table[name] = type(value).__name__
-    if table:
-        print('\n'.join('%s: %s' % item for item in table.items()))
-    else:
-        print('(no variables)')
-    return table
+    """Returns LocalREPL's text: "Available variables: {name: type name, ...}"."""
+    available = {name: type(value).__name__
+                 for name, value in list(SESSION.namespace.items())
+                 if shows_in_show_vars(name, value)}
+    text = 'Available variables: %s' % (available,) if available else NO_VARIABLES
+    SESSION.shown_vars = text
+    return text
 
 
-def make_namespace(context) -> dict:
+# -- contexts and histories
+
+
+def set_context(kind: str, index, value) -> int:
+    """Makes value context_N (history_N for kind 'history'), and context (history) when N is 0;
+    index None is the next free one. Returns N."""
+    table = SESSION.contexts if kind == 'context' else SESSION.histories
+    if index is None:
+        index = max(table) + 1 if table else 0
+    table[index] = value
+    SESSION.namespace['%s_%d' % (kind, index)] = value
+    if index == 0:
+        SESSION.namespace[kind] = value
+    return index
+
+
+# -- a cell's start and end
+
+
+def begin_cell_globals() -> None:
+    SESSION.final = None
+    SESSION.answer_content = None
+    SESSION.shown_vars = None
+    try:
+        SESSION.answer_ready = bool(dict.get(SESSION.answer, 'ready'))
+    except Exception:
+        SESSION.answer_ready = False
+
+
+def take_answer():
+    """The cell's answer (a str) or None: what setting answer["ready"] took, else the content of
+    an `answer` dict that is ready at the cell's end and was not at its start (a rebound dict,
+    answer.update(ready=True))."""
+    if SESSION.answer_content is not None:
+        return SESSION.answer_content
+    current = SESSION.namespace.get('answer')
+    if not isinstance(current, dict) or \
+            (current is SESSION.answer and SESSION.answer_ready):
+        return None
+    try:
+        return str(current.get('content', '')) if current.get('ready') else None
+    except Exception:
+        return None
+
+
+def restore_scaffold() -> None:
+    """Rebinds the reserved names a cell rebound or deleted (LocalREPL's _restore_scaffold): the
+    functions and tools, context_N and history_N, context and history, and `answer` (a dict
+    rebound to it is kept, as an AnswerDict with its items)."""
+    namespace = SESSION.namespace
+    for name, value in SESSION.scaffold.items():
+        if namespace.get(name, namespace) is not value:
+            namespace[name] = value
+    for kind, table in (('context', SESSION.contexts), ('history', SESSION.histories)):
+        for index, value in table.items():
+            namespace['%s_%d' % (kind, index)] = value
+        if 0 in table:
+            namespace[kind] = table[0]
+    if 0 not in SESSION.contexts:
+        namespace['context'] = None
+    current = namespace.get('answer')
+    if not isinstance(current, AnswerDict):
+        replacement = new_answer()
+        if isinstance(current, dict):
+            try:
+                for key, value in list(current.items()):
+                    dict.__setitem__(replacement, key, value)
+            except Exception:
+                pass
+        namespace['answer'] = current = replacement
+    SESSION.answer = current
+
+
+def reserved_names() -> set:
+    names = set(SESSION.scaffold) | {'answer', 'context'}
+    names.update('context_%d' % index for index in SESSION.contexts)
+    names.update('history_%d' % index for index in SESSION.histories)
+    if 0 in SESSION.histories:
+        names.add('history')
+    return names
+
+
+def short_repr(value) -> str:
+    try:
+        if isinstance(value, (str, bytes, bytearray)) and len(value) > LOCAL_REPR_CHARS:
+            value = value[:LOCAL_REPR_CHARS]  # the repr's start, without the whole repr
+        text = repr(value)
+        if not isinstance(text, str):
+            return '<unrepresentable>'
+    except BaseException:  # the cell's own __repr__, whatever it raises
+        return '<unrepresentable>'
+    return text[:LOCAL_REPR_CHARS]
+
+
+def list_locals() -> list:
+    """The cells' variables, [{"name", "type", "repr"}] (what REPLResult.locals needs): not
+    _-names, modules or the reserved names; at most MAX_LOCALS, each repr cut short."""
+    reserved = reserved_names()
+    found = []
+    for name, value in list(SESSION.namespace.items()):
+        if name.startswith('_') or name in reserved or isinstance(value, types.ModuleType):
+            continue
+        if len(found) == MAX_LOCALS:
+            break
+        found.append({'name': name, 'type': type(value).__name__, 'repr': short_repr(value)})
+    return found
+
+
+def fetch_variable(name: str, max_values: int) -> dict:
+    """{"value": V} (V per the FINAL rules) or {"error": ...}."""
+    namespace = SESSION.namespace
+    if name not in namespace:
+        return {'error': 'no variable named %r' % name}
+    try:
+        return final_value(namespace[name], max_values)
+    except BaseException as exc:  # the value's own __repr__, whatever it raises
+        return {'error': 'the value of %r cannot be shown (its repr() raised %s)'
+                         % (name, type(exc).__name__)}
+
+
+def end_cell_globals(result: dict, want_locals: bool, fetch) -> None:
+    """Takes the cell's answer, restores the reserved names, then lists and fetches what the
+    execute asked for, into the cell's result."""
+    answer = take_answer()
+    restore_scaffold()
+    if answer is not None:
+        result['answer'] = {'content': answer}
+    budget = MAX_FINAL_VALUES
+    if want_locals:
+        result['locals'] = list_locals()
+        budget -= 1 + 4 * len(result['locals'])
+    if fetch is not None:
+        if SESSION.final is not None:
+            budget -= json_shape(SESSION.final)[1]
+        result['fetched'] = fetch_variable(fetch, budget)
+
+
+def make_namespace() -> dict:
     # A real module registered as __main__, so pickle finds classes and functions cells define.
     module = types.ModuleType('__main__')
     namespace = module.__dict__
     namespace['__builtins__'] = builtins
-    SESSION.api = {'context': context, 'llm_query': llm_query,
-                   'llm_query_batched': llm_query_batched, 'FINAL': FINAL,
-                   'FINAL_VAR': FINAL_VAR, 'SHOW_VARS': SHOW_VARS}
-    namespace.update(SESSION.api)
+    SESSION.namespace = namespace
+    SESSION.scaffold = {'llm_query': llm_query, 'llm_query_batched': llm_query_batched,
+                        'rlm_query': rlm_query, 'rlm_query_batched': rlm_query_batched,
+                        'FINAL': FINAL, 'FINAL_VAR': FINAL_VAR, 'SHOW_VARS': SHOW_VARS}
+    namespace.update(SESSION.scaffold)
+    restore_scaffold()  # context (None until there is one) and answer
     sys.modules['__main__'] = module
     return namespace

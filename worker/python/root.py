@@ -70,6 +70,8 @@ def main() -> None:
     except StartupError as exc:
         die(str(exc), EXIT_STARTUP)
     scrub_environment()
+    # After the scrub: code in the environment's .pth files never sees the token.
+    add_site_dirs(config.site_dirs)
     become_subreaper()
     ROOT_PID = os.getpid()
     make_undumpable()  # inherited by every interpreter

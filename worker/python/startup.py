@@ -1,10 +1,9 @@
-# Start-up: the environment read into a Config, the first interpreter's hello, and the hand-over
-# that gives the started worker (its first checkpoint and standby) its caller's context.
+# Start-up: the environment read into a Config (and the site dirs it names), the first
+# interpreter's hello, and the hand-over that gives the started worker (its first checkpoint and
+# standby) its caller's context and options.
 # One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
-import errno
-import json
 import os
 import socket
 import stat
@@ -44,6 +43,10 @@ class Config:
         self.max_frame = env_int('RLM_SANDBOX_MAX_FRAME', DEFAULT_MAX_FRAME)
         if self.max_frame < 1024:
             raise StartupError('RLM_SANDBOX_MAX_FRAME must be at least 1024')
+        self.site_dirs = [d for d in os.environ.get('RLM_SANDBOX_SITE_DIRS', '').split(':') if d]
+        for path in self.site_dirs:
+            if not os.path.isabs(path):
+                raise StartupError('RLM_SANDBOX_SITE_DIRS holds %r, not an absolute path' % path)
 
 
 def env_int(name: str, default):
@@ -56,48 +59,13 @@ def env_int(name: str, default):
         raise StartupError('%s=%r is not an integer' % (name, value)) from None
 
 
-def read_all(fd: int) -> bytes:
-    """From offset 0 when the fd can seek (a memfd the host wrote is left at its end)."""
-    chunks, offset = [], 0
-    try:
-        while True:
-            chunk = os.pread(fd, 1 << 20, offset)
-            if not chunk:
-                return b''.join(chunks)
-            chunks.append(chunk)
-            offset += len(chunk)
-    except OSError as exc:
-        if chunks or exc.errno != errno.ESPIPE:  # a pipe: read it in order
-            raise
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b''.join(chunks)
-        chunks.append(chunk)
-
-
-def load_context(fd, context_format: str):
-    """The context read from fd (closed then) as text or parsed JSON."""
-    try:
-        raw = read_all(fd)
-    except OSError as exc:
-        raise StartupError('cannot read the context (%s)' % exc) from None
-    finally:
-        os.close(fd)
-    if context_format == 'text':
-        return raw.decode('utf-8', 'replace')
-    try:
-        return json.loads(raw.decode('utf-8'))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise StartupError('the context is not valid JSON (%s)' % exc) from None
-
-
 class Handover:
     """A caller's hand-over as received (docs/control-channel.md, "Start-up"): the caller's
-    frame maximum, and its context as an fd, read when the hand-over is applied."""
+    frame maximum, options, and context as an fd, read when the hand-over is applied."""
 
-    def __init__(self, channel: Channel, op: dict):
+    def __init__(self, channel: Channel, op: HostFrame):
         self.id, self.format, max_frame = op.get('id'), op.get('context'), op.get('max_frame')
+        self.options = op.get('options')
         if not is_op_id(self.id):
             protocol_violation('handover needs an id')
         if not isinstance(max_frame, int) or isinstance(max_frame, bool) or max_frame < 1024:
@@ -106,28 +74,40 @@ class Handover:
             protocol_violation('handover context must be text, json or null')
         if SESSION.handed_over:
             protocol_violation('a second handover')
-        self.fd = channel.take_fd()
+        self.fd = op.take_fd()
         if self.format is None and self.fd is not None:
             os.close(self.fd)
             self.fd = None
         if self.format is not None and self.fd is None:
             protocol_violation('handover with a context and no fd')
         channel.max_frame = max_frame
-        channel.takes_fds = False
         SESSION.handed_over = True
 
     def apply(self) -> None:
-        """Makes the context the REPL's `context` (reading and closing its fd). Raises
-        StartupError for one that cannot be read or parsed."""
-        context = None
+        """Makes the context `context_0` and `context` (reading and closing its fd), and the
+        options the session's. Raises StartupError for a context that cannot be read or
+        parsed, or options the protocol does not allow."""
+        echo, tools = True, []
+        if self.options is not None:
+            if not isinstance(self.options, dict):
+                raise StartupError('handover options must be an object')
+            echo, tools = self.options.get('echo', True), self.options.get('tools', [])
+            if not isinstance(echo, bool):
+                raise StartupError('handover option echo must be a boolean')
+        try:
+            add_tools(tools)
+        except ValueError as exc:
+            raise StartupError('handover option tools: %s' % exc) from None
+        SESSION.echo = echo
         if self.fd is not None:
             fd, self.fd = self.fd, None
-            context = load_context(fd, self.format)
-        SESSION.api['context'] = context
-        SESSION.namespace['context'] = context
+            try:
+                set_context('context', 0, load_context(fd, self.format))
+            except ContextError as exc:
+                raise StartupError(str(exc)) from None
 
 
-def hand_over_standby(channel: Channel, op: dict) -> None:
+def hand_over_standby(channel: Channel, op: HostFrame) -> None:
     """The first standby, waiting since start-up, takes its caller's context and answers."""
     handover = Handover(channel, op)
     reply = {'type': 'handed_over', 'id': handover.id}
@@ -138,7 +118,7 @@ def hand_over_standby(channel: Channel, op: dict) -> None:
     channel.send(reply)
 
 
-def hand_over_checkpoint(channel: Channel, op: dict) -> None:
+def hand_over_checkpoint(channel: Channel, op: HostFrame) -> None:
     """The first checkpoint keeps the hand-over and applies it before it forks a standby (after
     a rollback or a restore): every standby it forks from then on has the caller's context, and
     the context is read here only when that happens."""
@@ -153,6 +133,16 @@ def apply_pending_handover() -> None:
         die(str(exc), EXIT_STARTUP)
 
 
+def add_site_dirs(dirs) -> None:
+    """The directories of the Python environment the policy exposes (RLM_SANDBOX_SITE_DIRS) on
+    sys.path, their .pth files processed, as `site` would (the worker runs with -S)."""
+    if not dirs:
+        return
+    import site
+    for path in dirs:
+        site.addsitedir(path)
+
+
 def first_interpreter(config: Config) -> None:
     """Everything a caller does not choose is done before hello (imports, compiles, the channel)
     and right after it (the first checkpoint and its standby, warmed up); then the worker waits
@@ -160,9 +150,8 @@ def first_interpreter(config: Config) -> None:
     raise_oom_score()
     os.set_inheritable(config.fd, False)  # cells' subprocesses must not get the channel
     channel = Channel(socket.socket(fileno=config.fd), config.max_frame)
-    channel.takes_fds = True  # the hand-over's context
     SESSION.channel = channel
-    SESSION.namespace = make_namespace(None)
+    make_namespace()
     try:
         # Line buffering keeps print() and subprocess output in order in a cell's stdout.
         sys.stdout.reconfigure(line_buffering=True)
