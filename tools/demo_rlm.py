@@ -5,7 +5,8 @@ A long document is loaded as `context` into a persistent Python REPL inside the 
 (`rlm-sandbox repl`, driven through the rlm_sandbox client in python/). A scripted "root model"
 plays the orchestrator: it writes cells that inspect the context, ask a "sub-model" with
 llm_query / llm_query_batched (answered here, on the host, by a deterministic stand-in for a
-real LM), survive a runaway cell by rollback, and finish with FINAL_VAR.
+real LM), survive a runaway cell by rollback, and finish as the RLM library's runs do: by setting
+answer["content"] and then answer["ready"] = True.
 
     tools/demo_rlm.py RLM_SANDBOX_BINARY
 """
@@ -51,7 +52,9 @@ CELLS = [
      "chunks = ['\\n'.join(lines[i:i + 5000]) for i in range(0, len(lines), 5000)]\n"
      "answers = llm_query_batched(['What is the slowest latency_ms here?\\n' + c for c in chunks])\n"
      "print(answers)", None),
-    ("Return the answer", "answer = {'launch_code': code, 'slowest_ms': max(int(a) for a in answers)}\nFINAL_VAR('answer')", None),
+    ("Finish: answer['ready'] = True",
+     "answer['content'] = f'launch code {code}, slowest {max(int(a) for a in answers)} ms'\n"
+     "answer['ready'] = True", None),
 ]
 
 
@@ -62,7 +65,7 @@ def main() -> int:
     start = time.monotonic()
     with RlmSandbox(binary=binary, context=document, on_llm_query=sub_model, timeout=10) as sandbox:
         print(f"session up on the {sandbox.backend} backend, policy {sandbox.policy}")
-        final = None
+        final = None  # the answer's content once a cell set answer["ready"]
         for title, code, timeout in CELLS:
             print(f"\n-- {title}")
             print(textwrap.indent(code, "   >>> "))
@@ -71,15 +74,15 @@ def main() -> int:
             print(textwrap.indent(shown.rstrip("\n"), "   ") if shown.strip() else "", end="")
             print(f"\n   [{cell.status}{', rolled back' if cell.rolled_back else ''}; "
                   f"{cell.wall_ms:.1f} ms; {cell.llm_calls} llm calls]")
-            if cell.has_final:
-                final = cell.final
+            if cell.answer is not None:
+                final = cell.answer
         result = sandbox.close()
-    print(f"\nFINAL: {final}")
+    print(f"\nanswer: {final}")
     print(f"session closed: {result['status']}, whole session {time.monotonic() - start:.2f} s, "
           f"peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB")
-    expected = {"launch_code": "7491", "slowest_ms": 249}
+    expected = "launch code 7491, slowest 249 ms"
     if final != expected:
-        print(f"demo: expected FINAL {expected}", file=sys.stderr)
+        print(f"demo: expected the answer {expected!r}", file=sys.stderr)
         return 1
     return 0
 

@@ -5,10 +5,12 @@ the repository's ``python`` directory on ``PYTHONPATH``. The client starts ``rlm
 process's stdin/stdout (DESIGN.md §6 and §8); the sandbox's ``llm_query`` calls come back to
 your Python callback.
 
-Inside the sandbox every cell sees ``context``, ``llm_query(prompt, model=None)``,
-``llm_query_batched(prompts, model=None)``, ``FINAL(value)``, ``FINAL_VAR(name)`` and
-``SHOW_VARS()``; variables persist from cell to cell, and a cell that times out or hits a limit
-is rolled back to the state before it.
+Inside the sandbox every cell sees what the RLM library's REPL gives it: ``context`` (and
+``context_N``, ``history_N`` added with ``add_context``/``add_history``), ``answer`` (a cell that
+sets ``answer["ready"] = True`` finishes: ``CellResult.answer``), ``llm_query``,
+``llm_query_batched``, ``rlm_query``, ``rlm_query_batched`` (answered by your callbacks),
+your host ``tools``, ``FINAL``, ``FINAL_VAR`` and ``SHOW_VARS()``; variables persist from cell to
+cell, and a cell that times out or hits a limit is rolled back to the state before it.
 
 With a server (``rlm-sandbox serve``): ``RlmSandbox(server=PATH)`` (or ``$RLM_SANDBOX_SERVER``)
 opens the session from the server's warm sessions over its socket, with no process started
@@ -26,7 +28,7 @@ A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
         messages = [
             {"role": "system", "content": "A Python REPL holds the document in `context`. "
              "Reply with ```python``` blocks; call llm_query(prompt) on chunks; "
-             "finish with FINAL(answer) or FINAL_VAR(name)."},
+             "to finish, set answer['content'] and then answer['ready'] = True."},
             {"role": "user", "content": question},
         ]
         with RlmSandbox(context=document, on_llm_query=sub_query, timeout=30) as sb:
@@ -35,8 +37,8 @@ A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
                 messages.append({"role": "assistant", "content": reply})
                 for code in re.findall(r"```python\n(.*?)```", reply, re.S):
                     cell = sb.execute(code)
-                    if cell.has_final:
-                        return cell.final
+                    if cell.answer is not None:
+                        return cell.answer
                     messages.append({"role": "user", "content":
                                      f"[{cell.status}]\n{cell.stdout[-4000:]}"
                                      f"{cell.error or ''}"})

@@ -1,30 +1,47 @@
 """The ``rlm-sandbox repl`` process: its pipes, the reader thread that answers ``llm_query``
-events, and the tail of its stderr."""
+events, and the tail of its stderr.
+
+The pipes are raw file descriptors, read and written with ``os.read``/``os.write``: no buffered
+file object (whose lock a daemon thread may hold when the interpreter exits) is ever shared
+with a thread. Each reader thread owns its fd and closes it at the end of its stream.
+"""
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import json
 import logging
+import os
 import queue
 import subprocess
+import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-from .result import LlmCallback, RlmSandboxError
+from ._calls import Calls, Dispatcher, unencodable
+from .result import RlmSandboxError
 
 _log = logging.getLogger(__name__)
 
 _STDERR_KEEP = 64 * 1024  # bytes of the CLI's stderr kept for error messages
 _EXIT_WAIT = 10.0  # seconds to wait for the process to exit before killing it
+_FINALIZING_WAIT = 5.0  # the same while the interpreter shuts down (nothing else can run)
+_LOCK_WAIT = 1.0  # seconds to wait, at shutdown, for a lock a frozen daemon thread may hold
+_READ_CHUNK = 1 << 16
+#: The longest line taken from the CLI; a longer one is dropped. Its lines carry a cell's
+#: output (capped by the policy) and prompts of at most a control-channel frame, JSON-escaped.
+_MAX_OUTPUT_LINE = 512 << 20
+
+
+def _finalizing() -> bool:
+    return sys.is_finalizing()
 
 
 class _StderrTail:
-    """Reads a stream to its end on a daemon thread, keeping the last bytes."""
+    """Reads an fd to its end on a daemon thread, keeping the last bytes; closes the fd then."""
 
-    def __init__(self, stream: Any, keep: int = _STDERR_KEEP) -> None:
-        self._stream = stream
+    def __init__(self, fd: int, keep: int = _STDERR_KEEP) -> None:
+        self._fd = fd
         self._keep = keep
         self._chunks: collections.deque = collections.deque()
         self._size = 0
@@ -34,25 +51,33 @@ class _StderrTail:
 
     def _run(self) -> None:
         try:
-            for chunk in iter(lambda: self._stream.read1(4096), b""):
+            while True:
+                chunk = os.read(self._fd, 4096)
+                if not chunk:
+                    break
                 with self._lock:
                     self._chunks.append(chunk)
                     self._size += len(chunk)
                     while self._size > self._keep and len(self._chunks) > 1:
                         self._size -= len(self._chunks.popleft())
-        except (OSError, ValueError):
+        except OSError:
             pass
+        finally:
+            os.close(self._fd)
 
     def text(self) -> str:
-        with self._lock:
+        if not self._lock.acquire(timeout=_LOCK_WAIT if _finalizing() else -1):
+            return ""
+        try:
             data = b"".join(self._chunks)
+        finally:
+            self._lock.release()
         return data.decode("utf-8", "replace")
 
     def finish(self, timeout: float = 2.0) -> None:
-        """Waits for the stream's end (the process has exited), then closes it."""
-        self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self._stream.close()
+        """Waits for the stream's end (the process has exited)."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
 
 #: The longest line ``rlm-sandbox repl`` takes (``rlm-sandbox repl --help``); a longer one is
@@ -73,139 +98,190 @@ class _Connection:
     the RlmSandbox, so a forgotten sandbox can still be collected.
     """
 
-    def __init__(self, proc: subprocess.Popen, max_workers: int) -> None:
-        self.proc = proc
-        self.max_workers = max_workers
+    def __init__(self, args: Sequence[str], env: Optional[Dict[str, str]],
+                 max_workers: int) -> None:
+        to_close: List[int] = []
+        try:
+            in_read, in_write = os.pipe2(os.O_CLOEXEC)
+            to_close += [in_read, in_write]
+            out_read, out_write = os.pipe2(os.O_CLOEXEC)
+            to_close += [out_read, out_write]
+            err_read, err_write = os.pipe2(os.O_CLOEXEC)
+            to_close += [err_read, err_write]
+            self.proc = subprocess.Popen(list(args), stdin=in_read, stdout=out_write,
+                                         stderr=err_write, env=env)
+        except BaseException:
+            for fd in to_close:
+                os.close(fd)
+            raise
+        for fd in (in_read, out_write, err_write):  # the child's ends
+            os.close(fd)
+        self._stdin = in_write  # -1 once closed (under _write_lock)
         self.replies: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
-        self.stderr = _StderrTail(proc.stderr)
+        self.stderr = _StderrTail(err_read)
         self._write_lock = threading.Lock()
         self._answers_open = True  # llm_result lines may be sent (not after close)
         self._state_lock = threading.Lock()
         self._current_id: Optional[int] = None  # the execute whose queries are answered
-        self._callback: Optional[LlmCallback] = None
-        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._reader = threading.Thread(target=self._read, daemon=True,
+        self._calls: Optional[Calls] = None
+        self.dispatcher = Dispatcher(max_workers, self._send_answer)
+        self._reader = threading.Thread(target=self._read, args=(out_read,), daemon=True,
                                         name="rlm-sandbox-reader")
         self._reader.start()
 
-    def expect_queries(self, request_id: Optional[int],
-                       callback: Optional[LlmCallback]) -> None:
-        """Sets the request whose llm_query events go to `callback` (None: refuse them all)."""
+    def expect_queries(self, request_id: Optional[int], calls: Optional[Calls]) -> None:
+        """Sets the request whose llm_query events `calls` answers (None: refuse them all)."""
         with self._state_lock:
             self._current_id = request_id
-            self._callback = callback
+            self._calls = calls
 
     def write(self, data: bytes, answer: bool = False) -> None:
         """Writes one line; raises RlmSandboxError when the pipe is gone."""
         with self._write_lock:
             if answer and not self._answers_open:
                 return
-            try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
-            except (OSError, ValueError) as error:  # BrokenPipe, or stdin already closed
-                raise RlmSandboxError(f"cannot write to rlm-sandbox repl: {error}") from error
+            self._write_all(data)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            if self._stdin < 0:
+                raise BrokenPipeError("stdin is closed")
+            while view:
+                view = view[os.write(self._stdin, view):]
+        except OSError as error:  # BrokenPipe, or stdin already closed
+            raise RlmSandboxError(f"cannot write to rlm-sandbox repl: {error}") from error
 
     def stop_answers(self) -> None:
         """No llm_result line is written from now on (one is never cut in half)."""
         with self._write_lock:
             self._answers_open = False
 
-    def _read(self) -> None:
+    def _read(self, fd: int) -> None:
+        parts: List[bytes] = []  # the line read so far
+        size = 0
+        dropping = False  # within a line over _MAX_OUTPUT_LINE
         try:
-            for line in iter(self.proc.stdout.readline, b""):
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    _log.warning("rlm-sandbox repl: not JSON: %r", line[:200])
-                    continue
-                if not isinstance(message, dict):
-                    continue
-                if message.get("event") == "llm_query":
-                    self._on_query(message)
-                else:
-                    self.replies.put(message)
-        except (OSError, ValueError):
+            while True:
+                chunk = os.read(fd, _READ_CHUNK if size < _READ_CHUNK else 1 << 20)
+                if not chunk:
+                    break
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    if end < 0:
+                        if not dropping and start < len(chunk):
+                            parts.append(chunk[start:])
+                            size += len(chunk) - start
+                            if size > _MAX_OUTPUT_LINE:
+                                _log.warning("rlm-sandbox repl: a line over %d bytes dropped",
+                                             _MAX_OUTPUT_LINE)
+                                parts, size, dropping = [], 0, True
+                        break
+                    if dropping:
+                        dropping = False
+                    else:
+                        line = chunk[start:end]
+                        if parts:
+                            parts.append(line)
+                            line = b"".join(parts)
+                            parts, size = [], 0
+                        self._on_line(line)
+                    start = end + 1
+        except OSError:
             pass
         finally:
+            os.close(fd)
             self.replies.put(None)  # the end of the output
 
+    def _on_line(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            _log.warning("rlm-sandbox repl: not JSON: %r", line[:200])
+            return
+        if not isinstance(message, dict):
+            return
+        if message.get("event") == "llm_query":
+            self._on_query(message)
+        else:
+            self.replies.put(message)
+
     def _on_query(self, event: Dict[str, Any]) -> None:
-        query_id = event.get("query_id")
         with self._state_lock:
             current = event.get("id") is not None and event.get("id") == self._current_id
-            callback = self._callback
-        if not current:
+            calls = self._calls
+        if not current or calls is None:
             # Queued behind --llm-concurrency when its cell ended: nobody waits for it.
-            self._send_answer(query_id, None, "the cell that asked has ended")
-        elif callback is None:
-            self._send_answer(query_id, None,
-                              "no on_llm_query callback was given to the rlm-sandbox client")
-        elif self.max_workers == 1:
-            self._run_callback(callback, query_id, event.get("prompt"), event.get("model"))
+            self._send_answer(event, {"error": "the cell that asked has ended"})
         else:
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self.max_workers, thread_name_prefix="rlm-sandbox-llm")
-            try:
-                self._executor.submit(self._run_callback, callback, query_id,
-                                      event.get("prompt"), event.get("model"))
-            except RuntimeError:  # the pool was shut down: the session is ending
-                pass
+            self.dispatcher.dispatch(calls, event)
 
-    def _run_callback(self, callback: LlmCallback, query_id: Any, prompt: str,
-                      model: Optional[str]) -> None:
+    def _send_answer(self, event: Dict[str, Any], fields: Dict[str, Any]) -> None:
+        head = {"op": "llm_result", "query_id": event.get("query_id")}
         try:
-            text = callback(prompt, model)
-            if not isinstance(text, str):
-                raise TypeError(f"on_llm_query returned {type(text).__name__}, not str")
-        except Exception as error:  # noqa: BLE001 - the cell gets it as RuntimeError
-            self._send_answer(query_id, None, str(error) or type(error).__name__)
-        else:
-            self._send_answer(query_id, text, None)
-
-    def _send_answer(self, query_id: Any, text: Optional[str], error: Optional[str]) -> None:
-        reply: Dict[str, Any] = {"op": "llm_result", "query_id": query_id}
-        if error is None:
-            reply["text"] = text
-        else:
-            reply["error"] = error
+            line = _encode({**head, **fields})
+        except (TypeError, ValueError, RecursionError) as error:
+            line = _encode({**head, **unencodable(event, error)})
+        if len(line) > MAX_LINE_BYTES:
+            line = _encode({**head, "error": f"the answer is {len(line)} bytes as a JSON line; "
+                            f"rlm-sandbox repl takes at most {MAX_LINE_BYTES}"})
         try:
-            self.write(_encode(reply), answer=True)
+            self.write(line, answer=True)
         except RlmSandboxError:
             pass  # the process ended; the request waiting on it reports that
 
-    def shutdown(self, wait_first: bool = False) -> None:
-        """Closes stdin, waits for the process (killing it after a while), stops the threads.
+    def _close_stdin(self) -> None:
+        """Closes stdin (the CLI sees end of input) between two lines, never inside one."""
+        finalizing = _finalizing()
+        # At shutdown a frozen daemon thread may hold the lock: close regardless then.
+        locked = self._write_lock.acquire(timeout=_LOCK_WAIT if finalizing else -1)
+        try:
+            self._answers_open = False
+            if self._stdin >= 0:
+                fd, self._stdin = self._stdin, -1
+                os.close(fd)
+        finally:
+            if locked:
+                self._write_lock.release()
+
+    def _wait(self, timeout: float) -> None:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def shutdown(self, wait_first: bool = False, wait: float = _EXIT_WAIT) -> None:
+        """Closes stdin, waits for the process (killing it after `wait` seconds), stops the
+        threads.
 
         After a close request the CLI exits by itself: ``wait_first`` keeps its stdin open
         until then, because end-of-input arriving while it exits can crash it (its detached
         reader thread outlives the objects it uses and aborts with std::system_error).
+        While the interpreter shuts down no other thread runs: nothing waits for them then.
         """
-        proc = self.proc
+        finalizing = _finalizing()
+        if finalizing:
+            wait = min(wait, _FINALIZING_WAIT)
         if wait_first:
             try:
-                proc.wait(timeout=_EXIT_WAIT)
+                self.proc.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 pass
-        with self._write_lock:  # not in the middle of an answer
-            self._answers_open = False
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=_EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        self._close_stdin()
+        self._wait(wait)
+        if finalizing:
+            return
         if threading.current_thread() is not self._reader:
             self._reader.join(timeout=2.0)
-        if not self._reader.is_alive():
-            proc.stdout.close()
         self.stderr.finish()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.dispatcher.shutdown()
+
+    def abandon(self, wait: Optional[float] = None) -> None:
+        """Ends the process through the end of its input (the CLI then closes its session),
+        killing it after `wait` seconds."""
+        self.shutdown(wait=_EXIT_WAIT if wait is None else wait)
 
     def kill(self) -> None:
         """Kills the process at once (the sandbox goes with it) and cleans up."""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
-#: ``callback(prompt, model) -> answer``; ``model`` is ``None`` unless the cell named one.
-#: Raising an exception makes ``llm_query`` raise ``RuntimeError(str(exc))`` in the cell.
-LlmCallback = Callable[[str, Optional[str]], str]
+#: A prompt as the cell gave it: a ``str``, or a list of messages ``{"role", "content"}``.
+Prompt = Union[str, List[Dict[str, Any]]]
+
+#: ``callback(prompt, model) -> answer``; ``model`` is ``None`` unless the cell named one, and
+#: ``prompt`` is a ``str`` or a list of message dicts, as the cell passed it. Raising an exception
+#: fails the call: ``llm_query`` then returns ``"Error: <the exception's text>"`` in the cell.
+LlmCallback = Callable[[Prompt, Optional[str]], str]
 
 
 class RlmSandboxError(Exception):
@@ -26,6 +30,11 @@ class CellResult:
 
     ``status`` is ``ok``, ``error`` (a Python exception; traceback in ``error``), ``timeout``,
     ``memory_limit``, ``crashed`` (those three are rolled back) or ``session_error``.
+
+    ``answer`` is ``str(answer["content"])`` when the cell set ``answer["ready"]``, else None;
+    ``locals`` (``execute(locals=True)``) lists the cells' variables as ``{"name", "type",
+    "repr"}`` dicts; ``fetched`` (``execute(fetch=name)``) is ``{"value": V}`` or ``{"error":
+    "..."}``; ``index`` is the slot ``add_context``/``add_history`` filled.
     """
 
     status: str
@@ -40,6 +49,10 @@ class CellResult:
     rolled_back: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    answer: Optional[str] = None
+    locals: Optional[List[Dict[str, Any]]] = None
+    fetched: Optional[Dict[str, Any]] = None
+    index: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -63,8 +76,23 @@ class CellResult:
             rolled_back=bool(data.get("rolled_back", False)),
             stdout_truncated=bool(data.get("stdout_truncated", False)),
             stderr_truncated=bool(data.get("stderr_truncated", False)),
+            answer=_answer(data.get("answer")),
+            locals=data["locals"] if isinstance(data.get("locals"), list) else None,
+            fetched=data["fetched"] if isinstance(data.get("fetched"), dict) else None,
+            index=data["index"] if _is_int(data.get("index")) else None,
             raw=dict(data),
         )
+
+
+def _answer(value: Any) -> Optional[str]:
+    """The ``answer`` key of a result: ``{"content": str}`` (or a bare string)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass

@@ -11,15 +11,17 @@ the run on overflow, as a direct run would.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import re
 import selectors
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
+from ._calls import Calls, Dispatcher, split_tools, unencodable
+from ._requests import added_index, checked_index, execute_request
+from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 
@@ -29,27 +31,11 @@ _DRAIN_SECONDS = 2.0
 _DEFAULT_OUTPUT_BYTES = 1 << 20
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.I)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
 def server_from_environment() -> Optional[str]:
     """The socket named by ``$RLM_SANDBOX_SERVER``, or None."""
     return os.environ.get("RLM_SANDBOX_SERVER") or None
-
-
-def _milliseconds(value: Union[int, float, str], what: str) -> int:
-    """Seconds (a number) or a duration string ("30s", "500ms", "2m") -> milliseconds."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"{what} {value!r}: expected e.g. 30s, 500ms, 2m")
-        scale = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}[match.group(2)]
-        result = float(match.group(1)) * scale
-    elif isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
-    else:
-        result = value * 1000
-    return max(1, round(result))
 
 
 def _bytes(value: Union[int, str], what: str) -> int:
@@ -278,8 +264,14 @@ def _context_fd(context: Any, context_file: Any, context_json: bool):
         return os.open(os.fspath(context_file), os.O_RDONLY | os.O_CLOEXEC), context_json
     if context is None:
         return None, False
-    as_json = context_json or not isinstance(context, str)
-    text = (json.dumps(context, ensure_ascii=False, allow_nan=False) if as_json else context)
+    return _value_fd(context, context_json)
+
+
+def _value_fd(value: Any, as_json: bool):
+    """A memfd holding `value`: a str as text (unless `as_json`), anything else as JSON.
+    Returns (fd, is_json)."""
+    as_json = as_json or not isinstance(value, str)
+    text = (json.dumps(value, ensure_ascii=False, allow_nan=False) if as_json else value)
     fd = os.memfd_create("rlm-sandbox-context", os.MFD_CLOEXEC)
     try:
         view = memoryview(text.encode("utf-8"))
@@ -303,7 +295,11 @@ class ServerSession:
         context, context_file, context_json: the REPL's ``context`` (as RlmSandbox takes them).
         on_llm_query: the default ``callback(prompt, model) -> str``; None: calls fail in the
             cell unless ``execute`` is given one.
-        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread).
+        on_rlm_query, tools, echo: as RlmSandbox takes them.
+        llm_timeout, llm_budget, llm_concurrency: the session's LM limits, each only tightening
+            the server's (seconds or "30s"; counts).
+        max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread);
+            default ``llm_concurrency``, else 16.
         timeout: the session's wall time limit, and memory: its memory limit, each only
             tightening the offered policy (seconds or "30s"; bytes or "256M").
         overrides: a whole tightened policy to run instead of the offered one.
@@ -314,7 +310,12 @@ class ServerSession:
                  policy: str = "python-repl", *, context: Any = None,
                  context_file: Optional[Union[str, os.PathLike]] = None,
                  context_json: bool = False, on_llm_query: Optional[LlmCallback] = None,
-                 max_llm_workers: int = 8, timeout: Optional[Union[int, float, str]] = None,
+                 on_rlm_query: Optional[LlmCallback] = None,
+                 tools: Optional[Dict[str, Any]] = None, echo: bool = True,
+                 llm_timeout: Optional[Union[int, float, str]] = None,
+                 llm_budget: Optional[int] = None, llm_concurrency: Optional[int] = None,
+                 max_llm_workers: Optional[int] = None,
+                 timeout: Optional[Union[int, float, str]] = None,
                  memory: Optional[Union[int, str]] = None,
                  overrides: Optional[Dict[str, Any]] = None,
                  lifetime: Optional[float] = None) -> None:
@@ -322,8 +323,10 @@ class ServerSession:
         self._closed = False
         self._close_result: Dict[str, Any] = {}
         self._lock = threading.RLock()
-        self._workers = max(1, int(max_llm_workers))
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._dispatcher = Dispatcher(int(max_llm_workers or llm_concurrency or 16),
+                                      self._send_answer)
+        tool_specs, self._tool_functions = split_tools(tools)
+        self.on_rlm_query = on_rlm_query
         self.on_llm_query = on_llm_query
         self.server = server if isinstance(server, Server) else Server(server)
         self.policy = policy
@@ -343,6 +346,18 @@ class ServerSession:
             options: Dict[str, Any] = {"context_is_json": as_json, "llm": "client"}
             if lifetime is not None:
                 options["lifetime_ms"] = _milliseconds(lifetime, "lifetime")
+            if llm_timeout is not None:
+                options["llm_timeout_ms"] = _milliseconds(llm_timeout, "llm_timeout")
+            for key, count in (("llm_budget", llm_budget), ("llm_concurrency", llm_concurrency)):
+                if count is not None:
+                    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+                        raise ValueError(f"{key} must be a positive int, not {count!r}")
+                    options[key] = count
+            # Sent only when asked for: a server without them refuses the session, saying so.
+            if not echo:
+                options["echo"] = False
+            if tool_specs:
+                options["tools"] = tool_specs
             frame: Dict[str, Any] = {"op": "session_open", "policy": policy, "options": options}
             if overrides is not None:
                 frame["overrides"] = overrides
@@ -370,14 +385,23 @@ class ServerSession:
         return self._wire is not None and not self._closed
 
     def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
-                timeout: Optional[float] = None) -> CellResult:
+                timeout: Optional[float] = None, *, locals: bool = False,
+                fetch: Optional[str] = None) -> CellResult:
         """Runs one cell and returns its result (RlmSandbox.execute)."""
-        request: Dict[str, Any] = {"op": "execute", "code": code}
-        if timeout is not None:
-            request["timeout_ms"] = _milliseconds(timeout, "timeout")
-        callback = on_llm_query if on_llm_query is not None else self.on_llm_query
-        reply = self._request(request, "cell_result", callback)
+        calls = Calls(on_llm_query or self.on_llm_query, self.on_rlm_query, self._tool_functions)
+        reply = self._request(execute_request(code, timeout, locals, fetch), "cell_result", calls)
         return CellResult.from_json(reply.get("result") or {})
+
+    def add_context(self, value: Any, index: Optional[int] = None) -> int:
+        """Adds ``context_N`` to the live session (RlmSandbox.add_context); the value crosses
+        as an fd (a memfd of this process), never inside a frame."""
+        return self._add("context", value, index)
+
+    def add_history(self, messages: List[Dict[str, Any]], index: Optional[int] = None) -> int:
+        """Adds ``history_N`` to the live session (RlmSandbox.add_history)."""
+        if not isinstance(messages, list):
+            raise TypeError(f"messages must be a list, not {type(messages).__name__}")
+        return self._add("history", messages, index)
 
     def snapshot(self) -> int:
         """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
@@ -429,21 +453,31 @@ class ServerSession:
     def _shutdown(self) -> None:
         if self._wire is not None:
             self._wire.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        self._dispatcher.shutdown()
 
-    def _request(self, frame: Dict[str, Any], answer_op: str,
-                 callback: Optional[LlmCallback] = None) -> Dict[str, Any]:
+    def _add(self, kind: str, value: Any, index: Optional[int]) -> int:
+        frame: Dict[str, Any] = {"op": "add_context", "kind": kind}
+        if index is not None:
+            frame["index"] = checked_index(index)
+        fd, as_json = _value_fd(value, kind == "history")
+        try:
+            frame["format"] = "json" if as_json else "text"
+            reply = self._request(frame, "cell_result", fds=[fd])
+        finally:
+            os.close(fd)
+        return added_index(reply.get("result") or {})
+
+    def _request(self, frame: Dict[str, Any], answer_op: str, calls: Optional[Calls] = None,
+                 fds: Sequence[int] = ()) -> Dict[str, Any]:
         with self._lock:
             if self._closed or self._wire is None:
                 raise RlmSandboxError("the session is closed")
             wire = self._wire
-            wire.send(frame)
+            wire.send(frame, fds)
             while True:
                 reply = wire.receive()
                 if reply["op"] == "llm_call":
-                    self._answer(reply, callback)
+                    self._answer(reply, calls)
                     continue
                 raise_if_error(reply)
                 if reply["op"] != answer_op:
@@ -451,33 +485,30 @@ class ServerSession:
                                       f"{answer_op!r} was due")
                 return reply
 
-    def _answer(self, call: Dict[str, Any], callback: Optional[LlmCallback]) -> None:
-        wire = self._wire
-        call_id = call.get("id")
-        prompt = str(call.get("prompt") or "")
-        model = call.get("model")
-
-        def answer() -> None:
-            if callback is None:
-                reply = {"op": "llm_answer", "id": call_id,
-                         "error": "no llm_query handler: pass on_llm_query"}
-            else:
-                try:
-                    reply = {"op": "llm_answer", "id": call_id,
-                             "text": str(callback(prompt, model))}
-                except Exception as error:  # noqa: BLE001 - the cell sees it as RuntimeError
-                    reply = {"op": "llm_answer", "id": call_id, "error": str(error) or
-                             type(error).__name__}
+    def _answer(self, call: Dict[str, Any], calls: Optional[Calls]) -> None:
+        if call.get("prompt_is_json"):  # a message list or a tool's arguments, as JSON text
             try:
-                wire.send(reply)
-            except (RlmSandboxError, ValueError):
-                pass  # the session ended (or the answer was too large): the cell sees an error
+                call["prompt"] = json.loads(call.get("prompt"))
+            except (TypeError, ValueError, RecursionError):
+                self._send_answer(call, {"error": "the call's prompt is not JSON"})
+                return
+        if calls is None:
+            self._send_answer(call, {"error": "no llm_query handler: pass on_llm_query"})
+        else:
+            self._dispatcher.dispatch(calls, call)
 
-        if self._workers == 1:
-            answer()
-            return
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self._workers, thread_name_prefix="rlm-sandbox-llm")
-        self._pool.submit(answer)
-
+    def _send_answer(self, call: Dict[str, Any], fields: Dict[str, Any]) -> None:
+        wire, head = self._wire, {"op": "llm_answer", "id": call.get("id")}
+        if "value" in fields:  # a tool's answer crosses as the JSON text of its value
+            try:
+                fields = {"text": json.dumps(fields["value"], ensure_ascii=False,
+                                             allow_nan=False)}
+            except (TypeError, ValueError, RecursionError) as error:
+                fields = unencodable(call, error)
+        try:
+            try:
+                wire.send({**head, **fields})
+            except (TypeError, ValueError, RecursionError) as error:  # not JSON, or too large
+                wire.send({**head, **unencodable(call, error)})
+        except (RlmSandboxError, ValueError):
+            pass  # the session ended: the cell sees an error

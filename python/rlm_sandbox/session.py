@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import logging
@@ -11,21 +12,32 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, Iterable, Optional, Union
+import weakref
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
-from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode
+from ._calls import Calls, split_tools
+from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode, _finalizing
+from ._requests import added_index, checked_index, execute_request
 from .result import CellResult, LlmCallback, RlmSandboxError
 from .server import ServerSession, server_from_environment
 
 _log = logging.getLogger(__name__)
 
+#: A context or history above this many bytes goes to the repl through a temporary file (read
+#: on the host by the CLI, as ``--context`` is), not JSON-escaped into a line.
+_INLINE_BYTES = 1 << 20
+#: A JSON value nesting deeper than this goes through a file (a repl line nests at most 64).
+_INLINE_DEPTH = 32
+#: Linux's bound on one command-line argument (MAX_ARG_STRLEN), which --tools must fit in.
+_MAX_ARG_BYTES = 128 * 1024
 
-def _duration_flag(value: Union[int, float, str]) -> str:
+
+def _duration_flag(value: Union[int, float, str], what: str = "timeout") -> str:
     """Seconds (a number) or a CLI duration string ("30s", "500ms") -> a --timeout value."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or value <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, not {value!r}")
+        raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
     return f"{max(1, round(value * 1000))}ms"
 
 
@@ -37,6 +49,56 @@ def _size_flag(value: Union[int, str]) -> str:
         raise ValueError(f"memory must be a positive number of bytes, not {value!r}")
     return str(int(value))
 
+
+def _count_flag(value: int, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive int, not {value!r}")
+    return str(value)
+
+
+def _shallow(value: Any, limit: int) -> bool:
+    """True when `value` nests lists and dicts at most `limit` deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _tools_flag(specs: List[Dict[str, Any]]) -> str:
+    """The --tools JSON; raises ValueError when it cannot be one command-line argument."""
+    text = json.dumps(specs, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    if len(text.encode("utf-8")) >= _MAX_ARG_BYTES:
+        raise ValueError(f"the tools are {len(text)} characters as --tools JSON; a command-line "
+                         f"argument holds less than {_MAX_ARG_BYTES} bytes: pass large data "
+                         f"with add_context")
+    return text
+
+
+def _spill(data: bytes) -> str:
+    """A private temporary file holding `data`; the caller removes it."""
+    fd, path = tempfile.mkstemp(prefix="rlm-sandbox-context-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+#: Sandboxes still open, closed when the interpreter exits (before it stops its threads).
+_open_sandboxes: "weakref.WeakSet[RlmSandbox]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_sandboxes() -> None:
+    for sandbox in list(_open_sandboxes):
+        sandbox._close_at_exit()
 
 
 def _installed_binary() -> Optional[str]:
@@ -68,10 +130,20 @@ class RlmSandbox:
         timeout: each cell's default time limit, in seconds or as a CLI duration ("30s").
         memory: the session's memory limit, in bytes or as a CLI size ("256M").
         binary: the ``rlm-sandbox`` executable; default ``$RLM_SANDBOX_BIN``, else ``PATH``.
-        extra_args: more ``rlm-sandbox repl`` options, e.g. ``("--llm-concurrency", "16")``.
-        on_llm_query: the default ``callback(prompt, model) -> str`` for ``llm_query``.
+        extra_args: more ``rlm-sandbox repl`` options.
+        on_llm_query: the default ``callback(prompt, model) -> str`` for ``llm_query``; the
+            prompt is a ``str`` or a list of message dicts, as the cell passed it.
+        on_rlm_query: the same for ``rlm_query`` (a sub-RLM); default: ``on_llm_query``.
+        tools: host tools by name, each a REPL global: a callable (the cell's call runs it
+            here with the cell's JSON arguments; it returns a JSON value, or raises and the
+            cell gets ``RuntimeError``), any other JSON value (the global is that value), or
+            ``{"tool": <either>, "description": str}``.
+        echo: print the repr of a cell's trailing expression (False: never, ``--no-echo``).
+        llm_timeout: seconds (or "10m") an LM or tool call may take (``--llm-timeout``).
+        llm_budget: calls allowed per session (``--llm-budget``).
+        llm_concurrency: calls answered at once (``--llm-concurrency``).
         max_llm_workers: callbacks run at once on a thread pool (1: one after another, on the
-            thread reading the CLI's output).
+            thread reading the CLI's output); default ``llm_concurrency``, else 16.
         context_json: parse ``context_file`` as JSON (``--context-json``).
         env: the process's environment (default: this process's).
         server: a ``rlm-sandbox serve`` socket: the session comes from that server's warm
@@ -84,7 +156,8 @@ class RlmSandbox:
         RlmSandboxError: the binary is missing, or the sandbox could not start (the message
             holds the CLI's stderr).
 
-    One request runs at a time (calls from several threads are serialized).
+    One request runs at a time (calls from several threads are serialized). A sandbox still
+    open when the interpreter exits is closed then.
     """
 
     def __init__(
@@ -100,7 +173,13 @@ class RlmSandbox:
         extra_args: Iterable[str] = (),
         *,
         on_llm_query: Optional[LlmCallback] = None,
-        max_llm_workers: int = 8,
+        on_rlm_query: Optional[LlmCallback] = None,
+        tools: Optional[Mapping[str, Any]] = None,
+        echo: bool = True,
+        llm_timeout: Optional[Union[int, float, str]] = None,
+        llm_budget: Optional[int] = None,
+        llm_concurrency: Optional[int] = None,
+        max_llm_workers: Optional[int] = None,
         context_json: bool = False,
         env: Optional[Dict[str, str]] = None,
         server: Union[str, os.PathLike, bool, None] = None,
@@ -111,7 +190,12 @@ class RlmSandbox:
         self._close_result: Dict[str, Any] = {}
         self._op_lock = threading.RLock()
         self._ids = itertools.count(1)
+        self._owner = os.getpid()  # a forked child never ends this session by itself
         self.on_llm_query = on_llm_query
+        self.on_rlm_query = on_rlm_query
+        tool_specs, self._tool_functions = split_tools(tools)
+        if max_llm_workers is None:
+            max_llm_workers = llm_concurrency or 16
         #: From the ``ready`` event: the backend and policy the session runs with.
         self.backend: Optional[str] = None
         self.policy: Optional[str] = None
@@ -131,8 +215,10 @@ class RlmSandbox:
                                  f"llm_query)")
             self._remote = ServerSession(
                 os.fspath(server), str(policy), context=context, context_file=context_file,
-                context_json=context_json, on_llm_query=on_llm_query,
-                max_llm_workers=max_llm_workers, timeout=timeout, memory=memory)
+                context_json=context_json, on_llm_query=on_llm_query, on_rlm_query=on_rlm_query,
+                tools=tools, echo=echo, llm_timeout=llm_timeout, llm_budget=llm_budget,
+                llm_concurrency=llm_concurrency, max_llm_workers=max_llm_workers,
+                timeout=timeout, memory=memory)
             self._closed = True  # nothing of the local process to clean up
             self.backend, self.policy = self._remote.backend, str(policy)
             self.args = []
@@ -141,6 +227,7 @@ class RlmSandbox:
         if context is not None and context_file is not None:
             raise ValueError("give context or context_file, not both")
         binary_path = self._find_binary(binary)
+        tools_flag = _tools_flag(tool_specs) if tool_specs else None
         first_line = None
         spilled: Optional[str] = None
         if context is not None:
@@ -149,11 +236,9 @@ class RlmSandbox:
             # value or a long text goes through a file instead, parsed inside the sandbox.
             if not isinstance(context, str) or context_json or len(first_line) > MAX_LINE_BYTES:
                 as_json = not isinstance(context, str) or context_json
-                fd, spilled = tempfile.mkstemp(prefix="rlm-sandbox-context-")
                 text = (json.dumps(context, ensure_ascii=False, allow_nan=False) if as_json
                         else context)
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(text.encode("utf-8"))
+                spilled = _spill(text.encode("utf-8"))
                 context_file, context_json, first_line = spilled, as_json, None
 
         args = [binary_path, "repl", "--policy", str(policy),
@@ -168,18 +253,26 @@ class RlmSandbox:
             args += ["--timeout", _duration_flag(timeout)]
         if memory is not None:
             args += ["--memory", _size_flag(memory)]
+        if not echo:
+            args.append("--no-echo")
+        if tools_flag is not None:
+            args += ["--tools", tools_flag]
+        if llm_timeout is not None:
+            args += ["--llm-timeout", _duration_flag(llm_timeout, "llm_timeout")]
+        if llm_budget is not None:
+            args += ["--llm-budget", _count_flag(llm_budget, "llm_budget")]
+        if llm_concurrency is not None:
+            args += ["--llm-concurrency", _count_flag(llm_concurrency, "llm_concurrency")]
         args += [str(arg) for arg in extra_args]
         #: The command line the process was started with.
         self.args = args
 
         try:
-            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env)
+            self._conn = _Connection(args, env, max(1, int(max_llm_workers)))
         except OSError as error:
             if spilled is not None:
                 os.unlink(spilled)
             raise RlmSandboxError(f"cannot run {args[0]}: {error}") from error
-        self._conn = _Connection(proc, max(1, int(max_llm_workers)))
         try:
             if first_line is not None:
                 self._conn.write(first_line)
@@ -195,6 +288,7 @@ class RlmSandbox:
         finally:
             if spilled is not None:  # the session has read it (or will never)
                 os.unlink(spilled)
+        _open_sandboxes.add(self)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -221,27 +315,74 @@ class RlmSandbox:
         return self._conn.stderr.text() if self._conn else ""
 
     def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
-                timeout: Optional[float] = None) -> CellResult:
+                timeout: Optional[float] = None, *, locals: bool = False,
+                fetch: Optional[str] = None) -> CellResult:
         """Runs one cell and returns its result.
 
         Args:
-            code: Python source; a final expression's repr is printed, as in a notebook.
-            on_llm_query: answers this cell's ``llm_query`` calls (default: the constructor's).
+            code: Python source; a final expression's repr is printed, as in a notebook
+                (unless the sandbox was made with ``echo=False``).
+            on_llm_query: answers this cell's ``llm_query`` calls (default: the constructor's;
+                also ``rlm_query``'s when no ``on_rlm_query`` was given).
             timeout: this cell's time limit in seconds (may only tighten the policy's).
+            locals: list the cells' variables in ``CellResult.locals`` (``name``, ``type``,
+                ``repr``; at most 1,000, each repr cut to 200 characters).
+            fetch: a variable's name: ``CellResult.fetched`` is ``{"value": V}`` (V the value
+                if it is JSON, else its repr) or ``{"error": "..."}``, taken after the code ran.
 
         Raises:
             RlmSandboxError: the request was refused (e.g. a timeout above the policy's), or
                 the process ended.
         """
         if self._remote is not None:
-            return self._remote.execute(code, on_llm_query or self.on_llm_query, timeout)
-        request: Dict[str, Any] = {"op": "execute", "code": code}
-        if timeout is not None:
-            if isinstance(timeout, bool) or timeout <= 0:
-                raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-            request["timeout_ms"] = max(1, round(timeout * 1000))
-        callback = on_llm_query if on_llm_query is not None else self.on_llm_query
-        return CellResult.from_json(self._request(request, callback=callback, answer=True))
+            return self._remote.execute(code, on_llm_query, timeout, locals=locals, fetch=fetch)
+        request = execute_request(code, timeout, locals, fetch)
+        return CellResult.from_json(self._request(request, calls=self._calls(on_llm_query)))
+
+    def add_context(self, value: Any, index: Optional[int] = None) -> int:
+        """Adds a context to the live session: ``context_N`` (and ``context`` for N = 0).
+
+        A ``str`` is text; any other JSON-able value arrives parsed. `index` picks N (default:
+        the next free one); an existing one is replaced. Returns N. A large context goes
+        through a temporary file, read by the CLI on this host (no JSON escaping).
+
+        Raises:
+            RlmSandboxError: the session could not take it (e.g. it ended).
+        """
+        if self._remote is not None:
+            return self._remote.add_context(value, index)
+        as_json = not isinstance(value, str)
+        data = (json.dumps(value, ensure_ascii=False, allow_nan=False) if as_json
+                else value).encode("utf-8")
+        request: Dict[str, Any] = {"op": "add_context"}
+        spilled: Optional[str] = None
+        if len(data) > _INLINE_BYTES or (as_json and not _shallow(value, _INLINE_DEPTH)):
+            spilled = _spill(data)
+            request["context_file"] = spilled
+        else:
+            request["context"] = value
+        del data
+        if as_json:
+            request["json"] = True
+        if index is not None:
+            request["index"] = checked_index(index)
+        try:
+            return added_index(self._request(request))
+        finally:
+            if spilled is not None:
+                os.unlink(spilled)
+
+    def add_history(self, messages: List[Dict[str, Any]], index: Optional[int] = None) -> int:
+        """Adds a message history to the live session: ``history_N`` (and ``history`` for
+        N = 0), a list of ``{"role", "content"}`` dicts. Returns N (as ``add_context``)."""
+        if self._remote is not None:
+            return self._remote.add_history(messages, index)
+        if not isinstance(messages, list):
+            raise TypeError(f"messages must be a list, not {type(messages).__name__}")
+        request: Dict[str, Any] = {"op": "add_history", "history": messages}
+        if index is not None:
+            request["index"] = checked_index(index)
+        return added_index(self._request(request))
 
     def snapshot(self) -> int:
         """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""
@@ -259,15 +400,22 @@ class RlmSandbox:
         """Ends the session and waits for the process; returns the sandbox's Result dict.
 
         Idempotent: later calls return the same dict. Returns ``{}`` when the process had
-        already ended (after an RlmSandboxError). Raises RlmSandboxError if the close request
-        itself fails; the process is gone either way.
+        already ended (after an RlmSandboxError), and when called while the interpreter shuts
+        down (then the CLI is told by the end of its input, and killed if it lingers). Raises
+        RlmSandboxError if the close request itself fails; the process is gone either way.
         """
         if self._remote is not None:
             return self._remote.close()
+        if _finalizing():
+            # No other thread runs any more: neither the reader a reply needs nor whoever
+            # holds a lock. End the process through its input, bounded.
+            self._abandon()
+            return self._close_result
         with self._op_lock:
             if self._closed:
                 return self._close_result
             self._closed = True
+            _open_sandboxes.discard(self)
             graceful = False
             try:
                 if self._dead is None and self.running:
@@ -294,18 +442,12 @@ class RlmSandbox:
     def __del__(self) -> None:
         # Safety net for a session nobody closed: end-of-input lets the CLI end the session
         # cleanly; a process still running a second later is killed.
-        conn = getattr(self, "_conn", None)
-        if conn is None or getattr(self, "_closed", True):
+        if getattr(self, "_conn", None) is None or getattr(self, "_closed", True):
+            return
+        if self._owner != os.getpid():
             return
         try:
-            if conn.proc.poll() is None:
-                conn.stop_answers()
-                conn.proc.stdin.close()
-                conn.proc.wait(timeout=1.0)
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            conn.kill()
+            self._abandon(wait=1.0)
         except Exception:  # noqa: BLE001
             pass
 
@@ -329,10 +471,13 @@ class RlmSandbox:
                 "rlm-sandbox not found: pass binary=, set RLM_SANDBOX_BIN or put it on PATH")
         return found
 
-    def _request(self, message: Dict[str, Any], *, callback: Optional[LlmCallback] = None,
-                 answer: bool = False, allow_closed: bool = False) -> Dict[str, Any]:
-        """Sends one request with a fresh id; returns its result (answer: its cell's queries
-        go to `callback`)."""
+    def _calls(self, on_llm_query: Optional[LlmCallback]) -> Calls:
+        return Calls(on_llm_query or self.on_llm_query, self.on_rlm_query, self._tool_functions)
+
+    def _request(self, message: Dict[str, Any], *, calls: Optional[Calls] = None,
+                 allow_closed: bool = False) -> Dict[str, Any]:
+        """Sends one request with a fresh id; returns its result (its cell's queries go to
+        `calls`; None: they are refused)."""
         with self._op_lock:
             if self._dead is not None:
                 raise self._dead
@@ -344,7 +489,7 @@ class RlmSandbox:
             if len(line) > MAX_LINE_BYTES:
                 raise ValueError(f"the request is {len(line)} bytes as a JSON line; rlm-sandbox "
                                  f"repl takes at most {MAX_LINE_BYTES}")
-            conn.expect_queries(request_id if answer else None, callback)
+            conn.expect_queries(request_id if calls is not None else None, calls)
             try:
                 try:
                     conn.write(line)
@@ -383,7 +528,31 @@ class RlmSandbox:
         self._dead = RlmSandboxError(message, stderr=stderr, exit_code=code)
         return self._dead
 
+    def _close_at_exit(self) -> None:
+        """At interpreter exit: a clean close, unless another thread is inside a request."""
+        if self._owner != os.getpid():
+            return  # a forked child's exit: the session is its parent's
+        if not self._op_lock.acquire(blocking=False):
+            self._abandon()
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            self._kill()
+        finally:
+            self._op_lock.release()
+
+    def _abandon(self, wait: Optional[float] = None) -> None:
+        """Ends the session without a reply: end of input (the CLI closes the session), then
+        a bounded wait, then kill. Takes no lock that another thread may hold."""
+        self._closed = True
+        _open_sandboxes.discard(self)
+        if self._conn is not None:
+            self._conn.abandon(wait)
+
     def _kill(self) -> None:
         self._closed = True
+        _open_sandboxes.discard(self)
         if self._conn is not None:
             self._conn.kill()
+

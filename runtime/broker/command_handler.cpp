@@ -175,8 +175,10 @@ class CommandHandler final : public CallingThreadHandler {
   }
 
   LlmAnswer run(const LlmCall& call) const override {
-    const json input_line = {{"prompt", call.prompt},
-                             {"model", call.model ? json(*call.model) : json(nullptr)}};
+    json input_line = {{"prompt", prompt_value(call)},
+                       {"model", call.model ? json(*call.model) : json(nullptr)},
+                       {"kind", to_string(call.kind)}};
+    if (call.kind == CallKind::tool) input_line["tool"] = call.tool;
     const std::string input =
         input_line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     Stdio stdio;

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "rlm_sandbox/llm.hpp"
 
 namespace rlm::broker {
@@ -46,6 +48,10 @@ std::shared_ptr<LlmHandler> make_http_handler(std::string url);
 
 // The answer to a call cancelled before a handler started it (LlmCall::cancelled).
 LlmAnswer cancelled_answer();
+
+// The call's prompt as a JSON value: its text as a string, or its JSON (prompt_is_json) parsed
+// (made by the session from a bounded frame: at most 64 levels deep).
+nlohmann::json prompt_value(const LlmCall& call);
 
 // `text` with every invalid UTF-8 sequence replaced by U+FFFD: answers travel as JSON strings.
 std::string valid_utf8(const std::string& text);

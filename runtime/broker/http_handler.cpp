@@ -45,9 +45,13 @@ class HttpHandler final : public CallingThreadHandler {
   }
 
   LlmAnswer run(const LlmCall& call) const override {
-    const json message = {{"role", "user"}, {"content", call.prompt}};
-    const json body = {{"model", call.model.value_or(default_model_)},
-                       {"messages", json::array({message})}};
+    if (call.kind == CallKind::tool)
+      return LlmAnswer::of_error("the http: LM handler does not answer tool calls");
+    // A message list is sent as the messages; rlm_query is asked like llm_query.
+    const json messages = call.prompt_is_json
+                              ? prompt_value(call)
+                              : json::array({{{"role", "user"}, {"content", call.prompt}}});
+    const json body = {{"model", call.model.value_or(default_model_)}, {"messages", messages}};
     http::Request request;
     request.method = "POST";
     request.url = url_;

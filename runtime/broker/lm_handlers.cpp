@@ -11,7 +11,9 @@ namespace {
 class EchoHandler final : public LlmHandler {
  public:
   void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
-    done(call.is_cancelled() ? cancelled_answer() : LlmAnswer::of_text("echo: " + call.prompt));
+    if (call.is_cancelled()) return done(cancelled_answer());
+    // A tool's answer must be JSON: its own arguments.
+    done(LlmAnswer::of_text(call.kind == CallKind::tool ? call.prompt : "echo: " + call.prompt));
   }
 };
 
@@ -36,6 +38,12 @@ LlmAnswer cancelled_answer() {
   return LlmAnswer::of_error("the LM call was cancelled before it started");
 }
 
+nlohmann::json prompt_value(const LlmCall& call) {
+  if (!call.prompt_is_json) return call.prompt;
+  auto value = nlohmann::json::parse(call.prompt, nullptr, /*allow_exceptions=*/false);
+  return value.is_discarded() ? nlohmann::json(call.prompt) : value;
+}
+
 std::string valid_utf8(const std::string& text) {
   using nlohmann::json;
   // The serializer's replacing error handler is the one UTF-8 validator at hand.
@@ -44,6 +52,12 @@ std::string valid_utf8(const std::string& text) {
 }
 
 }  // namespace broker
+
+std::string_view to_string(CallKind kind) {
+  constexpr std::string_view kNames[] = {"llm", "rlm", "tool"};  // in CallKind's order
+  const auto index = static_cast<std::size_t>(kind);
+  return index < std::size(kNames) ? kNames[index] : kNames[0];
+}
 
 std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec) {
   constexpr std::string_view kCommand = "command:", kHttp = "http:";

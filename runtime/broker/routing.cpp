@@ -62,20 +62,36 @@ std::optional<json> CellCalls::ask(Query query) {
   calls_[call] = OpenCall{std::move(query.id), query.batched,
                           std::vector<std::optional<LlmAnswer>>(count), count, 0};
   if (count == 0) return finish(call);
+  const bool tool = query.kind == CallKind::tool;
   for (std::size_t i = 0; i < count; ++i) {
-    const std::uint64_t bytes =
-        query.prompts[i].size() + (query.model ? query.model->size() : 0) + kCallOverhead;
+    const std::uint64_t bytes = query.prompts[i].text.size() + query.tool.size() +
+                                (query.model ? query.model->size() : 0) + kCallOverhead;
     auto charge = std::make_shared<AnswerQueue::Charge>(queue_, bytes);
-    auto done = [queue = queue_, charge, generation = generation_, call, i](LlmAnswer answer) {
+    auto done = [queue = queue_, charge, generation = generation_, call, i,
+                 tool](LlmAnswer answer) {
+      // On the handler's thread: the check costs the session's loop nothing.
+      if (tool && answer.text && !json::accept(*answer.text))
+        answer = LlmAnswer::of_error("the tool's answer is not JSON text");
       charge->release();
       queue->push({generation, call, i, std::move(answer)});
     };
+    if (query.refusal) {
+      done(LlmAnswer::of_error(*query.refusal));
+      continue;
+    }
     if (!handler_) {
       done(LlmAnswer::of_error("no LM handler is configured for this session"));
       continue;
     }
+    LlmCall asked;
+    asked.prompt = std::move(query.prompts[i].text);
+    asked.prompt_is_json = query.prompts[i].is_json;
+    asked.model = query.model;
+    asked.cancelled = cancelled_;
+    asked.kind = query.kind;
+    asked.tool = query.tool;
     try {
-      handler_->answer(LlmCall{std::move(query.prompts[i]), query.model, cancelled_}, done);
+      handler_->answer(std::move(asked), done);
     } catch (const std::exception& error) {
       done(LlmAnswer::of_error(error.what()));
     }

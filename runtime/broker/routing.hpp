@@ -25,12 +25,23 @@
 
 namespace rlm::broker {
 
+// One prompt of a query: text, or the JSON text of a message list or a tool's arguments.
+struct Prompt {
+  std::string text;
+  bool is_json = false;
+};
+
 // One llm_query or llm_query_batched frame, as the session has read and checked it.
 struct Query {
   nlohmann::json id;  // the worker's id for the call, echoed in the reply
   bool batched = false;
   std::optional<std::string> model;
-  std::vector<std::string> prompts;  // exactly one unless batched
+  CallKind kind = CallKind::llm;
+  std::string tool;             // kind == tool
+  std::vector<Prompt> prompts;  // exactly one unless batched
+  // Set: every prompt is answered with this error at once, without reaching the handler (a call
+  // of a tool the session does not have).
+  std::optional<std::string> refusal;
 };
 
 // The LM handler's answers, queued on the handler's threads for the session's poll loop, which
@@ -95,6 +106,7 @@ class CellCalls {
 
   // Gives each prompt to the handler (a handler that throws has answered with the error). The
   // reply at once for a batch of no prompts, else nullopt: the answers come through the queue.
+  // A tool's answer that is not JSON text becomes an error.
   std::optional<nlohmann::json> ask(Query query);
   // Takes the queued answers; the reply frames of the calls they complete, in order.
   std::vector<nlohmann::json> collect();

@@ -11,7 +11,7 @@ namespace rlm::common {
 // namespaces: appended to `fields` in the order health lists them.
 inline void append_sandbox_fields(std::vector<std::string>& fields) {
   fields.insert(fields.end(), {"filesystem.mounts", "filesystem.workdir", "network", "seccomp",
-                               "capabilities", "env", "user", "hostname"});
+                               "capabilities", "env", "user", "hostname", "python"});
 }
 
 }  // namespace rlm::common

@@ -9,6 +9,7 @@
 #include "common/init.hpp"
 #include "common/outcome.hpp"
 #include "common/supervise.hpp"
+#include "policy/python_environment.hpp"
 #include "rlm_sandbox/error.hpp"
 
 extern char** environ;
@@ -23,6 +24,17 @@ void check_variable(const std::string& name, const std::string& value, const cha
   if (value.find('\0') != std::string::npos)
     throw Error(std::string(origin) + ": the value of environment variable " + name +
                 " holds a NUL byte");
+}
+
+// The request's variables, and the policy's Python site directories where it exposes some (a
+// request that sets the variable itself keeps its value). Throws Error when the directories
+// cannot be exposed on this host.
+std::map<std::string, std::string> request_variables(const Request& request, const Policy& policy) {
+  auto variables = request.env;
+  if (policy.python.venv || !policy.python.site_packages.empty())
+    variables.try_emplace(policy::kSiteDirsVariable,
+                          policy::site_dirs_value(policy::python_dirs(policy)));
+  return variables;
 }
 
 }  // namespace
@@ -73,7 +85,7 @@ bool uses_payload_stdio(const Request& request) {
 RunStart::RunStart(std::string_view backend, const Request& request, const Policy& policy)
     : argv(resolve_argv(request)),
       wall_limit(effective_wall_time(request, policy)),
-      environment(payload_environment(policy.env, request.env)),
+      environment(payload_environment(policy.env, request_variables(request, policy))),
       start(Clock::now()) {
   uses_payload_stdio(request);  // throws for a request that mixes it with the other stdio
   result.backend = backend;

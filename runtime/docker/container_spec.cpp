@@ -10,6 +10,7 @@
 
 #include "common/rlimits.hpp"
 #include "docker/ownership.hpp"
+#include "policy/python_environment.hpp"
 #include "seccomp/seccomp.hpp"
 
 namespace rlm::docker {
@@ -129,6 +130,14 @@ nlohmann::json create_body(const Policy& policy, const ContainerPlan& plan) {
       continue;
     if (is_covered_symlink(mount, policy)) continue;
     if (mount.target == "/sbin") init_fits = false;
+    mounts.push_back(mount_entry(mount, policy));
+  }
+  // The Python environment's directories, read-only at their host paths (Docker orders the
+  // mounts by depth itself).
+  for (const auto& dir : policy::python_dirs(policy)) {
+    if (dir.bound_by_policy) continue;
+    Mount mount;
+    mount.source = mount.target = dir.path;
     mounts.push_back(mount_entry(mount, policy));
   }
 

@@ -34,7 +34,8 @@ struct ContainerPlan {
 };
 
 // The JSON body for POST /containers/create. Call require_supported() first; optional binds whose
-// source is missing on the host are left out, as the namespace backend does.
+// source is missing on the host are left out, as the namespace backend does. The policy's Python
+// directories are read-only binds at their host paths; throws Error when they cannot be exposed.
 nlohmann::json create_body(const Policy& policy, const ContainerPlan& plan);
 
 }  // namespace rlm::docker

@@ -23,6 +23,7 @@ const std::vector<std::string> kEnforced = {
     "limits.open_files",
     "env",
     "filesystem.workdir",
+    "python",  // nothing to bind: the directories are the host's, named in RLM_SANDBOX_SITE_DIRS
 };
 const std::vector<std::string> kUnenforced = {
     "limits.pids",

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "namespace/mounts.hpp"
+#include "policy/python_environment.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -238,10 +239,9 @@ class Builder {
   std::set<std::string> made_;  // directories already created; mounts are ordered parent-first
   bool sandbox_built_ = false;
 };
-// A policy bind. `index` is its position in the policy, for messages.
-void prepare_bind(Builder& build, const Mount& mount, std::size_t index,
+// A policy bind. `where` is its JSON path, for messages.
+void prepare_bind(Builder& build, const Mount& mount, const std::string& where,
                   const std::map<std::string, unsigned long>& host_mounts) {
-  const std::string where = "filesystem.mounts[" + std::to_string(index) + "]";
   if (mount.source.empty() || mount.source[0] != '/')
     fail_at(where + ".source", "must be an absolute host path, got \"" + mount.source + "\"");
 
@@ -424,15 +424,29 @@ RootfsPlan RootfsPlan::prepare(const Policy& policy) {
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return depth_of(mounts[a].target) < depth_of(mounts[b].target);
   });
+  // The Python environment's directories: read-only binds at their host paths, after the
+  // policy's mounts (the policy's check keeps them from hiding one), parents first.
+  auto python = policy::python_dirs(policy);
+  std::erase_if(python, [](const policy::PythonDir& dir) { return dir.bound_by_policy; });
+  std::stable_sort(python.begin(), python.end(),
+                   [](const policy::PythonDir& a, const policy::PythonDir& b) {
+                     return depth_of(a.path) < depth_of(b.path);
+                   });
   std::map<std::string, unsigned long> host_mounts;
-  if (std::any_of(mounts.begin(), mounts.end(),
-                  [](const Mount& m) { return m.type == Mount::Type::bind; }))
+  if (!python.empty() || std::any_of(mounts.begin(), mounts.end(),
+                                     [](const Mount& m) { return m.type == Mount::Type::bind; }))
     host_mounts = read_host_mounts();
   for (std::size_t index : order) {
+    const std::string where = "filesystem.mounts[" + std::to_string(index) + "]";
     if (mounts[index].type == Mount::Type::bind)
-      prepare_bind(build, mounts[index], index, host_mounts);
+      prepare_bind(build, mounts[index], where, host_mounts);
     else
       prepare_tmpfs(build, mounts[index], policy);
+  }
+  for (const auto& dir : python) {
+    Mount mount;
+    mount.source = mount.target = dir.path;
+    prepare_bind(build, mount, dir.where, host_mounts);
   }
 
   {

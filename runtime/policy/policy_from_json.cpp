@@ -5,6 +5,7 @@
 #include <span>
 
 #include "policy/kernel_names.hpp"
+#include "policy/python_environment.hpp"
 #include "policy/read_policy.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "seccomp/seccomp.hpp"
@@ -18,7 +19,7 @@ using namespace std::chrono_literals;
 
 constexpr std::string_view kTopKeys[] = {
     "description", "extends",      "backend", "limits", "namespaces", "filesystem", "network",
-    "seccomp",     "capabilities", "env",     "user",   "hostname",   "docker"};
+    "seccomp",     "capabilities", "env",     "user",   "hostname",   "docker",     "python"};
 constexpr std::string_view kBackendKeys[] = {"prefer", "allow_unisolated"};
 constexpr std::string_view kLimitKeys[] = {
     "wall_time_ms",  "cpu_time_ms",          "memory_bytes", "pids",
@@ -41,7 +42,8 @@ constexpr Section kSections[] = {{"backend", kBackendKeys},
                                  {"seccomp", kSeccompKeys},
                                  {"env", kEnvKeys},
                                  {"user", kUserKeys},
-                                 {"docker", kDockerKeys}};
+                                 {"docker", kDockerKeys},
+                                 {"python", kPythonKeys}};
 
 // Generous enough for any CI job, small enough that deadline arithmetic can never overflow.
 constexpr std::chrono::milliseconds kMaxRunTime = 7 * 24h;
@@ -316,9 +318,16 @@ Policy read_policy(const json& document, std::string name, std::vector<Diagnosti
       [&](const json& v, const std::string& p) { return read_hostname(reader, v, p); },
       policy.hostname);
   if (const json* v = member(document, "docker")) read_docker(reader, *v, "docker", policy.docker);
+  if (const json* v = member(document, "python")) read_python(reader, *v, "python", policy.python);
   check_consistency(reader, policy);
 
   auto& found = reader.diagnostics();
+  // The Python directories on this host, against the mounts: once both read cleanly.
+  const bool python_read_cleanly =
+      std::none_of(found.begin(), found.end(), [](const Diagnostic& d) {
+        return d.path.rfind("python", 0) == 0 || d.path.rfind("filesystem", 0) == 0;
+      });
+  if (python_read_cleanly) check_python(policy, found);
   diagnostics.insert(diagnostics.end(), found.begin(), found.end());
   // Rules that read well can still be uncompilable (ambiguous, or weakening the mandatory
   // preamble); say so now rather than when a backend starts a sandbox.

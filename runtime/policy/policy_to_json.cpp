@@ -76,6 +76,9 @@ json Policy::to_json() const {
       {"user", {{"uid", user.uid}, {"gid", user.gid}}},
       {"hostname", hostname},
       {"docker", {{"image", docker.image}}},
+      {"python",
+       {{"venv", python.venv ? json(*python.venv) : json(nullptr)},
+        {"site_packages", python.site_packages}}},
   };
 }
 

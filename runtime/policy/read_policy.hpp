@@ -18,14 +18,18 @@ namespace rlm::policy {
 Policy read_policy(const nlohmann::json& document, std::string name,
                    std::vector<Diagnostic>& diagnostics);
 
-// The sections read in files of their own (filesystem_from_json.cpp, seccomp_from_json.cpp), with
+// The sections read in files of their own (filesystem_from_json.cpp, seccomp_from_json.cpp,
+// python_from_json.cpp), with
 // the keys each allows. Each reports its problems to `reader` and fills what it read correctly.
 inline constexpr std::string_view kFilesystemKeys[] = {"mounts", "workdir",
                                                        "allow_kernel_interface_binds"};
 inline constexpr std::string_view kSeccompKeys[] = {"defaultAction", "syscalls"};
+inline constexpr std::string_view kPythonKeys[] = {"venv", "site_packages"};
 void read_filesystem(JsonReader& reader, const nlohmann::json& value, const std::string& path,
                      Filesystem& filesystem);
 void read_seccomp(JsonReader& reader, const nlohmann::json& value, const std::string& path,
                   Seccomp& seccomp);
+void read_python(JsonReader& reader, const nlohmann::json& value, const std::string& path,
+                 PythonEnvironment& python);
 
 }  // namespace rlm::policy

@@ -236,6 +236,25 @@ std::string permitted_text(const std::vector<PermittedBind>& permitted) {
   return text;
 }
 
+struct Permission {
+  bool beneath_any = false;  // `real` lies beneath a permitted directory
+  bool writable = false;     // one of them permits read-write binds
+};
+
+Permission permission_for(const std::filesystem::path& real,
+                          const std::vector<PermittedBind>& permitted) {
+  Permission permission;
+  for (const auto& entry : permitted) {
+    if (entry.beneath.empty() || entry.beneath.front() != '/') continue;
+    std::error_code error;
+    const auto dir = std::filesystem::canonical(entry.beneath, error);
+    if (error || !beneath(real, dir)) continue;
+    permission.beneath_any = true;
+    permission.writable = permission.writable || entry.writable;
+  }
+  return permission;
+}
+
 // A bind the base does not have: its real source must lie beneath a permitted directory (itself
 // resolved), read-write only where that is permitted.
 void check_new_bind(Findings& findings, const std::string& path, const Mount& mount,
@@ -246,15 +265,7 @@ void check_new_bind(Findings& findings, const std::string& path, const Mount& mo
     findings.add(key_path(path, "source"), why);
     return;
   }
-  bool beneath_any = false, writable = false;
-  for (const auto& entry : permitted) {
-    if (entry.beneath.empty() || entry.beneath.front() != '/') continue;
-    std::error_code error;
-    const auto dir = std::filesystem::canonical(entry.beneath, error);
-    if (error || !beneath(*real, dir)) continue;
-    beneath_any = true;
-    writable = writable || entry.writable;
-  }
+  const auto [beneath_any, writable] = permission_for(*real, permitted);
   const std::string resolved_note =
       real->string() == mount.source ? "" : " (resolved: " + real->string() + ")";
   if (!beneath_any)
@@ -326,6 +337,44 @@ void compare_mounts(Findings& findings, const Policy& base, const Policy& candid
                  "turned on; the offered policy never binds the host's kernel interfaces");
 }
 
+// ---- python ---------------------------------------------------------------------------------
+
+// Each Python directory is a read-only bind: one the offered policy does not expose (itself or a
+// directory above it) must lie, every symlink resolved, beneath a directory the server permits.
+void compare_python(Findings& findings, const PythonEnvironment& base,
+                    const PythonEnvironment& candidate,
+                    const std::vector<PermittedBind>& permitted) {
+  std::vector<std::filesystem::path> offered;
+  for (const auto& dir : base.site_packages) offered.emplace_back(dir);
+  if (base.venv) offered.emplace_back(*base.venv);
+  for (auto& dir : offered) {
+    std::error_code error;
+    auto real = std::filesystem::canonical(dir, error);
+    dir = error ? std::filesystem::path() : std::move(real);
+  }
+  const auto check = [&](const std::string& path, const std::string& dir) {
+    Mount mount;
+    mount.source = dir;
+    std::string why;
+    const auto real = resolved_source(mount, why);
+    if (!real) {
+      findings.add(path, why);
+      return;
+    }
+    const bool exposed = std::any_of(offered.begin(), offered.end(), [&](const auto& o) {
+      return !o.empty() && beneath(*real, o);
+    });
+    if (exposed || permission_for(*real, permitted).beneath_any) return;
+    findings.add(path, dir + (real->string() == dir ? "" : " (resolved: " + real->string() + ")") +
+                           " is not exposed by the offered policy nor beneath a directory the "
+                           "server permits; " +
+                           permitted_text(permitted));
+  };
+  if (candidate.venv) check("python.venv", *candidate.venv);
+  for (std::size_t i = 0; i < candidate.site_packages.size(); ++i)
+    check(index_path("python.site_packages", i), candidate.site_packages[i]);
+}
+
 }  // namespace
 
 std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
@@ -338,6 +387,7 @@ std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
   compare_identity(findings, base, candidate);
   compare_seccomp(findings, base.seccomp, candidate.seccomp);
   compare_env(findings, base.env, candidate.env);
+  compare_python(findings, base.python, candidate.python, permitted);
   return findings.take();
 }
 

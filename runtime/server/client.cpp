@@ -1,10 +1,9 @@
 // The server's client: connections, the "server" Backend, and $RLM_SANDBOX_SERVER.
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
+#include "common/context_fd.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/client_state.hpp"
 
@@ -42,26 +41,11 @@ Policy ServerConnection::policy(const std::string& name) {
 namespace {
 
 // The context as an fd the server reads to EOF: the file (opened here, with this process's
-// rights), or a memfd holding the text.
+// rights), or a memfd holding the text; none without a context.
 UniqueFd context_fd(const SessionOptions& options) {
-  if (!options.context_file.empty()) {
-    const int file = open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (file >= 0) return UniqueFd(file);
-    throw Error(options.context_file + ": the context file cannot be read (" +
-                sys::errno_text(errno) + ")");
-  }
-  if (options.context.empty() && !options.context_is_json) return {};
-  UniqueFd fd(memfd_create("rlm-sandbox-context", MFD_CLOEXEC));
-  if (!fd) throw Error("memfd_create: " + sys::errno_text(errno));
-  for (std::size_t written = 0; written < options.context.size();) {
-    const ssize_t count =
-        write(fd.get(), options.context.data() + written, options.context.size() - written);
-    if (count < 0 && errno == EINTR) continue;
-    if (count < 0) throw Error("writing the context: " + sys::errno_text(errno));
-    written += static_cast<std::size_t>(count);
-  }
-  lseek(fd.get(), 0, SEEK_SET);
-  return fd;
+  if (options.context_file.empty() && options.context.empty() && !options.context_is_json)
+    return {};
+  return common::open_context_fd(options.context_file, options.context);
 }
 
 }  // namespace
@@ -69,12 +53,19 @@ UniqueFd context_fd(const SessionOptions& options) {
 std::unique_ptr<Session> ServerConnection::open_session(const std::string& policy_name,
                                                         const Policy* overrides,
                                                         SessionOptions options) {
+  validate_tools(options.tools);
+  const auto& limits = options.llm_limits;
   json frame{{"op", "session_open"},
              {"policy", policy_name},
              {"options",
               {{"context_is_json", options.context_is_json},
                {"lifetime_ms", std::max<std::int64_t>(1, options.lifetime.count())},
-               {"llm", options.llm ? "client" : "none"}}}};
+               {"llm", options.llm ? "client" : "none"},
+               {"llm_concurrency", limits.concurrency},
+               {"llm_timeout_ms", limits.call_timeout.count()},
+               {"llm_budget", limits.budget},
+               {"echo", options.echo_expression},
+               {"tools", tools_to_json(options.tools)}}}};
   if (overrides) frame["overrides"] = overrides->to_json();
   UniqueFd context = context_fd(options);
   const int context_number = context.get();

@@ -2,6 +2,7 @@
 // frames are answered by the caller's LlmHandler, from whatever thread it answers on.
 #include <atomic>
 
+#include "common/context_fd.hpp"
 #include "server/client_state.hpp"
 
 namespace rlm::server {
@@ -15,32 +16,30 @@ class RelayedSession final : public Session {
   RelayedSession(UniqueFd socket, SessionOptions options)
       : socket_(std::move(socket)),
         outbox_(std::make_shared<SharedSender>(socket_.get(), kReplyTimeout)),
-        llm_(std::move(options.llm)) {}
+        llm_(options.llm ? limit_llm_handler(std::move(options.llm), options.llm_limits)
+                         : nullptr) {}
   ~RelayedSession() override { close(); }
 
   std::string_view backend() const override { return "server"; }
 
-  CellResult execute(const std::string& code,
-                     std::optional<std::chrono::milliseconds> timeout) override {
+  using Session::execute;
+  CellResult execute(const std::string& code, const ExecuteOptions& options) override {
     json frame{{"op", "execute"}, {"code", code}};
-    if (timeout) frame["timeout_ms"] = timeout->count();
-    auto cancelled = std::make_shared<std::atomic<bool>>(false);
-    try {
-      const json reply = call(frame, cancelled);
-      cancelled->store(true);
-      if (reply["op"] != "cell_result" || !reply.contains("result"))
-        throw Error("the server answered out of turn");
-      return cell_result_from_json(reply["result"]);
-    } catch (const ServerRefused& refused) {
-      cancelled->store(true);
-      if (!ended_.empty()) {
-        CellResult lost;
-        lost.status = CellStatus::session_error;
-        lost.error = ended_;
-        return lost;
-      }
-      throw Error(refused.what());
-    }
+    if (options.timeout) frame["timeout_ms"] = options.timeout->count();
+    if (options.locals) frame["locals"] = true;
+    if (options.fetch) frame["fetch"] = *options.fetch;
+    return cell(frame, {});
+  }
+
+  CellResult add_context(ContextKind kind, const ContextInput& input,
+                         std::optional<std::size_t> index) override {
+    const UniqueFd fd = common::open_context_fd(input.file, input.data);
+    const int number = fd.get();
+    json frame{{"op", "add_context"},
+               {"kind", kind == ContextKind::context ? "context" : "history"},
+               {"format", input.is_json ? "json" : "text"},
+               {"index", index ? json(*index) : json()}};
+    return cell(frame, std::span<const int>(&number, 1));
   }
 
   SnapshotId snapshot() override {
@@ -80,11 +79,33 @@ class RelayedSession final : public Session {
   std::string ended() const override { return ended_; }
 
  private:
+  // A cell (execute, add_context): its frame, its result; a lost connection is a session_error.
+  CellResult cell(const json& frame, std::span<const int> fds) {
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    try {
+      const json reply = call(frame, cancelled, fds);
+      cancelled->store(true);
+      if (reply["op"] != "cell_result" || !reply.contains("result"))
+        throw Error("the server answered out of turn");
+      return cell_result_from_json(reply["result"]);
+    } catch (const ServerRefused& refused) {
+      cancelled->store(true);
+      if (!ended_.empty()) {
+        CellResult lost;
+        lost.status = CellStatus::session_error;
+        lost.error = ended_;
+        return lost;
+      }
+      throw Error(refused.what());
+    }
+  }
+
   // Sends `frame` and answers llm_call frames until the reply to it arrives. Throws Error for an
   // error frame (the session goes on) and ServerRefused when the connection ends (it does not).
-  json call(const json& frame, const std::shared_ptr<std::atomic<bool>>& cancelled) {
+  json call(const json& frame, const std::shared_ptr<std::atomic<bool>>& cancelled,
+            std::span<const int> fds = {}) {
     if (!ended_.empty()) throw Error("the session is over: " + ended_);
-    if (!outbox_->send(frame)) {
+    if (!outbox_->send(frame, fds)) {
       ended_ = "the server is gone";
       throw Error("the session is over: " + ended_);
     }
@@ -124,8 +145,14 @@ class RelayedSession final : public Session {
     call.prompt = call_frame.value("prompt", json()).is_string()
                       ? call_frame.value("prompt", std::string())
                       : "";
+    call.prompt_is_json = call_frame.value("prompt_is_json", json()) == json(true);
     if (const json model = call_frame.value("model", json()); model.is_string())
       call.model = model.get<std::string>();
+    const json kind = call_frame.value("kind", json());
+    if (kind == "rlm") call.kind = CallKind::rlm;
+    if (kind == "tool") call.kind = CallKind::tool;
+    if (const json tool = call_frame.value("tool", json()); tool.is_string())
+      call.tool = tool.get<std::string>();
     call.cancelled = cancelled;
     llm_->answer(std::move(call), std::move(reply));
   }

@@ -39,10 +39,14 @@ class ClientHandler final : public LlmHandler {
       id = next_id_++;
       pending_[id] = std::move(done);
     }
-    const bool sent = link_->send({{"op", "llm_call"},
-                                   {"id", id},
-                                   {"prompt", std::move(call.prompt)},
-                                   {"model", call.model ? json(*call.model) : json()}});
+    json frame = {{"op", "llm_call"},
+                  {"id", id},
+                  {"prompt", std::move(call.prompt)},
+                  {"model", call.model ? json(*call.model) : json()},
+                  {"kind", to_string(call.kind)}};
+    if (call.prompt_is_json) frame["prompt_is_json"] = true;
+    if (call.kind == CallKind::tool) frame["tool"] = call.tool;
+    const bool sent = link_->send(frame);
     if (!sent) complete(id, LlmAnswer::of_error("the client is gone"));
   }
 
@@ -121,11 +125,17 @@ std::uint64_t option(const json& options, const char* key, std::uint64_t fallbac
   return found->get<std::uint64_t>();
 }
 
+// An op of the client's, with the fd that came on its frame (add_context's input).
+struct Op {
+  json frame;
+  UniqueFd fd;
+};
+
 // One op at a time, done on a thread of its own so that the connection's thread keeps reading
 // llm_answer frames while a cell runs.
 class Executor {
  public:
-  explicit Executor(std::function<bool(const json&)> work)
+  explicit Executor(std::function<bool(Op&)> work)
       : work_(std::move(work)), thread_([this] { loop(); }) {}
   ~Executor() {
     {
@@ -137,7 +147,7 @@ class Executor {
   }
   // Holds one op while another runs (its answer is sent before the op counts as done, so the
   // client's next request may come first); false when one is held already.
-  bool post(json op) {
+  bool post(Op op) {
     {
       std::lock_guard lock(mutex_);
       if (op_ || done_) return false;
@@ -157,7 +167,7 @@ class Executor {
     for (;;) {
       changed_.wait(lock, [&] { return quit_ || op_; });
       if (!op_) return;
-      json op = std::move(*op_);
+      Op op = std::move(*op_);
       op_.reset();
       lock.unlock();
       const bool more = work_(op);
@@ -169,13 +179,36 @@ class Executor {
     }
   }
 
-  std::function<bool(const json&)> work_;
+  std::function<bool(Op&)> work_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::optional<json> op_;
+  std::optional<Op> op_;
   bool quit_ = false, done_ = false;
   std::thread thread_;
 };
+
+// add_context {kind, format, index} with its input on an fd: copied into a memfd of the server's
+// own first (as the session's context), then handed to the session.
+CellResult add_context(Session& session, const json& op, UniqueFd fd, std::uint64_t max_bytes) {
+  if (!fd) throw Error("add_context needs its input as an fd on the frame");
+  const json kind = op.value("kind", json());
+  const json format = op.value("format", json("text"));
+  const json index = op.value("index", json());
+  if (kind != "context" && kind != "history")
+    throw Error("\"kind\" must be \"context\" or \"history\"");
+  if (format != "text" && format != "json") throw Error("\"format\" must be \"text\" or \"json\"");
+  if (!index.is_null() && !index.is_number_unsigned())
+    throw Error("\"index\" must be a non-negative integer or null");
+  const UniqueFd copy = copy_context(fd.get(), max_bytes);
+  fd.reset();
+  ContextInput input;
+  input.is_json = format == "json";
+  input.file = "/proc/self/fd/" + std::to_string(copy.get());
+  std::optional<std::size_t> at;
+  if (index.is_number_unsigned()) at = index.get<std::size_t>();
+  return session.add_context(kind == "context" ? ContextKind::context : ContextKind::history, input,
+                             at);
+}
 
 }  // namespace
 
@@ -185,7 +218,8 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   if (!options_json.is_object()) throw Refusal("invalid", "\"options\" must be an object");
   for (const auto& [key, value] : options_json.items())
     if (key != "context_is_json" && key != "lifetime_ms" && key != "llm" &&
-        key != "llm_concurrency" && key != "llm_timeout_ms" && key != "llm_budget")
+        key != "llm_concurrency" && key != "llm_timeout_ms" && key != "llm_budget" &&
+        key != "echo" && key != "tools")
       throw Refusal("invalid", "unknown session option");
   if (fds.size() > 1) throw Refusal("invalid", "session_open takes at most 1 fd (the context)");
 
@@ -194,6 +228,17 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   if (is_json != options_json.end()) {
     if (!is_json->is_boolean()) throw Refusal("invalid", "\"context_is_json\" must be a boolean");
     options.context_is_json = is_json->get<bool>();
+  }
+  if (const auto echo = options_json.find("echo"); echo != options_json.end()) {
+    if (!echo->is_boolean()) throw Refusal("invalid", "\"echo\" must be a boolean");
+    options.echo_expression = echo->get<bool>();
+  }
+  if (const auto tools = options_json.find("tools"); tools != options_json.end()) {
+    try {
+      options.tools = tools_from_json(*tools);
+    } catch (const Error& error) {
+      throw Refusal("invalid", error.what());
+    }
   }
   options.lifetime = std::chrono::milliseconds(
       option(options_json, "lifetime_ms", std::chrono::milliseconds(kMaxLifetime).count(),
@@ -222,7 +267,8 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
 
   auto link = std::make_shared<SharedSender>(connection.socket, connection.config.frame_timeout);
   auto client = std::make_shared<ClientHandler>(link);
-  if (llm == "client") options.llm = limit_llm_handler(client, limits);
+  if (llm == "client") options.llm = client;  // the session wraps it with the limits
+  options.llm_limits = limits;
 
   // A tightened policy has no warm sessions: it starts cold, on a backend of its own.
   std::unique_ptr<Backend> cold_backend;
@@ -246,7 +292,8 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   }
 
   // Declared after the session: destroyed first, it waits for the op in progress.
-  Executor executor([&](const json& op) {
+  Executor executor([&](Op& posted) {
+    const json& op = posted.frame;
     const std::string name = op.value("op", "");
     try {
       if (name == "execute") {
@@ -261,7 +308,21 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
             throw Error("\"timeout_ms\" must be a positive integer");
           timeout = std::chrono::milliseconds(value.get<std::uint64_t>());
         }
-        const CellResult cell = session->execute(code->get<std::string>(), timeout);
+        ExecuteOptions execute;
+        execute.timeout = timeout;
+        if (const auto locals = op.find("locals"); locals != op.end()) {
+          if (!locals->is_boolean()) throw Error("\"locals\" must be a boolean");
+          execute.locals = locals->get<bool>();
+        }
+        if (const auto fetch = op.find("fetch"); fetch != op.end()) {
+          if (!fetch->is_string()) throw Error("\"fetch\" must be a string");
+          execute.fetch = fetch->get<std::string>();
+        }
+        const CellResult cell = session->execute(code->get<std::string>(), execute);
+        link->send({{"op", "cell_result"}, {"result", cell.to_json()}});
+      } else if (name == "add_context") {
+        const CellResult cell =
+            add_context(*session, op, std::move(posted.fd), connection.config.max_context_bytes);
         link->send({{"op", "cell_result"}, {"result", cell.to_json()}});
       } else if (name == "snapshot") {
         link->send({{"op", "snapshot"}, {"id", session->snapshot()}});
@@ -310,8 +371,11 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
                                                        ? error->get<std::string>()
                                                        : "the client gave no answer");
       client->complete(id->get<std::uint64_t>(), std::move(answer));
-    } else if (op == "execute" || op == "snapshot" || op == "restore" || op == "close") {
-      if (!executor.post(message))
+    } else if (op == "execute" || op == "snapshot" || op == "restore" || op == "close" ||
+               op == "add_context") {
+      UniqueFd fd;
+      if (op == "add_context" && next->fds.size() == 1) fd = std::move(next->fds.front());
+      if (!executor.post({message, std::move(fd)}))
         link->send(
             error_frame("invalid", "one request at a time: wait for the answer to the last"));
     } else {

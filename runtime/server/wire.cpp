@@ -147,11 +147,11 @@ std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_dead
   return frame;
 }
 
-bool SharedSender::send(const json& message) {
+bool SharedSender::send(const json& message, std::span<const int> fds) {
   std::lock_guard lock(mutex_);
   if (socket_ < 0) return false;
   try {
-    send_frame(socket_, message, Clock::now() + timeout_);
+    send_frame(socket_, message, Clock::now() + timeout_, fds);
     return true;
   } catch (const Error&) {
     return false;

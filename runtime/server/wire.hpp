@@ -63,8 +63,9 @@ class SharedSender {
  public:
   SharedSender(int socket, std::chrono::milliseconds timeout)
       : socket_(socket), timeout_(timeout) {}
-  // False when detached, or when the peer did not take the frame in time.
-  bool send(const nlohmann::json& message);
+  // False when detached, or when the peer did not take the frame in time. `fds` go on the
+  // frame's first byte.
+  bool send(const nlohmann::json& message, std::span<const int> fds = {});
   void detach();
 
  private:

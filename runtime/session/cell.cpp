@@ -38,32 +38,97 @@ std::string describe_exit(const json& rolled_back) {
   return "the interpreter ended";
 }
 
+// The most messages in one prompt's message list (the frame's value bound holds it anyway).
+constexpr std::size_t kMaxMessages = 10'000;
+
+const char* query_name(bool batched) {
+  return batched ? "llm_query_batched" : "llm_query";
+}
+
+// One prompt: a string, or a message list [{"role": str, "content": str}...] (other keys are
+// dropped), passed on as its JSON text. Throws Error for anything else.
+broker::Prompt read_prompt(json& raw, bool batched) {
+  if (raw.is_string()) return {std::move(raw.get_ref<std::string&>()), false};
+  if (!raw.is_array())
+    throw Error(std::string(query_name(batched)) + " with a prompt that is no string or list");
+  if (raw.size() > kMaxMessages)
+    throw Error(std::string(query_name(batched)) + " with a message list of " +
+                std::to_string(raw.size()) + " messages, over the limit of " +
+                std::to_string(kMaxMessages));
+  json messages = json::array();
+  for (auto& message : raw) {
+    const auto& role = field(message, "role");
+    const auto& content = field(message, "content");
+    if (!role.is_string() || !content.is_string())
+      throw Error(std::string(query_name(batched)) +
+                  " with a message that is not {\"role\": str, \"content\": str}");
+    messages.push_back(
+        {{"role", std::move(message["role"])}, {"content", std::move(message["content"])}});
+  }
+  return {messages.dump(), true};
+}
+
+// A tool call's arguments: {"args": [...], "kwargs": {...}}, passed on as its JSON text.
+broker::Prompt read_tool_arguments(json& raw) {
+  if (!raw.is_object() || !field(raw, "args").is_array() || !field(raw, "kwargs").is_object())
+    throw Error("a tool call whose prompt is not {\"args\": [...], \"kwargs\": {...}}");
+  json arguments = {{"args", std::move(raw["args"])}, {"kwargs", std::move(raw["kwargs"])}};
+  return {arguments.dump(), true};
+}
+
+CallKind read_kind(const json& frame, bool batched) {
+  const json& kind = field(frame, "kind");
+  if (kind.is_null()) return CallKind::llm;
+  if (!kind.is_string())
+    throw Error(std::string(query_name(batched)) + " whose kind is not a string");
+  const auto& name = kind.get_ref<const std::string&>();
+  if (name == "llm") return CallKind::llm;
+  if (name == "rlm") return CallKind::rlm;
+  if (name == "tool" && !batched) return CallKind::tool;
+  throw Error(std::string(query_name(batched)) + " of an unknown kind");
+}
+
+// Why the session refuses a call of tool `name` (a name it has no callable tool of), or nullopt.
+std::optional<std::string> tool_refusal(const std::string& name,
+                                        const std::vector<ToolSpec>& tools) {
+  const std::string shown = name.size() > 64 ? name.substr(0, 64) + "..." : name;
+  for (const auto& tool : tools)
+    if (tool.name == name)
+      return tool.value
+                 ? std::optional<std::string>("tool '" + shown + "' is a value, not a function")
+                 : std::nullopt;
+  return "this session has no tool named '" + shown + "'";
+}
+
 // An llm_query or llm_query_batched frame as the broker takes it; its prompts are moved out of
-// the frame. Throws Error for a malformed one: the session ends.
-broker::Query read_query(json& frame, bool batched) {
+// the frame. Throws Error for a malformed one: the session ends. A call of a tool the session
+// does not have is answered with an error (Query::refusal).
+broker::Query read_query(json& frame, bool batched, const std::vector<ToolSpec>& tools) {
   broker::Query query;
   query.batched = batched;
   query.id = field(frame, "id");
   if (!query.id.is_number_integer())
-    throw Error(std::string(batched ? "llm_query_batched" : "llm_query") +
-                " without an integer id");
+    throw Error(std::string(query_name(batched)) + " without an integer id");
+  query.kind = read_kind(frame, batched);
   const json& model = field(frame, "model");
   if (model.is_string()) query.model = model.get<std::string>();
   json& raw = frame[batched ? "prompts" : "prompt"];
-  if (batched && raw.is_array()) {
+  if (query.kind == CallKind::tool) {
+    const json& tool = field(frame, "tool");
+    if (!tool.is_string()) throw Error("a tool call without a tool name");
+    query.tool = tool.get<std::string>();
+    query.model.reset();
+    query.prompts.push_back(read_tool_arguments(raw));
+    query.refusal = tool_refusal(query.tool, tools);
+  } else if (batched) {
+    if (!raw.is_array()) throw Error("malformed llm_query_batched frame");
     if (raw.size() > kMaxBatch)
       throw Error("llm_query_batched with " + std::to_string(raw.size()) +
                   " prompts, over the limit of " + std::to_string(kMaxBatch));
     query.prompts.reserve(raw.size());
-    for (auto& prompt : raw) {
-      if (!prompt.is_string()) throw Error("llm_query_batched with a prompt that is no string");
-      query.prompts.push_back(std::move(prompt.get_ref<std::string&>()));
-    }
-  } else if (!batched && raw.is_string()) {
-    query.prompts.push_back(std::move(raw.get_ref<std::string&>()));
+    for (auto& prompt : raw) query.prompts.push_back(read_prompt(prompt, true));
   } else {
-    throw Error(std::string("malformed ") + (batched ? "llm_query_batched" : "llm_query") +
-                " frame");
+    query.prompts.push_back(read_prompt(raw, false));
   }
   return query;
 }
@@ -74,11 +139,44 @@ std::string take_text(json& frame, const char* key) {
   return std::move(found->get_ref<std::string&>());
 }
 
+// The most variables a cell_result's `locals` may list (the worker lists at most this many).
+constexpr std::size_t kMaxLocals = 1'000;
+
+// The optional fields of a cell_result (answer, locals, fetched, index), each taken only in its
+// protocol shape: anything else reads as absent.
+void read_extras(json& frame, CellResult& result) {
+  if (const auto& content = field(field(frame, "answer"), "content"); content.is_string())
+    result.answer = content.get<std::string>();
+  if (auto locals = frame.find("locals"); locals != frame.end() && locals->is_array()) {
+    json kept = json::array();
+    for (auto& item : *locals) {
+      if (kept.size() == kMaxLocals) break;
+      const auto& name = field(item, "name");
+      const auto& type = field(item, "type");
+      const auto& repr = field(item, "repr");
+      if (!name.is_string() || !type.is_string() || !repr.is_string()) continue;
+      kept.push_back({{"name", std::move(item["name"])},
+                      {"type", std::move(item["type"])},
+                      {"repr", std::move(item["repr"])}});
+    }
+    result.locals = std::move(kept);
+  }
+  if (auto fetched = frame.find("fetched"); fetched != frame.end() && fetched->is_object()) {
+    if (const auto value = fetched->find("value"); value != fetched->end())
+      result.fetched = json{{"value", std::move(*value)}};
+    else if (const auto& error = field(*fetched, "error"); error.is_string())
+      result.fetched = json{{"error", error}};
+  }
+  if (const auto& index = field(frame, "index"); index.is_number_unsigned())
+    result.index = index.get<std::size_t>();
+}
+
 }  // namespace
 
-Cell::Cell(WorkerSession& session, const std::string& code, milliseconds limit)
+Cell::Cell(WorkerSession& session, json op, milliseconds limit, int fd)
     : s_(session),
-      code_(code),
+      op_(std::move(op)),
+      fd_(fd),
       limit_(limit),
       id_(session.next_id_++),
       budget_(session.policy_.limits.session_buffer_bytes),
@@ -90,10 +188,11 @@ CellResult Cell::run() {
   oom_before_ = counters.oom_kills;
   cpu_start_ = counters.cpu;
   s_.await_standby();
-  s_.send_or_end(s_.standby_, {{"op", "execute"},
-                               {"id", id_},
-                               {"code", code_},
-                               {"output_cap", s_.policy_.limits.output_bytes}});
+  op_["id"] = id_;
+  if (fd_ < 0)
+    s_.send_or_end(s_.standby_, op_);
+  else if (!s_.standby_.send(op_, fd_))
+    s_.fail("the sandboxed interpreter is gone");
   try {
     while (!finished_) step();
   } catch (const Error& error) {
@@ -258,7 +357,7 @@ void Cell::serve_standby(short revents, std::size_t room) {
 }
 
 void Cell::ask(json& frame, bool batched) {
-  auto query = read_query(frame, batched);
+  auto query = read_query(frame, batched, s_.options_.tools);
   result_.llm_calls += static_cast<unsigned>(query.prompts.size());
   if (auto reply = calls_.ask(std::move(query)); reply && s_.standby_) s_.standby_.send(*reply);
 }
@@ -284,6 +383,7 @@ void Cell::succeeded(json& frame) {
   if (auto final = frame.find("final");
       final != frame.end() && final->is_object() && final->contains("value"))
     result_.final = std::move((*final)["value"]);
+  read_extras(frame, result_);
   // At most the cell's own wall time could be meant; a day bounds the conversion.
   constexpr double kDayMs = 86'400'000;
   result_.cpu = std::chrono::microseconds(

@@ -1,8 +1,9 @@
-// One execute: the standby runs the cell; the checkpoint holds the state from before it. A Cell
-// drives both until the cell's result or a rollback, and answers the cell's llm_query calls
-// meanwhile (broker/routing.hpp). The sandbox is never waited on: writes are queued and flushed as
-// the sockets take them, the standby is read only while the session's buffer has room, and the
-// cell's deadline holds whatever the cell does with its channel.
+// One execute (or add_context, which is handled as a cell): the standby runs the cell; the
+// checkpoint holds the state from before it. A Cell drives both until the cell's result or a
+// rollback, and answers the cell's llm_query calls meanwhile (broker/routing.hpp). The sandbox is
+// never waited on: writes are queued and flushed as the sockets take them, the standby is read only
+// while the session's buffer has room, and the cell's deadline holds whatever the cell does with
+// its channel.
 #pragma once
 
 #include <chrono>
@@ -20,7 +21,10 @@ namespace rlm::session {
 
 class Cell {
  public:
-  Cell(WorkerSession& session, const std::string& code, std::chrono::milliseconds limit);
+  // `op` is the execute or add_context frame without its id (the cell gives it one); `fd`, when
+  // not -1, is attached to its first byte (add_context's input) and must stay open until run()
+  // returns.
+  Cell(WorkerSession& session, nlohmann::json op, std::chrono::milliseconds limit, int fd = -1);
 
   // The cell's result; a session that broke the protocol is ended, and the result says why.
   CellResult run();
@@ -44,7 +48,8 @@ class Cell {
   void rolled_back(const nlohmann::json& frame);
 
   WorkerSession& s_;
-  const std::string& code_;
+  nlohmann::json op_;
+  int fd_;
   std::chrono::milliseconds limit_;
   SnapshotId id_;
   std::uint64_t budget_;

@@ -29,7 +29,7 @@ nlohmann::json CellResult::to_json() const {
   };
   // Strings are kept as the worker sent them (valid UTF-8); printers dump with
   // error_handler_t::replace so nothing invalid can break a JSON line.
-  return {
+  nlohmann::json document = {
       {"status", to_string(status)},
       {"stdout", stdout_data},
       {"stderr", stderr_data},
@@ -43,6 +43,11 @@ nlohmann::json CellResult::to_json() const {
       {"llm_calls", llm_calls},
       {"rolled_back", rolled_back},
   };
+  if (answer) document["answer"] = *answer;
+  if (locals) document["locals"] = *locals;
+  if (fetched) document["fetched"] = *fetched;
+  if (index) document["index"] = *index;
+  return document;
 }
 
 }  // namespace rlm
@@ -103,6 +108,20 @@ CellResult cell_result_from_json(const nlohmann::json& document) {
     cell.llm_calls = calls.get<unsigned>();
   }
   cell.rolled_back = flag("rolled_back");
+  if (const auto& answer = get("answer"); !answer.is_null()) cell.answer = text("answer");
+  if (const auto& locals = get("locals"); !locals.is_null()) {
+    if (!locals.is_array()) throw Error("a cell result's \"locals\" must be an array");
+    cell.locals = locals;
+  }
+  if (const auto& fetched = get("fetched"); !fetched.is_null()) {
+    if (!fetched.is_object()) throw Error("a cell result's \"fetched\" must be an object");
+    cell.fetched = fetched;
+  }
+  if (const auto& index = get("index"); !index.is_null()) {
+    if (!index.is_number_unsigned())
+      throw Error("a cell result's \"index\" must be a non-negative integer");
+    cell.index = index.get<std::size_t>();
+  }
   return cell;
 }
 

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -12,6 +11,7 @@
 #include <cerrno>
 
 #include "broker/routing.hpp"
+#include "common/context_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "rlm_sys/sys.hpp"
@@ -45,26 +45,9 @@ UniqueFd raised(UniqueFd fd) {
   return UniqueFd(moved);
 }
 
-// The context as the hand-over passes it: the file opened, or a memfd holding the text.
-UniqueFd context_fd(const SessionOptions& options) {
-  if (!options.context_file.empty()) {
-    UniqueFd fd(open(options.context_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-    if (!fd)
-      throw Error("cannot open the context file '" + options.context_file +
-                  "': " + sys::errno_text(errno));
-    return fd;
-  }
-  if (options.context.empty() && !options.context_is_json) return {};
-  UniqueFd fd(memfd_create("rlm-sandbox-context", MFD_CLOEXEC));
-  if (!fd) throw system_error("memfd_create");
-  for (std::size_t written = 0; written < options.context.size();) {
-    const ssize_t count =
-        write(fd.get(), options.context.data() + written, options.context.size() - written);
-    if (count < 0 && errno == EINTR) continue;
-    if (count < 0) throw system_error("writing the context");
-    written += static_cast<std::size_t>(count);
-  }
-  return fd;  // at its end: the worker reads from offset 0
+// The hand-over's `options`: what the REPL's globals are (docs/control-channel.md).
+json repl_options(const SessionOptions& options) {
+  return {{"echo", options.echo_expression}, {"tools", tools_to_json(options.tools)}};
 }
 
 // Whether `fd` is a connected unix stream socket: the only thing a fork frame may carry.
@@ -90,8 +73,11 @@ bool wait_readable(int fd, milliseconds timeout) {
 }  // namespace
 
 Handover prepare_handover(SessionOptions options) {
+  validate_tools(options.tools);
+  if (options.llm) options.llm = limit_llm_handler(std::move(options.llm), options.llm_limits);
   Handover handover;
-  handover.context = context_fd(options);
+  if (!options.context_file.empty() || !options.context.empty() || options.context_is_json)
+    handover.context = common::open_context_fd(options.context_file, options.context);
   handover.options = std::move(options);
   return handover;
 }
@@ -140,7 +126,8 @@ void WorkerSession::hand_over(Handover handover) {
     json message = {{"op", "handover"},
                     {"id", 0},
                     {"max_frame", options_.max_frame_bytes},
-                    {"context", nullptr}};
+                    {"context", nullptr},
+                    {"options", repl_options(options_)}};
     if (handover.context) message["context"] = options_.context_is_json ? "json" : "text";
     // The standby applies it now and answers; the checkpoint keeps it, and applies it only
     // before it forks again (a rollback of the first cell, a restore of a snapshot of it).
@@ -178,12 +165,27 @@ WorkerSession::~WorkerSession() {
   }
 }
 
-CellResult WorkerSession::execute(const std::string& code, std::optional<milliseconds> timeout) {
+CellResult WorkerSession::execute(const std::string& code, const ExecuteOptions& options) {
   require_alive();
+  const auto& timeout = options.timeout;
   if (timeout && *timeout > cell_limit_)
     throw Error("a cell timeout of " + format_duration(*timeout) +
                 " is above the policy's limits.wall_time_ms of " + format_duration(cell_limit_));
-  return Cell(*this, code, timeout.value_or(cell_limit_)).run();
+  json op = {{"op", "execute"}, {"code", code}, {"output_cap", policy_.limits.output_bytes}};
+  if (options.locals) op["locals"] = true;
+  if (options.fetch) op["fetch"] = *options.fetch;
+  return Cell(*this, std::move(op), timeout.value_or(cell_limit_)).run();
+}
+
+CellResult WorkerSession::add_context(ContextKind kind, const ContextInput& input,
+                                      std::optional<std::size_t> index) {
+  require_alive();
+  const UniqueFd fd = common::open_context_fd(input.file, input.data);
+  json op = {{"op", "add_context"},
+             {"index", index ? json(*index) : json()},
+             {"kind", kind == ContextKind::context ? "context" : "history"},
+             {"format", input.is_json ? "json" : "text"}};
+  return Cell(*this, std::move(op), cell_limit_, fd.get()).run();
 }
 
 SnapshotId WorkerSession::snapshot() {

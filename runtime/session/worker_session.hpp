@@ -47,7 +47,8 @@ struct Handover {
   SessionOptions options;
   common::UniqueFd context;
 };
-// Throws Error for a context file that cannot be opened, before any sandbox is touched.
+// Throws Error for a context file that cannot be opened or tools that validate_tools() refuses,
+// before any sandbox is touched.
 Handover prepare_handover(SessionOptions options);
 
 // Start and hand-over in one (the cold path). Throws Error when the worker does not come up
@@ -78,10 +79,10 @@ class WorkerSession final : public Session {
   WorkerSession(Backend& backend, const Policy& policy, const SessionOptions& start);
   ~WorkerSession() override;
 
-  // Gives the started session to its caller: the context crosses (the standby takes it at once,
-  // the checkpoint when it forks again), and from now on the caller's LM handler answers, its
-  // frame limit holds and its lifetime runs. Once only. Throws Error (the session is ended
-  // then).
+  // Gives the started session to its caller: the context and the REPL options (echo, tools)
+  // cross (the standby takes them at once, the checkpoint when it forks again), and from now on
+  // the caller's LM handler answers (through limit_llm_handler with its llm_limits), its frame
+  // limit holds and its lifetime runs. Once only. Throws Error (the session is ended then).
   void hand_over(Handover handover);
   // Started, not handed over, and still waiting as started: its sandbox runs and its worker has
   // sent nothing since hello (a warm session that died is never handed over).
@@ -91,8 +92,10 @@ class WorkerSession final : public Session {
 
   std::string_view backend() const override { return name_; }
   std::string ended() const override { return ended_; }
-  CellResult execute(const std::string& code,
-                     std::optional<std::chrono::milliseconds> timeout) override;
+  using Session::execute;
+  CellResult execute(const std::string& code, const ExecuteOptions& options) override;
+  CellResult add_context(ContextKind kind, const ContextInput& input,
+                         std::optional<std::size_t> index) override;
   // The checkpoint holds exactly the state the standby has: a snapshot is the checkpoint kept
   // (committed instead of discarded when the next cell succeeds).
   SnapshotId snapshot() override;

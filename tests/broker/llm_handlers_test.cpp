@@ -50,10 +50,34 @@ TEST(LlmSpec, UnknownSpellingsThrowError) {
 
 TEST(LlmCommand, GetsTheCallAsOneJsonLineOnStdin) {
   const auto handler = make_llm_handler("command:cat");
-  EXPECT_EQ(json::parse(*ask(*handler, "hi").text), (json{{"prompt", "hi"}, {"model", nullptr}}));
+  EXPECT_EQ(json::parse(*ask(*handler, "hi").text),
+            (json{{"prompt", "hi"}, {"model", nullptr}, {"kind", "llm"}}));
   EXPECT_EQ(json::parse(*ask(*handler, "line\nbreak", "m1").text),
-            (json{{"prompt", "line\nbreak"}, {"model", "m1"}}));
+            (json{{"prompt", "line\nbreak"}, {"model", "m1"}, {"kind", "llm"}}));
   EXPECT_EQ(ask(*make_llm_handler("command:wc -l"), "a\nb").text, "1");
+}
+
+// Issue 13: a message list and a tool's arguments reach the command as JSON (not as the text of
+// it), with the call's kind and the tool's name.
+TEST(LlmCommand, MessageListsAndToolCallsReachItAsJson) {
+  const auto handler = make_llm_handler("command:cat");
+  LlmCall messages;
+  messages.prompt = R"([{"role":"user","content":"hi"}])";
+  messages.prompt_is_json = true;
+  messages.kind = CallKind::rlm;
+  EXPECT_EQ(json::parse(*ask(*handler, messages).text),
+            json::parse(R"({"prompt": [{"role": "user", "content": "hi"}], "model": null,
+                            "kind": "rlm"})"));
+  LlmCall tool;
+  tool.prompt = R"({"args":[1],"kwargs":{}})";
+  tool.prompt_is_json = true;
+  tool.kind = CallKind::tool;
+  tool.tool = "lookup";
+  EXPECT_EQ(json::parse(*ask(*handler, tool).text),
+            json::parse(R"({"prompt": {"args": [1], "kwargs": {}}, "model": null,
+                            "kind": "tool", "tool": "lookup"})"));
+  EXPECT_EQ(ask(*make_llm_handler("echo"), tool).text, tool.prompt) << "echo answers a tool call "
+                                                                       "with its arguments";
 }
 
 TEST(LlmCommand, PlainStdoutIsTheTextWithoutOneTrailingNewline) {

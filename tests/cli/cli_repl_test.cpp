@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_test_util.hpp"
@@ -116,6 +117,93 @@ TEST(CliRepl, SetupMistakesExitWithAMessage) {
   auto help = cli({"repl", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("llm_query"), std::string::npos);
+  for (const char* taught : {"--no-echo", "--tools", "add_context", "add_history", "\"kind\"",
+                             "\"value\"", "\"locals\"", "\"fetch\"", "\"answer\"", "rlm_query"})
+    EXPECT_NE(help.out.find(taught), std::string::npos) << taught;
+  for (const char* tools : {R"([{"name": "llm_query"}])", R"([{"name": 5}])", "[", R"({"a": 1})",
+                            "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}) {
+    auto bad_tools = cli({"repl", "--lm", "echo", "--tools", tools});
+    EXPECT_EQ(bad_tools.exit_code, 125) << tools;
+    EXPECT_NE(bad_tools.err.find("--tools"), std::string::npos) << bad_tools.err;
+    EXPECT_TRUE(one_line(bad_tools.err)) << bad_tools.err;
+  }
+}
+
+// Issue 13 over JSON lines: --no-echo, --tools (a function the orchestrator answers with a value,
+// a data tool), events with their kind and message-list prompts, execute's locals and fetch, the
+// answer finish, and contexts and histories added to the live session.
+TEST(CliRepl, TheRlmProtocolOverJsonLines) {
+  TempDir dir;
+  const auto file = dir.path() + "/context.json";
+  { std::ofstream(file) << R"({"k": "from a file"})"; }
+  Repl repl(
+      {"--backend", "namespace", "--no-echo", "--tools",
+       R"([{"name": "lookup", "description": "finds"}, {"name": "limits", "value": {"max": 3}}])"});
+  repl.send({{"op", "context"}, {"context", "first"}});
+  ASSERT_EQ(repl.next().value("event", ""), "ready");
+  repl.send({{"id", 1},
+             {"op", "execute"},
+             {"code",
+              "r = lookup('w', k=1)\nprint(r, limits['max'])\n"
+              "m = llm_query([{'role': 'user', 'content': 'hi'}])\nq = rlm_query('sub')\n6 * 7"}});
+  auto tool = repl.next();
+  EXPECT_EQ(tool["kind"], "tool") << tool.dump();
+  EXPECT_EQ(tool["tool"], "lookup");
+  EXPECT_EQ(tool["prompt"], json::parse(R"({"args": ["w"], "kwargs": {"k": 1}})"));
+  EXPECT_EQ(tool["model"], nullptr);
+  repl.send({{"op", "llm_result"}, {"query_id", tool["query_id"]}, {"value", {{"found", true}}}});
+  auto messages = repl.next();
+  EXPECT_EQ(messages["kind"], "llm") << messages.dump();
+  EXPECT_FALSE(messages.contains("tool"));
+  EXPECT_EQ(messages["prompt"], json::parse(R"([{"role": "user", "content": "hi"}])"));
+  repl.send({{"op", "llm_result"}, {"query_id", messages["query_id"]}, {"text", "m-answer"}});
+  auto sub = repl.next();
+  EXPECT_EQ(sub["kind"], "rlm") << sub.dump();
+  EXPECT_EQ(sub["prompt"], "sub");
+  repl.send({{"id", "v"}, {"op", "llm_result"}, {"query_id", sub["query_id"]}, {"value", 1}});
+  auto refused = repl.next();
+  EXPECT_EQ(refused["id"], "v") << refused.dump();
+  EXPECT_NE(refused.value("error", "").find("no tool call"), std::string::npos) << refused.dump();
+  repl.send({{"op", "llm_result"}, {"query_id", sub["query_id"]}, {"text", "sub-answer"}});
+  auto ran = repl.next();
+  EXPECT_EQ(ran["id"], 1) << ran.dump();
+  EXPECT_EQ(ran["result"]["status"], "ok") << ran.dump();
+  EXPECT_EQ(ran["result"]["stdout"], "{'found': True} 3\n") << "no echo of 6 * 7";
+  EXPECT_EQ(ran["result"]["llm_calls"], 3);
+  EXPECT_FALSE(ran["result"].contains("answer"));
+  EXPECT_FALSE(ran["result"].contains("locals"));
+
+  repl.send({{"id", 2},
+             {"op", "execute"},
+             {"code", "answer['content'] = m + ' ' + q\nanswer['ready'] = True"},
+             {"locals", true},
+             {"fetch", "q"}});
+  auto finished = repl.next()["result"];
+  EXPECT_EQ(finished["answer"], "m-answer sub-answer") << finished.dump();
+  EXPECT_EQ(finished["fetched"], json({{"value", "sub-answer"}}));
+  ASSERT_TRUE(finished["locals"].is_array()) << finished.dump();
+  bool listed = false;
+  for (const auto& item : finished["locals"])
+    listed |= item["name"] == "q" && item["type"] == "str" && item["repr"] == "'sub-answer'";
+  EXPECT_TRUE(listed) << finished["locals"].dump();
+
+  repl.send({{"id", 3}, {"op", "add_context"}, {"context", "second"}});
+  auto second = repl.next();
+  EXPECT_EQ(second["id"], 3);
+  EXPECT_EQ(second["result"]["index"], 1) << second.dump();
+  repl.send({{"id", 4}, {"op", "add_context"}, {"context_file", file}, {"json", true}});
+  EXPECT_EQ(repl.next()["result"]["index"], 2);
+  repl.send({{"id", 5}, {"op", "add_context"}, {"context", {{"n", 5}}}, {"index", 9}});
+  EXPECT_EQ(repl.next()["result"]["index"], 9);
+  repl.send({{"id", 6},
+             {"op", "add_history"},
+             {"history", json::parse(R"([{"role": "user", "content": "h"}])")}});
+  EXPECT_EQ(repl.next()["result"]["index"], 0);
+  repl.send({{"id", 7},
+             {"op", "execute"},
+             {"code",
+              "print(context, context_1, context_2['k'], context_9['n'], history[0]['content'])"}});
+  EXPECT_EQ(repl.next()["result"]["stdout"], "first second from a file 5 h\n");
 }
 
 }  // namespace

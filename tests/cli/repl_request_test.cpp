@@ -67,6 +67,72 @@ TEST(ReplRequest, ValidRequestsKeepTheirFields) {
   EXPECT_EQ(request_of(R"({"op":"context","context":)" + nested(63) + "}").op, ReplOp::context);
 }
 
+// Issue 13: execute's locals and fetch, a tool's answer as a value, add_context and add_history.
+TEST(ReplRequest, TheRlmRequestsKeepTheirFields) {
+  auto execute = request_of(R"({"id":1,"op":"execute","code":"","locals":true,"fetch":"x"})");
+  EXPECT_TRUE(execute.locals);
+  EXPECT_EQ(execute.fetch, "x");
+  EXPECT_FALSE(request_of(R"({"op":"execute","code":""})").fetch.has_value());
+
+  auto value = request_of(R"({"op":"llm_result","query_id":3,"value":{"a":[1,null]}})");
+  EXPECT_EQ(value.value, json::parse(R"({"a":[1,null]})"));
+  EXPECT_FALSE(value.text.has_value());
+  EXPECT_EQ(request_of(R"({"op":"llm_result","query_id":3,"value":null})").value, json());
+
+  auto text = request_of(R"({"id":2,"op":"add_context","context":"more","index":4})");
+  EXPECT_EQ(text.op, ReplOp::add_context);
+  EXPECT_EQ(text.context, "more");
+  EXPECT_EQ(text.index, 4u);
+  EXPECT_FALSE(text.context_json);
+  auto file = request_of(R"({"op":"add_context","context_file":"/tmp/c.json","json":true})");
+  EXPECT_EQ(file.context_file, "/tmp/c.json");
+  EXPECT_TRUE(file.context_json);
+  EXPECT_FALSE(file.index.has_value());
+  EXPECT_EQ(request_of(R"({"op":"add_context","context":[1,{"b":2}]})").context,
+            json::parse(R"([1,{"b":2}])"));
+  auto history = request_of(R"({"op":"add_history","history":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(history.op, ReplOp::add_history);
+  EXPECT_EQ(history.context.size(), 1u);
+}
+
+TEST(ReplRequest, TheRlmRequestsRefuseWrongTypesAndRanges) {
+  struct Case {
+    std::string line;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {R"({"id":1,"op":"execute","code":"","locals":1})", "\"locals\" must be a boolean"},
+      {R"({"id":1,"op":"execute","code":"","fetch":1})", "\"fetch\" must be a string"},
+      {R"({"id":1,"op":"execute","code":"","fetch":""})", "1 to 1024 bytes"},
+      {R"({"id":1,"op":"execute","code":"","fetch":")" + std::string(1025, 'x') + "\"}",
+       "1 to 1024 bytes"},
+      {R"({"id":1,"op":"llm_result","query_id":1,"text":"a","value":1})", "exactly one"},
+      {R"({"id":1,"op":"add_context"})", "exactly one of \"context\""},
+      {R"({"id":1,"op":"add_context","context":"a","context_file":"/f"})",
+       "exactly one of \"context\""},
+      {R"({"id":1,"op":"add_context","context_file":5})", "must be a string (a path)"},
+      {R"({"id":1,"op":"add_context","context_file":""})", "is empty"},
+      {R"({"id":1,"op":"add_context","context":"a","json":"yes"})", "\"json\" must be a boolean"},
+      {R"({"id":1,"op":"add_context","context":"a","index":-1})", "non-negative integer"},
+      {R"({"id":1,"op":"add_context","context":"a","index":1.5})", "non-negative integer"},
+      {R"({"id":1,"op":"add_context","context":"a","code":""})", "unknown key 'code'"},
+      {R"({"id":1,"op":"add_history"})", "needs \"history\": a list"},
+      {R"({"id":1,"op":"add_history","history":"text"})", "needs \"history\": a list"},
+      {R"({"id":1,"op":"add_history","history":[],"json":true})", "unknown key 'json'"},
+  };
+  for (const auto& [line, says] : cases) {
+    const auto error = error_of(line);
+    EXPECT_EQ(error.id, 1) << line.substr(0, 100);
+    EXPECT_NE(error.message.find(says), std::string::npos)
+        << line.substr(0, 100) << " -> " << error.message;
+  }
+  EXPECT_NE(error_of(R"({"op":"add_context","context":)" + nested(64) + "}")
+                .message.find("more than 64 deep"),
+            std::string::npos);
+  EXPECT_EQ(json_shape_problem("[" + nested(63) + "]", limits()), "");
+  EXPECT_NE(json_shape_problem(nested(65), limits()).find("more than 64 deep"), std::string::npos);
+}
+
 TEST(ReplRequest, WrongTypesAndRangesAreRefusedWithTheUsableId) {
   struct Case {
     std::string line;

@@ -10,6 +10,7 @@
 #include "docker/container_spec.hpp"
 #include "docker/ownership.hpp"
 #include "seccomp/seccomp.hpp"
+#include "support/python_venv.hpp"
 #include "support/subprocess.hpp"
 
 namespace rlm::docker {
@@ -139,6 +140,28 @@ TEST(DockerContainerSpec, MapsBindsTmpfsAndWorkdir) {
 
   policy.filesystem.workdir = "";
   EXPECT_EQ(create_body(policy, plan_for({"true"}))["WorkingDir"], "/") << "the sandbox root";
+}
+
+// The policy's Python environment: read-only volumes at the host paths, in addition to the
+// policy's mounts; a directory the host no longer has as loaded is refused before any container.
+TEST(DockerContainerSpec, BindsThePythonEnvironmentReadOnlyAtItsHostPaths) {
+  test::PythonVenv venv;
+  Policy policy = load_policy("python-repl");
+  const auto policy_mounts = load_policy("python-repl").filesystem.mounts.size();
+  policy.python.venv = venv.path();
+  policy.python.site_packages = {venv.plain_site()};
+  const auto body = create_body(policy, plan_for({"python3"}));
+  for (const auto& dir : {venv.path(), venv.plain_site()}) {
+    const auto mount = mount_at(body, dir);
+    ASSERT_FALSE(mount.is_null()) << dir << " in " << body["HostConfig"]["Mounts"].dump();
+    EXPECT_EQ(mount["Type"], "bind");
+    EXPECT_EQ(mount["Source"], dir);
+    EXPECT_EQ(mount["ReadOnly"], true);
+  }
+  EXPECT_LE(body["HostConfig"]["Mounts"].size(), policy_mounts + 2);
+
+  ASSERT_EQ(::chmod(venv.plain_site().c_str(), 0777), 0);
+  EXPECT_THROW(create_body(policy, plan_for({"python3"})), Error);
 }
 
 TEST(DockerContainerSpec, LeavesTheImagesOwnBinWhenTheHostsIsALinkIntoABoundUsr) {

@@ -53,8 +53,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (request.timeout)
       check(request.timeout->count() >= 1 && *request.timeout <= limits.max_timeout);
     if (request.op == rlm::cli::ReplOp::llm_result)
-      check(request.text.has_value() != request.error.has_value());
+      check(request.text.has_value() + request.error.has_value() + request.value.has_value() == 1);
+    if (request.fetch)
+      check(!request.fetch->empty() && request.fetch->size() <= rlm::cli::kMaxReplFetchBytes);
+    if (request.op == rlm::cli::ReplOp::add_context)
+      check(request.context_file.empty() || request.context.is_null());
+    if (request.op == rlm::cli::ReplOp::add_history) check(request.context.is_array());
     (void)request.context.dump();  // depth-bounded: cannot exhaust the stack
+    if (request.value) (void)request.value->dump();
   };
   // Fed in two pieces, so a line split across reads is exercised.
   const std::size_t half = input.size() / 2;

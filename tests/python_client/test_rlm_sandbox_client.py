@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -68,6 +69,28 @@ def tearDownModule() -> None:  # noqa: N802 - unittest's name
     left = _descendants(os.getpid())
     if left:
         raise AssertionError(f"processes left behind: {sorted(left)}")
+
+
+class ConcurrencyMeter:
+    """An LM callback that answers after `delay` seconds, counting how many run at once."""
+
+    def __init__(self, delay: float, answer: Any = None) -> None:
+        self.delay = delay
+        self.answer = answer if answer is not None else (lambda prompt: prompt)
+        self.most = 0
+        self._now = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, prompt: Any, model: Optional[str]) -> str:
+        with self._lock:
+            self._now += 1
+            self.most = max(self.most, self._now)
+        try:
+            time.sleep(self.delay)
+            return self.answer(prompt)
+        finally:
+            with self._lock:
+                self._now -= 1
 
 
 class SandboxTestCase(unittest.TestCase):
@@ -195,59 +218,62 @@ class LlmQueryTest(SandboxTestCase):
         self.assertEqual(result.stdout, "per call\n")
         self.assertEqual(self.run_ok(sb, "print(llm_query('q'))").stdout, "default\n")
 
-    def test_callback_that_raises_is_a_runtime_error_in_the_cell(self) -> None:
+    def test_callback_that_raises_is_an_error_text_in_the_cell(self) -> None:
+        # As the RLM library's llm_query: a failed call returns "Error: ..." (no exception).
         def fail(prompt: str, model: Optional[str]) -> str:
             raise ValueError(f"no model for {prompt}")
 
         sb = self.sandbox(on_llm_query=fail)
-        result = self.run_ok(sb, "try:\n    llm_query('q1')\n"
-                                 "except RuntimeError as error:\n    print('caught:', error)")
-        self.assertEqual(result.stdout, "caught: no model for q1\n")
-        result = sb.execute("llm_query('q2')")
-        self.assertEqual(result.status, "error")
-        self.assertIn("RuntimeError", result.error)
-        self.assertIn("no model for q2", result.error)
+        result = self.run_ok(sb, "print(llm_query('q1'))")
+        self.assertEqual(result.stdout, "Error: no model for q1\n")
 
-    def test_no_callback_is_an_error_in_the_cell(self) -> None:
+    def test_no_callback_is_an_error_text_in_the_cell(self) -> None:
         sb = self.sandbox()
-        result = sb.execute("llm_query('q')")
-        self.assertEqual(result.status, "error")
-        self.assertIn("no on_llm_query callback", result.error)
+        result = self.run_ok(sb, "print(llm_query('q'))")
+        self.assertTrue(result.stdout.startswith("Error: no on_llm_query callback"), result)
 
     def test_batched_queries_overlap_and_fail_per_item(self) -> None:
-        lock = threading.Lock()
-        running = [0, 0]  # now, most at once
+        def answer(prompt: str) -> str:
+            if prompt == "p7":
+                raise RuntimeError("p7 failed")
+            return prompt.upper()
 
-        def slow(prompt: str, model: Optional[str]) -> str:
-            with lock:
-                running[0] += 1
-                running[1] = max(running[1], running[0])
-            try:
-                time.sleep(0.2)
-                if prompt == "p7":
-                    raise RuntimeError("p7 failed")
-                return prompt.upper()
-            finally:
-                with lock:
-                    running[0] -= 1
-
+        slow = ConcurrencyMeter(0.2, answer)
         sb = self.sandbox(on_llm_query=slow)
         started = time.monotonic()
         result = self.run_ok(sb, (
             "import json\n"
-            "out = llm_query_batched([f'p{i}' for i in range(20)])\n"
-            "print(json.dumps([x if isinstance(x, str) else 'ERR ' + type(x).__name__ + ': '"
-            " + str(x) for x in out]))"))
+            "print(json.dumps(llm_query_batched([f'p{i}' for i in range(20)])))"))
         elapsed = time.monotonic() - started
         items = json.loads(result.stdout)
         self.assertEqual(len(items), 20)
-        self.assertEqual(items[7], "ERR RuntimeError: p7 failed")
+        self.assertEqual(items[7], "Error: p7 failed")
         self.assertEqual([x for i, x in enumerate(items) if i != 7],
                          [f"P{i}" for i in range(20) if i != 7])
         self.assertEqual(result.llm_calls, 20)
         # 20 x 0.2 s one after another would be 4 s; 8 at a time is about 0.6 s.
         self.assertLess(elapsed, 2.0)
-        self.assertGreaterEqual(running[1], 4)
+        self.assertGreaterEqual(slow.most, 4)
+
+    def test_slow_calls_after_fast_ones_still_overlap(self) -> None:
+        # Calls that return at once are answered on the reader thread; the first slow one
+        # sends the next ones back to the pool, so a batch of slow calls still overlaps.
+        slow = ConcurrencyMeter(0.2, lambda prompt: "s")
+
+        def answer(prompt: str, model: Optional[str]) -> str:
+            return "f" if prompt == "fast" else slow(prompt, model)
+
+        sb = self.sandbox(on_llm_query=answer)
+        key = ("llm", None, id(answer))
+        for _ in range(5):  # a busy machine may preempt a fast call and restart the count
+            self.run_ok(sb, "assert llm_query_batched(['fast'] * 40) == ['f'] * 40")
+            if sb._conn.dispatcher.fast(key):
+                break
+        self.assertTrue(sb._conn.dispatcher.fast(key))  # answering on the reader thread now
+        self.assertFalse(sb._conn.dispatcher.fast(("rlm", None, id(answer))))  # its own count
+        self.run_ok(sb, "assert llm_query_batched(['slow'] * 12) == ['s'] * 12")
+        self.assertGreaterEqual(slow.most, 4)
+        self.assertFalse(sb._conn.dispatcher.fast(key))
 
     def test_queries_left_by_a_crashed_cell_do_not_reach_the_next_cell(self) -> None:
         # 20 queries, 8 answered at once by the CLI: when the cell dies the other 12 are still
@@ -259,7 +285,7 @@ class LlmQueryTest(SandboxTestCase):
             time.sleep(0.3)
             return "late"
 
-        sb = self.sandbox(on_llm_query=slow)
+        sb = self.sandbox(on_llm_query=slow, llm_concurrency=8)
         result = sb.execute(
             "import os, threading, time\n"
             "for i in range(20):\n"
@@ -356,7 +382,9 @@ class DocstringExampleTest(unittest.TestCase):
             if turn == 0:
                 return "Let me look.\n```python\nn = len(context)\nprint(n)\n```"
             self.assertIn("[ok]\n11\n", messages[-1]["content"])
-            return "```python\nFINAL(llm_query('summarize: ' + context[:5]) + f' {n}')\n```"
+            return ("```python\n"
+                    "answer['content'] = llm_query('summarize: ' + context[:5]) + f' {n}'\n"
+                    "answer['ready'] = True\n```")
 
         self.assertEqual(namespace["rlm_loop"]("what?", "hello world", ask_model),
                          "SUMMARY 11")
@@ -419,6 +447,92 @@ class LifecycleTest(SandboxTestCase):
             sb.execute("1")
         self.assertIn("exited", str(raised.exception))
         self.assertEqual(sb.close(), {})
+
+
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+_NEVER_CLOSED = """
+sb = RlmSandbox(backend=BACKEND, binary=BINARY)
+print(sb.pid, flush=True)
+assert sb.execute("print(1)").stdout == "1\\n"
+"""
+
+# The last reference goes when the interpreter clears the module's globals, and the owner's
+# __del__ closes the sandbox then (as an RLM environment's cleanup in __del__ does).
+_CLOSED_FROM_DEL = """
+class Owner:
+    def __init__(self):
+        self.sb = RlmSandbox(backend=BACKEND, binary=BINARY)
+    def __del__(self):
+        self.sb.close()
+        print("closed", flush=True)
+owner = Owner()
+print(owner.sb.pid, flush=True)
+assert owner.sb.execute("print(2)").stdout == "2\\n"
+"""
+
+
+class InterpreterExitTest(unittest.TestCase):
+    """A sandbox left open when Python exits: the interpreter exits cleanly and the CLI with it,
+    with the client's exit hook (the usual case) and without it (what is left for __del__ and
+    close() while the interpreter is finalizing, when no other thread runs any more)."""
+
+    def run_script(self, body: str, exit_hook: bool) -> subprocess.CompletedProcess:
+        head = ("import sys\n"
+                f"sys.path.insert(0, {_PACKAGE_DIR!r})\n"
+                "from rlm_sandbox import RlmSandbox\n"
+                f"BACKEND, BINARY = {BACKEND!r}, {BINARY!r}\n")
+        if not exit_hook:
+            head += ("import atexit, rlm_sandbox.session\n"
+                     "atexit.unregister(rlm_sandbox.session._close_open_sandboxes)\n")
+        try:
+            done = subprocess.run([sys.executable, "-c", head + body], capture_output=True,
+                                  text=True, timeout=60)
+        except subprocess.TimeoutExpired as error:
+            self.fail(f"the interpreter did not exit within 60 s: {error.stderr}")
+        self.assertNotIn("Fatal Python error", done.stderr)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assert_gone(int(done.stdout.split()[0]))
+        return done
+
+    def assert_gone(self, pid: int) -> None:
+        """The repl process (reparented once its parent exited) ends within a few seconds."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as stat:
+                    if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                        return
+            except FileNotFoundError:
+                return
+            time.sleep(0.05)
+        self.fail(f"rlm-sandbox repl {pid} still runs after its client exited")
+
+    def test_never_closed_sandbox_exits_cleanly(self) -> None:
+        self.run_script(_NEVER_CLOSED, exit_hook=True)
+
+    def test_never_closed_sandbox_exits_cleanly_without_the_exit_hook(self) -> None:
+        self.run_script(_NEVER_CLOSED, exit_hook=False)
+
+    def test_close_from_del_at_shutdown_returns(self) -> None:
+        done = self.run_script(_CLOSED_FROM_DEL, exit_hook=True)
+        self.assertIn("closed", done.stdout)
+
+    def test_a_forked_child_exiting_leaves_the_session_open(self) -> None:
+        # The child's exit hook and collection must not close its parent's session.
+        done = self.run_script(_NEVER_CLOSED + """
+import os
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # a normal exit: exit hooks and finalization run in the child
+os.waitpid(child, 0)
+assert sb.execute("print(3)").stdout == "3\\n", "the child closed the session"
+""", exit_hook=True)
+        self.assertEqual(done.stderr, "")
+
+    def test_close_from_del_while_finalizing_returns(self) -> None:
+        done = self.run_script(_CLOSED_FROM_DEL, exit_hook=False)
+        self.assertIn("closed", done.stdout)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ tests/python_client (ctest's ``python_server_client`` test does this).
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 import unittest
-from typing import List, Optional
+from typing import Any, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rlm_sandbox  # noqa: E402
@@ -197,14 +198,53 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(result.stdout, "cba the context\n")
         self.assertEqual(asked, [("abc", None)])
 
-    def test_callback_error_is_an_exception_in_the_cell(self) -> None:
+    def test_callback_error_is_an_error_text_in_the_cell(self) -> None:
         def fail(prompt: str, model: Optional[str]) -> str:
             raise ValueError("no model here")
 
         sb = self.session(on_llm_query=fail)
-        result = sb.execute("llm_query('q')")
-        self.assertEqual(result.status, "error")
-        self.assertIn("no model here", result.error)
+        result = sb.execute("print(llm_query('q'))")
+        self.assertEqual(result.status, "ok")
+        self.assertEqual(result.stdout, "Error: no model here\n")
+
+    def test_rlm_query_and_message_prompts_reach_their_callbacks(self) -> None:
+        seen: List[Any] = []
+        sb = self.session(on_llm_query=lambda prompt, model: seen.append(prompt) or "llm",
+                          on_rlm_query=lambda prompt, model: f"rlm:{prompt}")
+        messages = [{"role": "user", "content": "hi"}]
+        result = sb.execute(f"print(llm_query({messages!r}), rlm_query('sub'))")
+        self.assertEqual(result.stdout, "llm rlm:sub\n")
+        self.assertEqual(seen, [messages])
+
+    def test_llm_limits_are_session_options(self) -> None:
+        sb = self.session(llm_budget=2, llm_concurrency=1, llm_timeout=30,
+                          on_llm_query=lambda prompt, model: "ok")
+        result = sb.execute("print(llm_query_batched(['a', 'b', 'c']))")
+        answers = ast.literal_eval(result.stdout)
+        self.assertEqual(answers[:2], ["ok", "ok"])
+        self.assertTrue(answers[2].startswith("Error: "), answers)
+        with self.assertRaises(ServerError):  # only tightening: above the server's own
+            self.session(llm_budget=10 ** 12)
+
+    def test_tools_echo_locals_and_fetch(self) -> None:
+        sb = self.session(echo=False, tools={
+            "add": {"tool": lambda a, b=0: {"sum": a + b}, "description": "adds"},
+            "table": [1, 2, 3], "broken": lambda: object()})
+        result = sb.execute("r = add(2, b=3)\nprint(r, table)\nr", locals=True, fetch="r")
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(result.stdout, "{'sum': 5} [1, 2, 3]\n")  # no echo of the last line
+        self.assertIn({"name": "r", "type": "dict", "repr": "{'sum': 5}"}, result.locals)
+        self.assertEqual(result.fetched, {"value": {"sum": 5}})
+        result = sb.execute("broken()")
+        self.assertIn("tool 'broken' returned a value that is not JSON", result.error)
+
+    def test_add_context_and_history(self) -> None:
+        sb = self.session(context="first")
+        self.assertEqual(sb.add_context({"k": "v"}), 1)
+        self.assertEqual(sb.add_context("x" * (2 << 20), index=3), 3)
+        self.assertEqual(sb.add_history([{"role": "user", "content": "q"}]), 0)
+        result = sb.execute("print(context, context_1['k'], len(context_3), history[0]['role'])")
+        self.assertEqual(result.stdout, "first v 2097152 user\n")
 
     def test_snapshot_restore_and_close(self) -> None:
         sb = self.session(context={"k": [1, 2]})

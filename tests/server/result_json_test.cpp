@@ -48,14 +48,30 @@ TEST(CellResultJson, RoundTripsEveryField) {
   cell.llm_calls = 3;
   cell.rolled_back = true;
   EXPECT_EQ(cell_result_from_json(cell.to_json()).to_json(), cell.to_json());
+  cell.answer = "done";
+  cell.locals = nlohmann::json::parse(R"([{"name": "x", "type": "int", "repr": "1"}])");
+  cell.fetched = nlohmann::json{{"value", {1, 2}}};
+  cell.index = 3;
+  const auto round = cell_result_from_json(cell.to_json());
+  EXPECT_EQ(round.to_json(), cell.to_json());
+  EXPECT_EQ(round.answer, "done");
+  EXPECT_EQ(round.index, 3u);
   CellResult no_final;
   no_final.status = CellStatus::ok;
-  EXPECT_FALSE(cell_result_from_json(no_final.to_json()).final.has_value());
+  const auto plain = cell_result_from_json(no_final.to_json());
+  EXPECT_FALSE(plain.final.has_value());
+  EXPECT_FALSE(plain.answer || plain.locals || plain.fetched || plain.index);
+  for (const char* key : {"answer", "locals", "fetched", "index"})
+    EXPECT_FALSE(no_final.to_json().contains(key)) << key << " only when set";
 }
 
 TEST(CellResultJson, RefusesOtherShapes) {
   EXPECT_THROW(cell_result_from_json({{"status", "fine"}}), Error);
   EXPECT_THROW(cell_result_from_json({{"status", "ok"}, {"llm_calls", -1}}), Error);
+  EXPECT_THROW(cell_result_from_json({{"status", "ok"}, {"answer", 1}}), Error);
+  EXPECT_THROW(cell_result_from_json({{"status", "ok"}, {"locals", "x"}}), Error);
+  EXPECT_THROW(cell_result_from_json({{"status", "ok"}, {"fetched", 1}}), Error);
+  EXPECT_THROW(cell_result_from_json({{"status", "ok"}, {"index", -1}}), Error);
 }
 
 }  // namespace

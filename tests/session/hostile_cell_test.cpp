@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -175,9 +176,11 @@ class HostileCell : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(backend_);
   }
 
-  std::unique_ptr<Session> open(std::shared_ptr<LlmHandler> llm = nullptr) {
+  std::unique_ptr<Session> open(std::shared_ptr<LlmHandler> llm = nullptr,
+                                std::vector<ToolSpec> tools = {}) {
     SessionOptions options;
     options.llm = std::move(llm);
+    options.tools = std::move(tools);
     return backend_->open_session(policy_, std::move(options));
   }
 
@@ -486,6 +489,155 @@ TEST_P(HostileCell, AFrameOfManyTinyValuesCannotBloatTheHost) {
   auto few = session->execute("FINAL(list(range(1000)))", 5000ms);
   ASSERT_TRUE(few.final.has_value());
   EXPECT_TRUE(few.final->is_array());
+}
+
+// The cell's own reading of the host's reply to a frame it sent raw (the worker reads the channel
+// only while one of its own queries waits).
+const std::string kReply = R"(
+import select
+def _exactly(n):
+    data = b''
+    while len(data) < n:
+        select.select([_sock], [], [], 5)
+        chunk = _sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+def reply():
+    return json.loads(_exactly(int.from_bytes(_exactly(4), 'big')))
+def ask(**frame):
+    raw(json.dumps(dict(type='llm_query', model=None, **frame)).encode())
+    return reply()
+def show(r):
+    print(r['op'], r['id'], r.get('text', r.get('items')), r.get('error'))
+)";
+
+// Records every call it is given and answers with `answer(call)`.
+class RecordingLm final : public LlmHandler {
+ public:
+  explicit RecordingLm(std::function<LlmAnswer(const LlmCall&)> answer)
+      : answer_(std::move(answer)) {}
+  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
+    auto answer = answer_(call);
+    {
+      std::lock_guard lock(mutex_);
+      calls_.push_back(std::move(call));
+    }
+    done(std::move(answer));
+  }
+  std::vector<LlmCall> calls() {
+    std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  std::function<LlmAnswer(const LlmCall&)> answer_;
+  std::mutex mutex_;
+  std::vector<LlmCall> calls_;
+};
+
+// Issue 13: a call of a tool the session does not have (or has as a value) is answered with an
+// error and never reaches the handler; a registered tool's call reaches it with its kind, name and
+// arguments as JSON, and an answer that is not JSON comes back as an error; the session goes on.
+TEST_P(HostileCell, ToolCallsTheSessionDoesNotOfferAreAnsweredWithAnError) {
+  auto lm = std::make_shared<RecordingLm>([](const LlmCall& call) {
+    return LlmAnswer::of_text(call.prompt.find("bad") != std::string::npos ? "not json" : "[7]");
+  });
+  auto session = open(
+      lm, {{"lookup", "finds things", std::nullopt}, {"limits", "", nlohmann::json{{"max", 3}}}});
+  auto cell = attack(*session, kReply + R"py(
+tool = lambda name, *args, **kwargs: ask(id=900 + len(name), kind='tool', tool=name,
+                                          prompt={'args': list(args), 'kwargs': kwargs})
+show(tool('nope'))
+show(tool('limits'))
+show(tool('x' * 100000))
+show(tool('lookup', 1, 'two', a={'b': None}))
+show(tool('lookup', 'bad'))
+)py",
+                     5000ms);
+  EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  EXPECT_EQ(cell.stdout_data,
+            "llm_result 904 None this session has no tool named 'nope'\n"
+            "llm_result 906 None tool 'limits' is a value, not a function\n"
+            "llm_result 100900 None this session has no tool named '" +
+                std::string(64, 'x') +
+                "...'\n"
+                "llm_result 906 [7] None\n"
+                "llm_result 906 None the tool's answer is not JSON text\n");
+  const auto calls = lm->calls();
+  ASSERT_EQ(calls.size(), 2u) << "an unoffered tool reached the handler";
+  EXPECT_EQ(calls[0].kind, CallKind::tool);
+  EXPECT_EQ(calls[0].tool, "lookup");
+  EXPECT_TRUE(calls[0].prompt_is_json);
+  EXPECT_EQ(nlohmann::json::parse(calls[0].prompt),
+            nlohmann::json::parse(R"({"args": [1, "two"], "kwargs": {"a": {"b": null}}})"));
+  EXPECT_FALSE(calls[0].model.has_value());
+  EXPECT_EQ(session->execute("print('still on')").stdout_data, "still on\n");
+}
+
+// Issue 13: a message-list prompt reaches the handler as its JSON text with only role and content
+// kept, and the kind (llm or rlm) as the frame says.
+TEST_P(HostileCell, MessageListPromptsReachTheHandlerAsCheckedJson) {
+  auto lm = std::make_shared<RecordingLm>([](const LlmCall&) { return LlmAnswer::of_text("ok"); });
+  auto session = open(lm);
+  auto cell = session->execute(kPrelude + kReply + R"py(
+show(ask(id=1, kind='rlm', prompt=[{'role': 'user', 'content': 'hi', 'extra': [1, 2]}]))
+raw(json.dumps({'type': 'llm_query_batched', 'id': 2, 'model': 'm', 'kind': 'llm',
+                'prompts': ['plain', [{'role': 'system', 'content': 's'}]]}).encode())
+show(reply())
+)py",
+                               5000ms);
+  EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  EXPECT_EQ(cell.stdout_data,
+            "llm_result 1 ok None\nllm_results 2 [{'text': 'ok'}, {'text': 'ok'}] None\n");
+  auto calls = lm->calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].kind, CallKind::rlm);
+  EXPECT_TRUE(calls[0].prompt_is_json);
+  EXPECT_EQ(calls[0].prompt, R"([{"content":"hi","role":"user"}])");
+  std::sort(calls.begin() + 1, calls.end(),
+            [](const auto& a, const auto& b) { return a.prompt < b.prompt; });
+  EXPECT_EQ(calls[1].prompt, R"([{"content":"s","role":"system"}])");
+  EXPECT_TRUE(calls[1].prompt_is_json);
+  EXPECT_EQ(calls[2].prompt, "plain");
+  EXPECT_FALSE(calls[2].prompt_is_json);
+  EXPECT_EQ(calls[2].kind, CallKind::llm);
+  EXPECT_EQ(calls[2].model, "m");
+}
+
+// Issue 13: a call frame of the wrong shape -- a kind that is no string or unknown, a message
+// that is not {role, content} strings, a message list nested past the frame bound or longer than
+// 10,000 messages, a tool call without a name or with arguments of another shape, a batch of tool
+// calls -- ends only that session, saying what was wrong without quoting it.
+TEST_P(HostileCell, MalformedCallFramesEndOnlyThatSession) {
+  const std::vector<std::pair<std::string, std::string>> attacks = {
+      {"ask(id=1, kind=5, prompt='p')", "kind is not a string"},
+      {"ask(id=1, kind='bogus' * 1000, prompt='p')", "of an unknown kind"},
+      {"ask(id=1, prompt=[{'role': 'user', 'content': 5}])", "a message that is not"},
+      {"ask(id=1, prompt=[{'role': 'user', 'content': 'c'}] * 10001)", "over the limit of 10000"},
+      {"raw(b'{\"type\": \"llm_query\", \"id\": 1, \"prompt\": ' + b'[' * 2_000_000 + "
+       "b']' * 2_000_000 + b'}')",
+       "nested deeper than 64 levels"},
+      {"ask(id=1, prompt=5)", "no string or list"},
+      {"ask(id=1, kind='tool', prompt={'args': [], 'kwargs': {}})", "without a tool name"},
+      {"ask(id=1, kind='tool', tool='lookup', prompt={'args': {}, 'kwargs': {}})",
+       "prompt is not {\"args\""},
+      {"raw(json.dumps({'type': 'llm_query_batched', 'id': 1, 'kind': 'tool', 'prompts': []})"
+       ".encode())",
+       "of an unknown kind"},
+  };
+  auto bystander = open();
+  ASSERT_EQ(bystander->execute("alive = True").status, CellStatus::ok);
+  for (const auto& [code, says] : attacks) {
+    auto session = open(make_llm_handler("echo"), {{"lookup", "", std::nullopt}});
+    auto cell = session->execute(kPrelude + kReply + code + "\ntime.sleep(5)", 5000ms);
+    EXPECT_EQ(cell.status, CellStatus::session_error) << code << ": " << dump(cell);
+    EXPECT_NE(cell.error.find(says), std::string::npos) << code << ": " << cell.error;
+    EXPECT_LT(cell.error.size(), 300u) << cell.error.substr(0, 300);
+    EXPECT_THROW(session->execute("1"), Error);
+  }
+  EXPECT_EQ(bystander->execute("print(alive)").stdout_data, "True\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, HostileCell, ::testing::Values("python-repl", "strict"),

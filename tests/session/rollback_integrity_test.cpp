@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 
+#include "namespace_session_fixture.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/session.hpp"
@@ -38,14 +39,11 @@ def unexpected():
     return {k: v for k, v in outcomes.items() if v not in ('EPERM', 'EACCES')}
 )";
 
-class RollbackIntegrity : public ::testing::Test {
+class RollbackIntegrity : public NamespaceSessionTest {
  protected:
   void SetUp() override {
-    policy_ = load_policy("python-repl");
-    policy_.limits.wall_time = 10s;
-    backend_ = make_backend("namespace");
-    ASSERT_TRUE(backend_);
-    session_ = backend_->open_session(policy_, {});
+    NamespaceSessionTest::SetUp();
+    session_ = open();
   }
 
   CellResult run(const std::string& code, std::optional<std::chrono::milliseconds> timeout = {}) {
@@ -64,8 +62,6 @@ class RollbackIntegrity : public ::testing::Test {
     EXPECT_EQ(run("print(kept)").stdout_data, expected + "\n");
   }
 
-  Policy policy_;
-  std::unique_ptr<Backend> backend_;
   std::unique_ptr<Session> session_;
 };
 

@@ -5,6 +5,8 @@
 //   cell_pass       Session::execute("pass") on the namespace backend: a whole cell round trip,
 //                   checkpoint fork and output capture included
 //   llm_query_echo  one llm_query('x') answered by the echo handler, timed inside the sandbox
+//   llm_batch_50    one llm_query_batched of 50 prompts answered by the echo handler (through the
+//                   session's LM limits, as every session's calls go), timed inside the sandbox
 //   docker_exec     `docker exec CONTAINER python3 -c pass` when a daemon and the test image are
 //                   there (tools/docker-env), else skipped with the reason
 // and what opening a session costs, to its first cell's result (`x = len(context)`, a 1 KB
@@ -115,6 +117,13 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
       "for _ in range(20):\n"
       "    _s = time.perf_counter(); llm_query('x'); _t.append(time.perf_counter() - _s)\n"
       "print(' '.join('%.6f' % (t * 1000) for t in _t))";
+  const std::string batch_cell =
+      "import time\n"
+      "_t = []\n"
+      "for _ in range(5):\n"
+      "    _s = time.perf_counter(); llm_query_batched(['x'] * 50); "
+      "_t.append(time.perf_counter() - _s)\n"
+      "print(' '.join('%.6f' % (t * 1000) for t in _t))";
 
   for (auto _ : state) {
     for (long round = 0; round < g_samples; ++round) {
@@ -131,6 +140,9 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
         const auto timed = session->execute(llm_cell);
         std::istringstream values(timed.stdout_data);
         for (double ms; values >> ms;) g_samples_ms["llm_query_echo"].push_back(ms);
+        const auto batched = session->execute(batch_cell);
+        std::istringstream batch_values(batched.stdout_data);
+        for (double ms; batch_values >> ms;) g_samples_ms["llm_batch_50"].push_back(ms);
       }
       if (!container.empty()) {
         const double exec = spawn_ms({"docker", "exec", container, "python3", "-c", "pass"});
@@ -140,7 +152,8 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
   }
   session->close();
   if (!container.empty()) spawn_ms({"docker", "rm", "-f", container});
-  for (const char* name : {"cold_python", "cell_pass", "llm_query_echo", "docker_exec"}) {
+  for (const char* name :
+       {"cold_python", "cell_pass", "llm_query_echo", "llm_batch_50", "docker_exec"}) {
     const auto& samples = g_samples_ms[name];
     state.counters[std::string(name) + "_median_ms"] = percentile(samples, 0.5);
   }
@@ -330,7 +343,8 @@ void print_table() {
   std::printf("\n%-16s %10s %10s %8s   %s\n", "step", "median ms", "p99 ms", "samples",
               "ratio to cold python3 -c pass");
   const double cold = percentile(g_samples_ms["cold_python"], 0.5);
-  for (const char* name : {"cold_python", "cell_pass", "llm_query_echo", "docker_exec"}) {
+  for (const char* name :
+       {"cold_python", "cell_pass", "llm_query_echo", "llm_batch_50", "docker_exec"}) {
     const auto& samples = g_samples_ms[name];
     if (samples.empty()) {
       std::printf("%-16s skipped: %s\n", name, g_skipped[name].c_str());

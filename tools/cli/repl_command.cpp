@@ -41,16 +41,30 @@ A cell that times out, hits the memory limit or kills the interpreter is rolled 
 goes on with the state from before it ("rolled_back": true).
 
 in:   {"id": 1, "op": "execute", "code": "x = 41", "timeout_ms": 5000}
+            optional: "locals": true (list the variables), "fetch": "x" (x's value, as JSON)
       {"op": "llm_result", "query_id": 7, "text": "..."}       (or "error": "...")
-      {"id": 2, "op": "snapshot"}     {"id": 3, "op": "restore", "snapshot": 1}
-      {"id": 4, "op": "close"}
+            a tool call is answered with "value": <any JSON> (its return value) or "error"
+      {"id": 2, "op": "add_context", "context": "text or any JSON", "index": 1}
+            or "context_file": "path"; "json": true parses the text or the file as JSON; the
+            index is optional (the next free one); sets context_N (and context for 0)
+      {"id": 3, "op": "add_history", "history": [{"role": "user", "content": "..."}]}
+            sets history_N (and history for 0); "index" as for add_context
+      {"id": 4, "op": "snapshot"}     {"id": 5, "op": "restore", "snapshot": 1}
+      {"id": 6, "op": "close"}
       {"op": "context", "context": "..."}   as the first request, when --context is not given
 out:  {"event": "ready", "backend": "namespace", "policy": "python-repl"}
             (at once with --context; otherwise after the first request, which may be the context)
-      {"id": 1, "event": "llm_query", "query_id": 7, "prompt": "...", "model": null}
-            (only without --lm: the orchestrator answers it with llm_result)
+      {"id": 1, "event": "llm_query", "query_id": 7, "prompt": "...", "model": null,
+       "kind": "llm"}
+            (only without --lm: the orchestrator answers it with llm_result). "prompt" is a
+            string or a message list [{"role", "content"}...]; "kind" is "llm" (llm_query),
+            "rlm" (rlm_query) or "tool" (then "tool" names it and "prompt" is
+            {"args": [...], "kwargs": {...}})
       {"id": 1, "result": {"status", "stdout", "stderr", "final", "wall_ms", "cpu_ms",
                            "llm_calls", "rolled_back", ...}}
+            and when set: "answer" (answer["content"] once answer["ready"] was set), "locals"
+            ([{"name", "type", "repr"}...]), "fetched" ({"value"} or {"error"}), "index"
+            (add_context, add_history)
       {"id": 9, "error": "..."}       for a request that could not be done
 
 Each line is checked before it is done: a line longer than 16 MiB (16777216 bytes; a large
@@ -59,13 +73,17 @@ context goes in --context FILE), nesting arrays and objects more than 64 deep, h
 a field of the wrong type or range gets exactly one error line, and the repl goes on. "id": a
 string (at most 1024 bytes), an integer or null, echoed in every line about the request (null in
 the error when the line has no usable id); "timeout_ms": an integer from 1 to the policy's
-limits.wall_time_ms; "query_id", "snapshot": the non-negative integers the repl gave out. At
+limits.wall_time_ms; "query_id", "snapshot": the non-negative integers the repl gave out;
+"index": a non-negative integer; "fetch": a name of at most 1024 bytes. At
 most 256 requests (64 MiB of lines) wait behind a running one; beyond that the repl stops
 reading stdin until one is done (with --lm) or refuses the request (without: llm_result lines
 must not wait behind it).
 
-Inside the sandbox: context, llm_query(prompt, model=None), llm_query_batched(prompts,
-model=None), FINAL(value), FINAL_VAR(name), SHOW_VARS().
+Inside the sandbox: context (context_0, ...), history (history_0, ...), answer,
+llm_query(prompt, model=None), llm_query_batched(prompts, model=None), rlm_query(prompt,
+model=None), rlm_query_batched(prompts, model=None), FINAL(value), FINAL_VAR(name),
+SHOW_VARS(), and the --tools: a tool with a "value" is that value; one without is a function
+whose calls the orchestrator answers (kind "tool"). They are restored after every cell.
 
 LM commands (--lm command:CMD) run on the host under a guard: whatever a call leaves running is
 killed when its shell exits, and every call's processes die with the repl, SIGKILL included.
@@ -78,6 +96,8 @@ examples:
   echo '{"id":1,"op":"execute","code":"print(len(context))"}' |
       rlm-sandbox repl --context prompt.txt --lm echo
   rlm-sandbox repl --policy python-repl --lm 'command:./ask-model.sh' --timeout 30s
+  rlm-sandbox repl --no-echo --tools '[{"name": "lookup", "description": "find a word"},
+                                        {"name": "limits", "value": {"max": 3}}]'
   rlm-sandbox repl --lm http://localhost:8000/v1/chat/completions   (key: RLM_SANDBOX_LM_API_KEY)
   rlm-sandbox repl --server /run/rlm-sandbox.sock --lm echo   (a warm session of `serve`)
 )text";
@@ -119,47 +139,77 @@ class OrchestratorHandler final : public LlmHandler {
         return;
       }
       const auto query_id = next_query_++;
-      pending_[query_id] = std::move(done);
+      const bool tool = call.kind == CallKind::tool;
+      pending_[query_id] = Pending{std::move(done), tool};
       event = {{"id", current_},
                {"event", "llm_query"},
                {"query_id", query_id},
-               {"prompt", std::move(call.prompt)},
-               {"model", call.model ? json(*call.model) : json()}};
+               {"prompt", prompt_of(call)},
+               {"model", call.model ? json(*call.model) : json()},
+               {"kind", to_string(call.kind)}};
+      if (tool) event["tool"] = std::move(call.tool);
     }
     output_.line(event);
   }
 
-  // A checked llm_result line; returns an error message when no call waits for it.
+  // A checked llm_result line; returns an error message when no call waits for it, or when its
+  // kind of answer does not fit the call (the call still waits then).
   std::string complete(const ReplRequest& line) {
     std::function<void(LlmAnswer)> done;
+    LlmAnswer answer;
     {
       std::lock_guard lock(mutex_);
       auto found = pending_.find(line.query_id);
       if (found == pending_.end())
         return "no llm_query is waiting with query_id " + std::to_string(line.query_id);
-      done = std::move(found->second);
+      const bool tool = found->second.tool;
+      if (line.value && !tool)
+        return "query " + std::to_string(line.query_id) +
+               " is no tool call: answer it with \"text\" or \"error\"";
+      if (line.error)
+        answer = LlmAnswer::of_error(*line.error);
+      else if (tool)  // a tool's answer is JSON text; "text" answers it with that string
+        answer = LlmAnswer::of_text((line.value ? *line.value : json(*line.text))
+                                        .dump(-1, ' ', false, json::error_handler_t::replace));
+      else
+        answer = LlmAnswer::of_text(*line.text);
+      done = std::move(found->second.done);
       pending_.erase(found);
     }
-    done(line.text ? LlmAnswer::of_text(*line.text) : LlmAnswer::of_error(line.error.value_or("")));
+    done(std::move(answer));
     return "";
   }
 
   void close() {
-    std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending;
+    std::map<std::uint64_t, Pending> pending;
     {
       std::lock_guard lock(mutex_);
       closed_ = true;
       pending.swap(pending_);
     }
-    for (auto& [id, done] : pending) done(LlmAnswer::of_error("the orchestrator closed its input"));
+    for (auto& [id, call] : pending)
+      call.done(LlmAnswer::of_error("the orchestrator closed its input"));
   }
 
  private:
+  struct Pending {
+    std::function<void(LlmAnswer)> done;
+    bool tool = false;
+  };
+
+  // The prompt as the event shows it: a string, or the message list or tool arguments the
+  // session checked and wrote as JSON (at most 64 levels deep: parsing and printing it is safe).
+  static json prompt_of(LlmCall& call) {
+    if (!call.prompt_is_json) return std::move(call.prompt);
+    json value = json::parse(call.prompt, nullptr, /*allow_exceptions=*/false);
+    return value.is_discarded() ? json(std::move(call.prompt)) : value;
+  }
+
   Output& output_;
   std::mutex mutex_;
   json current_;
   std::uint64_t next_query_ = 1;
-  std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending_;
+  std::map<std::uint64_t, Pending> pending_;
   bool closed_ = false;
 };
 
@@ -208,6 +258,26 @@ json error_line(const json& id, const std::string& message) {
   return {{"id", id}, {"error", message}};
 }
 
+// add_context or add_history: text stays text (unless "json" says it is JSON text), any other
+// value crosses as its JSON; a file crosses as an fd.
+CellResult add_context(Session& session, const ReplRequest& request) {
+  ContextInput input;
+  const json& value = request.context;  // depth-bounded: dumping it is safe
+  input.is_json = request.context_json;
+  if (!request.context_file.empty()) {
+    input.file = request.context_file;
+  } else if (value.is_string()) {
+    input.data = value.get<std::string>();
+  } else {
+    input.data = value.dump(-1, ' ', false, json::error_handler_t::replace);
+    input.is_json = true;
+  }
+  std::optional<std::size_t> index;
+  if (request.index) index = static_cast<std::size_t>(*request.index);
+  const auto kind = request.op == ReplOp::add_history ? ContextKind::history : ContextKind::context;
+  return session.add_context(kind, input, index);
+}
+
 // Does one checked request; returns false after close.
 bool serve(Session& session, OrchestratorHandler* orchestrator, const ReplRequest& request,
            Output& output) {
@@ -216,7 +286,18 @@ bool serve(Session& session, OrchestratorHandler* orchestrator, const ReplReques
     switch (request.op) {
       case ReplOp::execute: {
         if (orchestrator) orchestrator->set_current_request(id);
-        const auto cell = session.execute(request.code, request.timeout);
+        ExecuteOptions options;
+        options.timeout = request.timeout;
+        options.locals = request.locals;
+        options.fetch = request.fetch;
+        const auto cell = session.execute(request.code, options);
+        output.line({{"id", id}, {"result", cell.to_json()}});
+        break;
+      }
+      case ReplOp::add_context:
+      case ReplOp::add_history: {
+        if (orchestrator) orchestrator->set_current_request(id);
+        const auto cell = add_context(session, request);
         output.line({{"id", id}, {"result", cell.to_json()}});
         break;
       }
@@ -310,12 +391,19 @@ int repl_command(const std::vector<std::string>& args) {
       ("timeout,t", po::value<std::string>(),
        "each cell's default time limit (waiting for llm_query answers does not count)")  //
       ("memory,m", po::value<std::string>(), "the session's memory limit, e.g. 256M")    //
-      ("llm-concurrency", po::value<std::string>()->default_value("8"),
-       "llm_query calls answered at once (llm_query_batched runs up to this many)")  //
-      ("llm-timeout", po::value<std::string>()->default_value("120s"),
-       "an llm_query call fails after this long without an answer")  //
-      ("llm-budget", po::value<std::string>()->default_value("1000"),
-       "llm_query calls allowed per session; later ones fail at once")  //
+      ("llm-concurrency", po::value<std::string>()->default_value("16"),
+       "llm_query, rlm_query and tool calls answered at once (llm_query_batched runs up to "
+       "this many)")  //
+      ("llm-timeout", po::value<std::string>()->default_value("600s"),
+       "a call fails after this long without an answer")  //
+      ("llm-budget", po::value<std::string>()->default_value("100000"),
+       "calls allowed per session (llm_query, rlm_query, tools); later ones fail at once")  //
+      ("no-echo", po::bool_switch(),
+       "never print the repr of a cell's trailing expression (the RLM library's REPLs do not)")  //
+      ("tools", po::value<std::string>(),
+       "host-side tools the cells may call: a JSON array of {\"name\", \"description\", "
+       "\"value\"}; a tool without a value is a function the orchestrator answers (events of "
+       "kind \"tool\"), one with a value is that value")  //
       ("server", po::value<std::string>(), kServerFlagHelp);
 
   auto values = parse_options(args, options, "repl");
@@ -347,7 +435,21 @@ int repl_command(const std::vector<std::string>& args) {
   }
 
   SessionOptions session_options;
-  session_options.llm = limit_llm_handler(handler, limits);
+  session_options.llm = handler;
+  session_options.llm_limits = limits;
+  session_options.echo_expression = !values["no-echo"].as<bool>();
+  if (values.count("tools")) {
+    const auto text = values["tools"].as<std::string>();
+    if (auto problem = json_shape_problem(text, ReplInputLimits{}); !problem.empty())
+      throw Error("--tools: " + problem);
+    const json tools = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (tools.is_discarded()) throw Error("--tools: not valid JSON");
+    try {
+      session_options.tools = tools_from_json(tools);
+    } catch (const Error& error) {
+      throw Error(std::string("--tools: ") + error.what());
+    }
+  }
   session_options.context_is_json = values["context-json"].as<bool>();
   if (values.count("context")) {
     session_options.context_file = values["context"].as<std::string>();

@@ -68,6 +68,8 @@ std::optional<ReplOp> op_named(std::string_view name) {
   if (name == "restore") return ReplOp::restore;
   if (name == "close") return ReplOp::close;
   if (name == "context") return ReplOp::context;
+  if (name == "add_context") return ReplOp::add_context;
+  if (name == "add_history") return ReplOp::add_history;
   return std::nullopt;
 }
 
@@ -76,9 +78,13 @@ bool op_takes(ReplOp op, std::string_view key) {
   if (key == "op" || key == "id") return true;
   switch (op) {
     case ReplOp::execute:
-      return key == "code" || key == "timeout_ms";
+      return key == "code" || key == "timeout_ms" || key == "locals" || key == "fetch";
     case ReplOp::llm_result:
-      return key == "query_id" || key == "text" || key == "error";
+      return key == "query_id" || key == "text" || key == "error" || key == "value";
+    case ReplOp::add_context:
+      return key == "context" || key == "context_file" || key == "json" || key == "index";
+    case ReplOp::add_history:
+      return key == "history" || key == "index";
     case ReplOp::restore:
       return key == "snapshot";
     case ReplOp::context:
@@ -114,6 +120,19 @@ std::optional<std::string> string_field(const json& line, const char* key,
   return value->get<std::string>();
 }
 
+bool flag_field(const json& line, const char* key, const std::string& what) {
+  const json* value = field(line, key);
+  if (!value) return false;
+  if (!value->is_boolean()) throw Refusal{what};
+  return value->get<bool>();
+}
+
+std::optional<std::uint64_t> index_field(const json& line, const char* op) {
+  if (!field(line, "index")) return std::nullopt;
+  return unsigned_field(line, "index",
+                        std::string(op) + ": \"index\" must be a non-negative integer");
+}
+
 std::chrono::milliseconds timeout_field(const json& value, std::chrono::milliseconds max) {
   const auto limit = static_cast<std::uint64_t>(std::max<std::int64_t>(max.count(), 0));
   if (value.is_number_unsigned()) {
@@ -143,6 +162,34 @@ ReplRequest checked(const json& line, ReplOp op, std::string_view name,
       request.code = code->get<std::string>();
       if (const json* timeout = field(line, "timeout_ms"))
         request.timeout = timeout_field(*timeout, limits.max_timeout);
+      request.locals = flag_field(line, "locals", "execute: \"locals\" must be a boolean");
+      request.fetch = string_field(line, "fetch", "execute: \"fetch\" must be a string");
+      if (request.fetch && (request.fetch->empty() || request.fetch->size() > kMaxReplFetchBytes))
+        throw Refusal{"execute: \"fetch\" must be a variable name of 1 to " +
+                      std::to_string(kMaxReplFetchBytes) + " bytes"};
+      break;
+    }
+    case ReplOp::add_context: {
+      const json* context = field(line, "context");
+      const auto file = string_field(line, "context_file",
+                                     "add_context: \"context_file\" must be a string (a path)");
+      if (!context == !file)
+        throw Refusal{
+            "add_context needs exactly one of \"context\" (a string or any JSON) and "
+            "\"context_file\" (a path)"};
+      if (file && file->empty()) throw Refusal{"add_context: \"context_file\" is empty"};
+      if (context) request.context = *context;  // within the depth bound: copying it is safe
+      if (file) request.context_file = *file;
+      request.context_json = flag_field(line, "json", "add_context: \"json\" must be a boolean");
+      request.index = index_field(line, "add_context");
+      break;
+    }
+    case ReplOp::add_history: {
+      const json* history = field(line, "history");
+      if (!history || !history->is_array())
+        throw Refusal{"add_history needs \"history\": a list (of messages)"};
+      request.context = *history;
+      request.index = index_field(line, "add_history");
       break;
     }
     case ReplOp::llm_result:
@@ -151,8 +198,11 @@ ReplRequest checked(const json& line, ReplOp op, std::string_view name,
                                         "llm_query event");
       request.text = string_field(line, "text", "llm_result: \"text\" must be a string");
       request.error = string_field(line, "error", "llm_result: \"error\" must be a string");
-      if (request.text.has_value() == request.error.has_value())
-        throw Refusal{"llm_result needs exactly one of \"text\" and \"error\": a string"};
+      if (const json* value = field(line, "value")) request.value = *value;
+      if (request.text.has_value() + request.error.has_value() + request.value.has_value() != 1)
+        throw Refusal{
+            "llm_result needs exactly one of \"text\" and \"error\" (a string) and "
+            "\"value\" (a tool's answer: any JSON)"};
       break;
     case ReplOp::restore:
       request.snapshot = unsigned_field(line, "snapshot",
@@ -178,6 +228,18 @@ std::string overlong_line_message(std::size_t max_line_bytes) {
 
 bool blank_line(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+std::string json_shape_problem(std::string_view text, const ReplInputLimits& limits) {
+  switch (shape_of(text, limits.max_depth, limits.max_values)) {
+    case Shape::too_deep:
+      return "it nests arrays and objects more than " + std::to_string(limits.max_depth) + " deep";
+    case Shape::too_many_values:
+      return "it holds more than " + std::to_string(limits.max_values) + " JSON values";
+    case Shape::fits:
+      break;
+  }
+  return "";
 }
 
 ParsedReplRequest parse_repl_request(std::string_view line, const ReplInputLimits& limits) {
@@ -207,14 +269,14 @@ ParsedReplRequest parse_repl_request(std::string_view line, const ReplInputLimit
   if (!op_value) return ReplRequestError{usable_id, "a request needs an \"op\""};
   if (!op_value->is_string())
     return ReplRequestError{usable_id,
-                            "\"op\" must be a string: execute, llm_result, snapshot, "
-                            "restore, close (or context, first)"};
+                            "\"op\" must be a string: execute, llm_result, add_context, "
+                            "add_history, snapshot, restore, close (or context, first)"};
   const auto& name = op_value->get_ref<const std::string&>();
   const auto op = op_named(name);
   if (!op)
     return ReplRequestError{usable_id, "unknown op " + excerpt(name) +
-                                           "; expected execute, llm_result, snapshot, restore "
-                                           "or close"};
+                                           "; expected execute, llm_result, add_context, "
+                                           "add_history, snapshot, restore or close"};
   try {
     auto request = checked(parsed, *op, name, limits);
     request.id = std::move(usable_id);

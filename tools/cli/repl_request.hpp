@@ -35,7 +35,19 @@ struct ReplInputLimits {
   std::chrono::milliseconds max_timeout{0};  // the largest timeout_ms: the policy's wall time
 };
 
-enum class ReplOp { execute, llm_result, snapshot, restore, close, context };
+enum class ReplOp {
+  execute,
+  llm_result,
+  snapshot,
+  restore,
+  close,
+  context,
+  add_context,
+  add_history
+};
+
+// The longest variable name `fetch` takes.
+inline constexpr std::size_t kMaxReplFetchBytes = 1024;
 
 // One checked request: every field the op uses has its type and range.
 struct ReplRequest {
@@ -43,10 +55,18 @@ struct ReplRequest {
   nlohmann::json id;                                 // null, a string or an integer
   std::string code;                                  // execute
   std::optional<std::chrono::milliseconds> timeout;  // execute: 1 ms to max_timeout
+  bool locals = false;                               // execute
+  std::optional<std::string> fetch;                  // execute: a name of at most 1024 bytes
   std::uint64_t query_id = 0;                        // llm_result
-  std::optional<std::string> text, error;            // llm_result: exactly one is set
+  std::optional<std::string> text, error;            // llm_result: exactly one of these and
+  std::optional<nlohmann::json> value;               // value (a tool's answer) is set
   std::uint64_t snapshot = 0;                        // restore
-  nlohmann::json context;                            // context: any value, depth-bounded
+  // context, add_context: any value, depth-bounded (a string: text, unless context_json);
+  // add_history: an array.
+  nlohmann::json context;
+  std::string context_file;            // add_context: instead of `context`
+  bool context_json = false;           // add_context: "json"
+  std::optional<std::uint64_t> index;  // add_context, add_history
 };
 
 // Why a line is not a request, and the line's id when it had a usable one (else null).
@@ -60,6 +80,10 @@ using ParsedReplRequest = std::variant<ReplRequest, ReplRequestError>;
 // Never throws, never recurses on the line's nesting, never copies a value of the line into the
 // message (at most a short, quoted prefix of a string).
 ParsedReplRequest parse_repl_request(std::string_view line, const ReplInputLimits& limits);
+
+// Why JSON text `text` is not within the line bounds of `limits` (nesting, number of values), or
+// "" when it is; judged on the bytes, before any parser (the --tools flag).
+std::string json_shape_problem(std::string_view text, const ReplInputLimits& limits);
 
 // The message for a line longer than `max_line_bytes`.
 std::string overlong_line_message(std::size_t max_line_bytes);

@@ -84,6 +84,10 @@ def fork_standby(channel: Channel, fork_id):
         SESSION.channel = child_channel
         warm_up(child_channel)
         return child_channel
+    # The fork frame first: with cells sent back to back the host is waiting for it. The child
+    # is watched only from the next wait on, so nothing below may come before the frame.
+    channel.send({'type': 'fork', 'id': fork_id, 'pid': pid}, fd=mine.fileno())
+    mine.close()
     theirs.close()
     try:
         os.setpgid(pid, pid)  # also here, so the group exists before we could kill it
@@ -91,8 +95,6 @@ def fork_standby(channel: Channel, fork_id):
         pass
     child = ChildWatch(pid)
     SESSION.watches.append(child)
-    channel.send({'type': 'fork', 'id': fork_id, 'pid': pid}, fd=mine.fileno())
-    mine.close()
     return child
 
 

@@ -1,5 +1,6 @@
-// Answering the sandbox's llm_query calls on the host. A handler never runs inside the sandbox and
-// nothing it receives is evaluated: prompts are strings, answers are strings.
+// Answering the sandbox's llm_query, rlm_query and tool calls on the host. A handler never runs
+// inside the sandbox and nothing it receives is evaluated: prompts are strings (a message list or a
+// tool's arguments as JSON text), answers are strings.
 #pragma once
 
 #include <atomic>
@@ -13,16 +14,28 @@
 
 namespace rlm {
 
+// What a call is for: llm_query (a sub-model), rlm_query (a sub-RLM; the handler decides how to
+// answer it) or a tool the session registered (SessionOptions::tools).
+enum class CallKind { llm, rlm, tool };
+std::string_view to_string(CallKind kind);
+
 struct LlmCall {
+  // The prompt's text; with prompt_is_json, the JSON text of a message list ([{"role": str,
+  // "content": str}...]) or, for a tool, of {"args": [...], "kwargs": {...}}.
   std::string prompt;
+  bool prompt_is_json = false;
   std::optional<std::string> model;  // as the sandboxed code asked; nullopt = the handler's default
   // Set once nobody waits for the answer any more (the cell that asked has ended): a handler
   // that has not started the call yet answers with an error instead of asking a model.
   std::shared_ptr<const std::atomic<bool>> cancelled;
+  CallKind kind = CallKind::llm;
+  std::string tool;  // the tool's name, for kind == tool
 
   bool is_cancelled() const { return cancelled && cancelled->load(); }
 };
 
+// A tool's answer text is the JSON text of its return value (an answer that is not JSON is taken
+// as an error).
 struct LlmAnswer {
   std::optional<std::string> text;  // the answer, or
   std::string error;                // why there is none (set exactly when text is empty)
@@ -42,17 +55,21 @@ class LlmHandler {
 };
 
 // The built-in handlers, by the `--lm` spelling of the CLI:
-//   "echo"          answers "echo: <prompt>" (demos and tests)
+//   "echo"          answers "echo: <prompt>" (demos and tests); a tool call is answered with its
+//                   own {"args","kwargs"} (its prompt)
 //   "command:CMD"   runs `/bin/sh -c CMD` on the host per call, in its own process group, with
-//                   {"prompt","model"} as one JSON line on stdin; its stdout is the answer (a JSON
-//                   object {"text"} or {"error"} is unwrapped; anything else is taken as the text,
-//                   less one trailing newline); a non-zero exit or a signal is an error carrying
-//                   the end of its stderr. When the shell exits, everything it started is killed
-//                   (a guard process, its subreaper, finds what left the group too); a call still
-//                   running after 10 minutes is killed the same way, and so is every call when
-//                   the host process dies; an answer over 8 MiB is an error
+//                   {"prompt","model","kind"} as one JSON line on stdin (a message list or a
+//                   tool's arguments as JSON, not text; "tool" for a tool call); its stdout is the
+//                   answer (a JSON object {"text"} or {"error"} is unwrapped; anything else is
+//                   taken as the text, less one trailing newline); a non-zero exit or a signal is
+//                   an error carrying the end of its stderr. When the shell exits, everything it
+//                   started is killed (a guard process, its subreaper, finds what left the group
+//                   too); a call still running after 10 minutes is killed the same way, and so is
+//                   every call when the host process dies; an answer over 8 MiB is an error
 //   "http:URL"      an OpenAI-compatible chat completions endpoint (POST URL with
-//                   {"model","messages":[{"role":"user","content":prompt}]}, the answer being
+//                   {"model","messages":[{"role":"user","content":prompt}]} (or the call's own
+//                   message list; rlm_query is asked like llm_query, a tool call is refused),
+//                   the answer being
 //                   choices[0].message.content; a non-2xx status is an error carrying the API's
 //                   error.message); the API key comes from the host environment variable
 //                   RLM_SANDBOX_LM_API_KEY (or OPENAI_API_KEY; no Authorization header when
@@ -71,10 +88,12 @@ std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec);
 // unanswered call with an error at once and never waits for the inner handler; no thread outlives
 // it except those still inside the inner handler's answer().
 // Throws Error for a null handler, a zero concurrency or a timeout that is not positive.
+// A session wraps its handler itself, with SessionOptions::llm_limits.
+// The defaults are set so that a real recursive run does not hit them.
 struct LlmLimits {
-  std::size_t concurrency = 8;
-  std::chrono::milliseconds call_timeout{120'000};
-  std::size_t budget = 1000;
+  std::size_t concurrency = 16;
+  std::chrono::milliseconds call_timeout{600'000};
+  std::size_t budget = 100'000;
 };
 std::shared_ptr<LlmHandler> limit_llm_handler(std::shared_ptr<LlmHandler> inner, LlmLimits limits);
 

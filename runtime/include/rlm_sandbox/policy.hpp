@@ -108,6 +108,16 @@ struct DockerSettings {
   std::string image = "python:3.12-slim";
 };
 
+// A Python environment exposed read-only to the sandbox, at the same path as on the host: a venv
+// (its whole directory; its lib/pythonX.Y/site-packages goes on sys.path) and/or site-packages
+// directories such as the system's dist-packages. The site directories reach the payload, in
+// order, in RLM_SANDBOX_SITE_DIRS (colon-separated); the session's worker adds each with
+// site.addsitedir. docs/policy.md, "python".
+struct PythonEnvironment {
+  std::optional<std::string> venv;         // absolute host path of a venv (holds pyvenv.cfg)
+  std::vector<std::string> site_packages;  // absolute host paths of site directories
+};
+
 struct Policy {
   std::string name;         // shipped name or file path it was loaded from; "" when built in code
   std::string description;  // one human sentence, shown by `policy show`
@@ -123,6 +133,7 @@ struct Policy {
   User user;
   std::string hostname = "sandbox";
   DockerSettings docker;
+  PythonEnvironment python;
 
   // The effective policy, every field explicit (what `policy show` prints). Round-trips through
   // policy_from_json.

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,16 +21,56 @@
 
 namespace rlm {
 
+// A host-side tool the REPL's code may call by name (the RLM library's custom tools): without a
+// value, a REPL global `name(*args, **kwargs)` whose calls the session's LlmHandler answers
+// (LlmCall::kind == CallKind::tool, the arguments as JSON); with one, a global holding that JSON
+// value. Restored after every cell, like the reserved names.
+struct ToolSpec {
+  std::string name;  // a Python identifier, not a keyword or one of the REPL's reserved names
+  std::string description;
+  std::optional<nlohmann::json> value;
+};
+// The most tools a session takes, and the most bytes of all their names, descriptions and values
+// (as JSON text) together: they cross in the hand-over frame.
+inline constexpr std::size_t kMaxTools = 64;
+inline constexpr std::size_t kMaxToolBytes = 1u << 20;
+// Throws Error saying what is wrong with `tools`: a name that is no identifier, a keyword or
+// reserved, twice the same name, too many, too large together.
+void validate_tools(const std::vector<ToolSpec>& tools);
+// [{"name", "description", "value"?}...], as the hand-over, the server and `repl --tools` take
+// them; tools_from_json() reads that (description optional) and validates. Throws Error.
+nlohmann::json tools_to_json(const std::vector<ToolSpec>& tools);
+std::vector<ToolSpec> tools_from_json(const nlohmann::json& document);
+
 struct SessionOptions {
-  std::string context;              // the REPL's `context` global: text, or JSON text when
-  bool context_is_json = false;     // context_is_json (then `context` is the parsed value)
-  std::string context_file;         // or read from this host file (any size; wins over `context`)
-  std::shared_ptr<LlmHandler> llm;  // answers llm_query; null: every call fails with an error
+  std::string context;           // the REPL's `context` global: text, or JSON text when
+  bool context_is_json = false;  // context_is_json (then `context` is the parsed value)
+  std::string context_file;      // or read from this host file (any size; wins over `context`)
+  // Answers llm_query, rlm_query and tool calls; null: every call fails with an error. The
+  // session calls it through limit_llm_handler(llm, llm_limits).
+  std::shared_ptr<LlmHandler> llm;
+  LlmLimits llm_limits;
+  bool echo_expression = true;  // print the repr of a cell's trailing expression
+  std::vector<ToolSpec> tools;  // validate_tools() holds at the hand-over
   // The sandbox's whole lifetime. A cell's own limit is the policy's limits.wall_time_ms unless
   // execute() is given a tighter one; time spent waiting for llm_query answers does not count.
   std::chrono::milliseconds lifetime{std::chrono::hours(24)};
   std::chrono::milliseconds start_timeout{30'000};
   std::uint64_t max_frame_bytes = 16u << 20;  // a larger frame from the sandbox ends the session
+};
+
+struct ExecuteOptions {
+  std::optional<std::chrono::milliseconds> timeout;  // may only tighten the policy's wall time
+  bool locals = false;               // CellResult::locals: the cells' variables after it ran
+  std::optional<std::string> fetch;  // CellResult::fetched: this variable's value after it ran
+};
+
+// What add_context adds: `context_N` (and `context` for 0) or `history_N` (and `history`).
+enum class ContextKind { context, history };
+struct ContextInput {
+  std::string data;  // text, or JSON text when is_json
+  bool is_json = false;
+  std::string file;  // or read from this host file (any size; wins over `data`)
 };
 
 enum class CellStatus {
@@ -51,9 +92,17 @@ struct CellResult {
   std::chrono::microseconds wall{0}, cpu{0};
   unsigned llm_calls = 0;
   bool rolled_back = false;  // the state is the one from before this cell
+  // answer["content"] (as str) when the cell set answer["ready"] (the RLM library's finish).
+  std::optional<std::string> answer;
+  // ExecuteOptions::locals: [{"name", "type", "repr"}...], at most 1,000.
+  std::optional<nlohmann::json> locals;
+  // ExecuteOptions::fetch: {"value": V} (V as FINAL takes it) or {"error": "..."}.
+  std::optional<nlohmann::json> fetched;
+  std::optional<std::size_t> index;  // add_context: the N of the context_N or history_N set
 
   // {"status", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "error", "final",
-  //  "wall_ms", "cpu_ms", "llm_calls", "rolled_back"}
+  //  "has_final", "wall_ms", "cpu_ms", "llm_calls", "rolled_back"}, and "answer", "locals",
+  //  "fetched", "index" when set.
   nlohmann::json to_json() const;
 };
 
@@ -69,8 +118,19 @@ class Session {
   virtual std::string_view backend() const = 0;
   // Runs one cell. `timeout` may only tighten the policy's wall time. Throws Error when the
   // session is already over, or for a timeout above the policy's.
-  virtual CellResult execute(const std::string& code,
-                             std::optional<std::chrono::milliseconds> timeout = {}) = 0;
+  virtual CellResult execute(const std::string& code, const ExecuteOptions& options) = 0;
+  CellResult execute(const std::string& code,
+                     std::optional<std::chrono::milliseconds> timeout = {}) {
+    ExecuteOptions options;
+    options.timeout = timeout;
+    return execute(code, options);
+  }
+  // Adds a context (or a history entry) to the live session, handled like a cell (the policy's
+  // wall time, a rollback when it fails hard): `index` null takes the next free N. The result's
+  // `index` is the N set; status error (the state unchanged) for a JSON input that does not
+  // parse. Throws Error when the session is over or the file cannot be opened.
+  virtual CellResult add_context(ContextKind kind, const ContextInput& input,
+                                 std::optional<std::size_t> index = {}) = 0;
   // A copy-on-write checkpoint of the interpreter as it is now, restorable any number of times.
   virtual SnapshotId snapshot() = 0;
   // Replaces the live interpreter with a fresh copy of the snapshot. Throws Error for an unknown

@@ -1,0 +1,461 @@
+r"""An environment for the RLM library (``rlm``, github alexzhang13/rlm) that runs in rlm-sandbox.
+
+``RlmSandboxREPL`` has the interface of the library's ``LocalREPL`` (its ``BaseEnv`` plus the
+``SupportsPersistence`` protocol), so the library's completion loop drives it unchanged: each
+``execute_code`` runs one cell in a persistent, sandboxed Python session and returns a
+``REPLResult`` (``stdout``, ``stderr``, ``locals``, ``execution_time``, ``rlm_calls``,
+``final_answer``). Inside the sandbox the cells see what LocalREPL offers: ``context`` /
+``context_N``, ``history`` / ``history_N``, ``answer`` (``answer["ready"] = True`` ends the
+run), ``llm_query``, ``llm_query_batched``, ``rlm_query``, ``rlm_query_batched``,
+``SHOW_VARS`` and the custom tools, plus ``FINAL``/``FINAL_VAR`` for older prompts.
+
+- ``llm_query`` is answered by the library's LM handler at ``lm_handler_address`` (its socket
+  protocol, spoken here with the standard library), at this environment's ``depth``.
+- ``rlm_query`` goes through the library's ``subcall_fn`` when it gives one (a child RLM),
+  at most ``max_concurrent_subcalls`` at once; without it, it is an ``llm_query``.
+- A callable custom tool runs here, on the host, called by name from a cell; its result must
+  be JSON (a data tool's value too). A cell that runs too long is stopped at the policy's (or
+  ``timeout``'s) limit and rolled back; the loop goes on.
+
+Use it with the library's ``RLM`` class (``sandboxed()`` registers the environment)::
+
+    from rlm import RLM
+    from rlm_sandbox.integrations.rlm import sandboxed
+
+    rlm = RLM(backend="openai", backend_kwargs={"model_name": "gpt-5-mini"},
+              environment="local", environment_kwargs=sandboxed(timeout=60),
+              max_depth=2, persistent=True)
+    print(rlm.completion(open("big.txt").read(), root_prompt="Who wrote it?").response)
+
+``environment="local"`` keeps the library's wiring for local environments (the ``rlm_query``
+callback, persistence, compaction); the ``rlm_sandbox`` key that ``sandboxed()`` puts in
+``environment_kwargs`` makes the library build this environment instead of ``LocalREPL``,
+for the root and for every child RLM. ``register()`` alone also accepts
+``environment="rlm_sandbox"`` (the library then passes no ``rlm_query`` callback and refuses
+``persistent=True`` for names it does not know).
+
+Without the library installed, ``REPLResult`` and the recorded calls are stand-ins with the
+same fields (``REPLResult`` and ``ChatCompletion`` below).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from collections import abc
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from .. import RlmSandbox
+from . import _lm_handler
+
+try:  # the library's own types, when it is installed and importable
+    from rlm.core.types import REPLResult as _LibraryREPLResult
+    from rlm.core.types import RLMChatCompletion as _LibraryChatCompletion
+    from rlm.environments.base_env import NonIsolatedEnv as _EnvBase
+except Exception:  # noqa: BLE001 - absent, or present without its own dependencies
+    _LibraryREPLResult = None
+    _LibraryChatCompletion = None
+    _EnvBase = object
+
+#: Names a custom tool may not take: the library's reserved names and the older finishers.
+RESERVED_NAMES = frozenset({
+    "llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "SHOW_VARS",
+    "answer", "context", "history", "FINAL", "FINAL_VAR"})
+
+#: Options of the sandbox itself, taken from keyword arguments or the ``rlm_sandbox`` dict.
+SANDBOX_OPTIONS = frozenset({
+    "policy", "backend", "timeout", "memory", "binary", "extra_args", "env", "server",
+    "echo", "locals", "llm_timeout", "llm_budget", "llm_concurrency", "max_llm_workers",
+    "lm_request_timeout"})
+
+#: The environment name ``register()`` adds, and the key ``sandboxed()`` uses.
+ENVIRONMENT_NAME = "rlm_sandbox"
+
+
+@dataclass
+class ChatCompletion:
+    """Stand-in for the library's ``RLMChatCompletion`` (one call made from a cell)."""
+
+    root_model: str
+    prompt: Any
+    response: str
+    usage_summary: Dict[str, Any] = field(default_factory=dict)
+    execution_time: float = 0.0
+    metadata: Optional[Dict[str, Any]] = None
+    error: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = {"root_model": self.root_model, "prompt": self.prompt, "response": self.response,
+               "usage_summary": self.usage_summary, "execution_time": self.execution_time}
+        if self.metadata is not None:
+            out["metadata"] = self.metadata
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class _StandInREPLResult:
+    """Stand-in for the library's ``REPLResult`` with the same constructor and fields."""
+
+    def __init__(self, stdout: str, stderr: str, locals: dict, execution_time: float = None,
+                 rlm_calls: list = None, final_answer: Optional[str] = None) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.locals = locals
+        self.execution_time = execution_time
+        self.rlm_calls = rlm_calls or []
+        self.final_answer = final_answer
+
+    @property
+    def llm_calls(self) -> list:
+        """The library's older name for ``rlm_calls``."""
+        return self.rlm_calls
+
+    def __str__(self) -> str:
+        return (f"REPLResult(stdout={self.stdout}, stderr={self.stderr}, locals={self.locals}, "
+                f"execution_time={self.execution_time}, rlm_calls={len(self.rlm_calls)})")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"stdout": self.stdout, "stderr": self.stderr, "locals": dict(self.locals),
+                "execution_time": self.execution_time,
+                "rlm_calls": [call.to_dict() if hasattr(call, "to_dict") else call
+                              for call in self.rlm_calls],
+                "final_answer": self.final_answer}
+
+
+#: ``REPLResult``: the library's class when ``rlm`` is importable, else the stand-in.
+REPLResult = _LibraryREPLResult if _LibraryREPLResult is not None else _StandInREPLResult
+
+
+def _completion_from_json(data: Dict[str, Any]) -> Any:
+    """A chat-completion record from the handler's JSON: the library's type when present."""
+    if _LibraryChatCompletion is not None:
+        try:
+            return _LibraryChatCompletion.from_dict(data)
+        except Exception:  # noqa: BLE001 - a record that does not fit: keep the stand-in
+            pass
+    return ChatCompletion(root_model=str(data.get("root_model") or "unknown"),
+                          prompt=data.get("prompt"), response=str(data.get("response") or ""),
+                          usage_summary=data.get("usage_summary") or {},
+                          execution_time=float(data.get("execution_time") or 0.0),
+                          metadata=data.get("metadata"), error=data.get("error"))
+
+
+def _failure_text(cell: Any) -> str:
+    """What LocalREPL would add to stderr for a cell that did not end normally."""
+    if cell.status == "ok":
+        return ""
+    if cell.status == "error":
+        return (cell.error or "Error").rstrip()
+    what = {"timeout": "TimeoutError", "memory_limit": "MemoryError",
+            "crashed": "SystemError"}.get(cell.status, "RuntimeError")
+    detail = (cell.error or cell.status).rstrip()
+    rolled = " (the cell was rolled back: variables are as they were before it)" \
+        if cell.rolled_back else ""
+    return f"{what}: {detail}{rolled}"
+
+
+class _Variables(abc.Mapping):
+    """LocalREPL's ``locals`` read from the live session: ``env.locals["x"]`` fetches ``x``.
+
+    A value comes back as JSON data when it is (str, numbers, lists, dicts, ...), else as its
+    ``repr``; iterating lists the cells' variables (not the reserved names, which can still be
+    looked up: ``env.locals["context_0"]``).
+    """
+
+    def __init__(self, env: "RlmSandboxREPL") -> None:
+        self._env = env
+
+    def _fetch(self, name: str) -> Dict[str, Any]:
+        if self._env._sandbox is None:  # cleaned up: no variables, as LocalREPL's cleared dict
+            return {"error": "the session was cleaned up"}
+        fetched = self._env._sandbox.execute("", fetch=name).fetched
+        return fetched if isinstance(fetched, dict) else {"error": "nothing fetched"}
+
+    def __getitem__(self, name: str) -> Any:
+        fetched = self._fetch(name)
+        if "value" not in fetched:
+            raise KeyError(name)
+        return fetched["value"]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and "value" in self._fetch(name)
+
+    def __iter__(self) -> Iterator[str]:
+        if self._env._sandbox is None:
+            return iter([])
+        listed = self._env._sandbox.execute("", locals=True).locals or []
+        return iter([entry["name"] for entry in listed
+                     if isinstance(entry, dict) and isinstance(entry.get("name"), str)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class RlmSandboxREPL(_EnvBase):
+    """A LocalREPL-compatible RLM environment whose cells run in an rlm-sandbox session.
+
+    The first ten arguments are those the library's ``RLM`` passes to any environment. The
+    sandbox's own options (``policy``, ``backend``, ``timeout`` per cell in seconds,
+    ``memory``, ``binary``, ``extra_args``, ``env``, ``server``, ``echo`` (default False, as
+    ``exec`` in LocalREPL), ``locals`` (list the variables in each result, default True),
+    ``llm_timeout``, ``llm_budget``, ``llm_concurrency``, ``max_llm_workers``,
+    ``lm_request_timeout``) come as keyword arguments or in one ``rlm_sandbox`` dict.
+    """
+
+    def __init__(self, lm_handler_address: Optional[Tuple[str, int]] = None,
+                 context_payload: Any = None, setup_code: Optional[str] = None,
+                 persistent: bool = False, depth: int = 1,
+                 subcall_fn: Optional[Callable[[Any, Optional[str]], Any]] = None,
+                 custom_tools: Optional[Dict[str, Any]] = None,
+                 custom_sub_tools: Optional[Dict[str, Any]] = None,
+                 compaction: bool = False, max_concurrent_subcalls: int = 4,
+                 rlm_sandbox: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        options = dict(rlm_sandbox or {})
+        unknown = set(options) - SANDBOX_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown rlm_sandbox options: {sorted(unknown)}")
+        for name in list(kwargs):
+            if name in SANDBOX_OPTIONS:
+                options[name] = kwargs.pop(name)
+        if _EnvBase is object:
+            self.persistent = persistent
+            self.depth = depth
+            self.max_concurrent_subcalls = max_concurrent_subcalls
+            self.kwargs = kwargs
+        else:
+            super().__init__(persistent=persistent, depth=depth,
+                             max_concurrent_subcalls=max_concurrent_subcalls, **kwargs)
+        self.lm_handler_address = lm_handler_address
+        self.subcall_fn = subcall_fn
+        self.custom_tools = dict(custom_tools or {})
+        self.custom_sub_tools = (custom_sub_tools if custom_sub_tools is not None
+                                 else self.custom_tools)
+        clashes = sorted(set(self.custom_tools) & RESERVED_NAMES)
+        if clashes:
+            raise ValueError(f"Custom tools cannot override reserved REPL functions: {clashes}. "
+                             f"Reserved names: {sorted(RESERVED_NAMES)}")
+        self.compaction = compaction
+        self._compaction_history: List[Any] = []
+        self._options = options
+        self._list_locals = bool(options.pop("locals", True))
+        self._lm_request_timeout = options.pop("lm_request_timeout",
+                                               _lm_handler.DEFAULT_TIMEOUT)
+        self._calls_lock = threading.Lock()
+        self._pending_calls: List[Tuple[int, Any]] = []  # (order the call arrived, record)
+        self._call_order = itertools.count()
+        self._subcalls = threading.BoundedSemaphore(max(1, int(max_concurrent_subcalls)))
+        self._context_count = 0
+        self._history_count = 0
+        self._sandbox: Optional[RlmSandbox] = None
+        self._initial_context = context_payload
+        self.setup()
+        if compaction:
+            self._inject_compaction_history()
+        if setup_code:
+            self.execute_code(setup_code)
+
+    # -- BaseEnv --------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Starts the sandbox session (a fresh one: an earlier session is closed first)."""
+        if self._sandbox is not None:
+            self.cleanup()
+        options = dict(self._options)
+        options.setdefault("echo", False)
+        context, self._initial_context = self._initial_context, None
+        self._sandbox = RlmSandbox(context=context, on_llm_query=self._answer_llm_query,
+                                   on_rlm_query=self._answer_rlm_query,
+                                   tools=self.custom_tools or None, **options)
+        self._context_count = 0 if context is None else 1
+        self._history_count = 0
+
+    def load_context(self, context_payload: Any) -> None:
+        """Makes ``context_payload`` the session's ``context_0`` (and ``context``)."""
+        self.add_context(context_payload, 0)
+
+    def execute_code(self, code: str) -> Any:
+        """Runs one cell; returns a ``REPLResult`` (the library's when installed)."""
+        start = time.perf_counter()
+        with self._calls_lock:
+            self._pending_calls = []
+        cell = self._session().execute(code, locals=self._list_locals)
+        with self._calls_lock:
+            pending, self._pending_calls = self._pending_calls, []
+        # In the order the calls reached the host (one by one as the cell made them; a batch's
+        # calls run at once and may arrive in any order, their answers are in prompt order).
+        calls = [record for _, record in sorted(pending, key=lambda item: item[0])]
+        stderr = cell.stderr
+        failure = _failure_text(cell)
+        if failure:
+            stderr = f"{stderr}\n{failure}" if stderr else f"\n{failure}"
+        final_answer = cell.answer
+        if final_answer is None and cell.has_final:  # FINAL / FINAL_VAR of older prompts
+            final_answer = str(cell.final)
+        variables = {entry.get("name"): entry.get("repr")
+                     for entry in (cell.locals or []) if isinstance(entry, dict)}
+        return REPLResult(stdout=cell.stdout, stderr=stderr, locals=variables,
+                          execution_time=time.perf_counter() - start, rlm_calls=calls,
+                          final_answer=final_answer)
+
+    def cleanup(self) -> None:
+        """Closes the sandbox session (idempotent); nothing of it is left behind."""
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            sandbox.close()
+
+    @property
+    def locals(self) -> Mapping[str, Any]:
+        """The session's variables, as LocalREPL's ``locals`` (each lookup asks the session)."""
+        return _Variables(self)
+
+    def __enter__(self) -> "RlmSandboxREPL":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        self.cleanup()
+        return False
+
+    def __del__(self) -> None:
+        # At interpreter exit the client's own safety net ends the process; closing from
+        # here then could wait on threads that no longer run.
+        if sys.is_finalizing():
+            return
+        try:
+            self.cleanup()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- SupportsPersistence --------------------------------------------------------------------
+
+    def update_handler_address(self, address: Tuple[str, int]) -> None:
+        """Points ``llm_query`` at the LM handler of the next completion."""
+        self.lm_handler_address = address
+
+    def add_context(self, context_payload: Any, context_index: Optional[int] = None) -> int:
+        """Adds ``context_N`` (``context`` when N is 0) to the live session; returns N."""
+        index = self._session().add_context(context_payload, index=context_index)
+        self._context_count = max(self._context_count, int(index) + 1)
+        return int(index)
+
+    def get_context_count(self) -> int:
+        return self._context_count
+
+    def add_history(self, message_history: List[Dict[str, Any]],
+                    history_index: Optional[int] = None) -> int:
+        """Adds ``history_N`` (``history`` when N is 0), a copy of the messages; returns N."""
+        index = self._session().add_history(message_history, index=history_index)
+        self._history_count = max(self._history_count, int(index) + 1)
+        return int(index)
+
+    def get_history_count(self) -> int:
+        return self._history_count
+
+    def append_compaction_entry(self, entry: Any) -> None:
+        """Compaction: appends a trajectory segment or summary to the ``history`` list.
+
+        The whole list is sent again each time (as DockerREPL does). Unlike LocalREPL, once a
+        ``history_0`` exists (persistent mode's ``add_history``) ``history`` is that, the
+        session's reserved alias, and the compaction list is no longer visible by that name.
+        """
+        if not self.compaction:
+            return
+        self._compaction_history.append(json.loads(json.dumps(entry)))
+        self._inject_compaction_history()
+
+    # -- the sandbox's calls --------------------------------------------------------------------
+
+    def _session(self) -> RlmSandbox:
+        if self._sandbox is None:
+            raise RuntimeError("the RlmSandboxREPL was cleaned up; create a new one")
+        return self._sandbox
+
+    def _inject_compaction_history(self) -> None:
+        text = json.dumps(self._compaction_history)
+        self._session().execute(f"import json as _json\nhistory = _json.loads({text!r})\n"
+                                f"del _json")
+
+    def _record(self, order: int, completion: Any) -> None:
+        with self._calls_lock:
+            self._pending_calls.append((order, completion))
+
+    def _answer_llm_query(self, prompt: Any, model: Optional[str]) -> str:
+        """A cell's ``llm_query``: one request to the library's LM handler."""
+        order = next(self._call_order)
+        address = self.lm_handler_address
+        if not address:
+            raise RuntimeError("No LM handler configured")
+        message: Dict[str, Any] = {"prompt": prompt, "depth": self.depth}
+        if model is not None:
+            message["model"] = model
+        try:
+            answer = _lm_handler.request(tuple(address), message, self._lm_request_timeout)
+        except Exception as error:  # noqa: BLE001 - the cell sees the text, as in LocalREPL
+            raise RuntimeError(f"LM query failed - {error}") from error
+        if answer.get("error") is not None:
+            raise RuntimeError(str(answer["error"]))
+        data = answer.get("chat_completion")
+        if not isinstance(data, dict):
+            raise RuntimeError("No chat completion or error provided.")
+        completion = _completion_from_json(data)
+        self._record(order, completion)
+        return str(completion.response)
+
+    def _answer_rlm_query(self, prompt: Any, model: Optional[str]) -> str:
+        """A cell's ``rlm_query``: a child RLM through ``subcall_fn``, else an llm_query."""
+        if self.subcall_fn is None:
+            return self._answer_llm_query(prompt, model)
+        order = next(self._call_order)
+        with self._subcalls:
+            try:
+                completion = self.subcall_fn(prompt, model)
+            except Exception as error:  # noqa: BLE001
+                raise RuntimeError(f"RLM query failed - {error}") from error
+        self._record(order, completion)
+        return str(getattr(completion, "response", completion))
+
+
+def _make_router(original: Callable[..., Any]) -> Callable[..., Any]:
+    def get_environment(environment: str, environment_kwargs: Dict[str, Any]) -> Any:
+        kwargs = dict(environment_kwargs or {})
+        if environment == ENVIRONMENT_NAME or ENVIRONMENT_NAME in kwargs:
+            return RlmSandboxREPL(**kwargs)
+        return original(environment, environment_kwargs)
+
+    get_environment.rlm_sandbox_router = True  # type: ignore[attr-defined]
+    get_environment.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_environment
+
+
+def register() -> None:
+    """Teaches the installed RLM library to build ``RlmSandboxREPL`` (idempotent).
+
+    After it, the library's ``get_environment`` returns an ``RlmSandboxREPL`` for
+    ``environment="rlm_sandbox"`` and for any environment whose kwargs hold an ``rlm_sandbox``
+    key (see ``sandboxed()``); everything else goes to the library as before.
+    Raises ``ImportError`` when the library cannot be imported.
+    """
+    import rlm.core.rlm as core  # noqa: PLC0415 - only when asked for
+    import rlm.environments as environments  # noqa: PLC0415
+
+    for module in (environments, core):
+        current = getattr(module, "get_environment")
+        if not getattr(current, "rlm_sandbox_router", False):
+            module.get_environment = _make_router(current)
+
+
+def sandboxed(**options: Any) -> Dict[str, Any]:
+    """``environment_kwargs`` for the library's ``RLM`` that select ``RlmSandboxREPL``.
+
+    ``options`` are the sandbox's (``policy``, ``timeout``, ``memory``, ...; see
+    ``RlmSandboxREPL``). Registers the environment with the library first (``register()``).
+    """
+    unknown = set(options) - SANDBOX_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown rlm_sandbox options: {sorted(unknown)}")
+    register()
+    return {ENVIRONMENT_NAME: dict(options)}

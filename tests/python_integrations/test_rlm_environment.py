@@ -1,0 +1,402 @@
+"""Contract tests for rlm_sandbox.integrations.rlm.RlmSandboxREPL against the real sandbox.
+
+Written from the RLM library's environment interface (BaseEnv, SupportsPersistence, the LM
+handler protocol, LocalREPL's behaviour): what its completion loop relies on. The library is
+not needed (nor imported, unless installed); its LM handler is played by ``FakeLMHandler``.
+
+Run: ``RLM_SANDBOX_BIN=build/bin/rlm-sandbox python3 -m unittest -v test_rlm_environment``
+from tests/python_integrations (ctest's ``python_integrations`` test does this).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import types
+import unittest
+from typing import Any, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+from _fakes import SANDBOX, FakeLMHandler, require_binary  # noqa: E402
+from rlm_sandbox.integrations import rlm as rlm_env  # noqa: E402
+from rlm_sandbox.integrations.rlm import RlmSandboxREPL  # noqa: E402
+
+
+
+setUpModule = require_binary  # noqa: N816 - unittest's name
+
+
+def make_env(**kwargs: Any) -> RlmSandboxREPL:
+    return RlmSandboxREPL(**{**SANDBOX, **kwargs})
+
+
+def pid_alive(pid: Optional[int]) -> bool:
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+class Completion:
+    """What the library's subcall_fn returns (only ``response`` is read)."""
+
+    def __init__(self, response: str) -> None:
+        self.response = response
+
+
+class ReplResultShape(unittest.TestCase):
+    def setUp(self) -> None:
+        self.env = make_env()
+        self.addCleanup(self.env.cleanup)
+
+    def test_execute_code_fills_every_field(self) -> None:
+        result = self.env.execute_code("x = 6 * 7\nwords = ['a', 'b']\nprint('hello', x)")
+        self.assertEqual(result.stdout, "hello 42\n")
+        self.assertEqual(result.stderr, "")
+        self.assertEqual(result.locals.get("x"), "42")
+        self.assertEqual(result.locals.get("words"), "['a', 'b']")
+        self.assertGreater(result.execution_time, 0)
+        self.assertEqual(result.rlm_calls, [])
+        self.assertIsNone(result.final_answer)
+
+    def test_no_echo_of_a_trailing_expression_as_with_exec(self) -> None:
+        self.assertEqual(self.env.execute_code("1 + 1").stdout, "")
+
+    def test_state_persists_and_exception_goes_to_stderr(self) -> None:
+        self.env.execute_code("kept = 'yes'")
+        result = self.env.execute_code("print('before')\n1 / 0")
+        self.assertEqual(result.stdout, "before\n")
+        self.assertIn("ZeroDivisionError", result.stderr)
+        self.assertEqual(self.env.execute_code("print(kept)").stdout, "yes\n")
+
+    def test_answer_ready_is_the_final_answer_once(self) -> None:
+        result = self.env.execute_code("answer['content'] = 6 * 7\nanswer['ready'] = True")
+        self.assertEqual(result.final_answer, "42")
+        self.assertIsNone(self.env.execute_code("pass").final_answer)
+
+    def test_answer_rebound_to_a_plain_dict_still_finishes(self) -> None:
+        result = self.env.execute_code("answer = {'content': 'plain', 'ready': True}")
+        self.assertEqual(result.final_answer, "plain")
+
+    def test_older_finishers_final_var_prints_its_value(self) -> None:
+        result = self.env.execute_code("x = 'the value'\nprint(FINAL_VAR('x'))")
+        self.assertEqual(result.stdout, "the value\n")
+        self.assertEqual(result.final_answer, "the value")
+        self.assertEqual(self.env.execute_code("FINAL(7)").final_answer, "7")
+
+    def test_reserved_names_are_restored_after_a_cell(self) -> None:
+        self.env.load_context("the context")
+        self.env.execute_code("llm_query = None\ncontext = 1\nanswer = 3")
+        result = self.env.execute_code(
+            "print(callable(llm_query), context, answer['ready'])")
+        self.assertEqual(result.stdout, "True the context False\n")
+
+    def test_show_vars_lists_the_variables(self) -> None:
+        self.env.execute_code("alpha = 1")
+        result = self.env.execute_code("print(SHOW_VARS())")
+        self.assertIn("Available variables:", result.stdout)
+        self.assertIn("'alpha': 'int'", result.stdout)
+
+    def test_setup_code_runs_first(self) -> None:
+        env = make_env(setup_code="import math\nradius = 2")
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute_code("print(round(math.pi * radius ** 2, 2))").stdout,
+                         "12.57\n")
+
+    def test_locals_mapping_reads_values_from_the_session(self) -> None:
+        self.env.load_context("First")
+        self.env.execute_code("total = 6 * 100\nitems = [1, 'a']\n"
+                              "class K:\n    pass\nk = K()")
+        variables = self.env.locals
+        self.assertEqual(variables["total"], 600)
+        self.assertEqual(variables["items"], [1, "a"])
+        self.assertEqual(variables["context_0"], "First")
+        self.assertTrue(variables["k"].startswith("<"), variables["k"])  # not JSON: its repr
+        self.assertIn("total", variables)
+        self.assertNotIn("missing", variables)
+        with self.assertRaises(KeyError):
+            variables["missing"]  # noqa: B018 - the lookup is the test
+        self.assertLessEqual({"total", "items", "k"}, set(variables))
+
+    def test_stand_in_result_has_the_library_fields(self) -> None:
+        result = self.env.execute_code("print(1)")
+        data = result.to_dict()
+        for key in ("stdout", "stderr", "locals", "execution_time", "rlm_calls",
+                    "final_answer"):
+            self.assertIn(key, data)
+
+
+class LmCalls(unittest.TestCase):
+    def test_llm_query_reaches_the_handler_with_depth_and_model(self) -> None:
+        with FakeLMHandler(lambda p, m, d: f"echo:{p}:{m}:{d}") as handler:
+            env = make_env(lm_handler_address=handler.address, depth=2)
+            self.addCleanup(env.cleanup)
+            result = env.execute_code("print(llm_query('ping'))\n"
+                                      "print(llm_query('pong', model='small'))")
+        self.assertEqual(result.stdout, "echo:ping:None:2\necho:pong:small:2\n")
+        self.assertEqual([c.response for c in result.rlm_calls],
+                         ["echo:ping:None:2", "echo:pong:small:2"])
+        self.assertEqual(sorted(r["prompt"] for r in handler.requests), ["ping", "pong"])
+
+    def test_message_list_prompt_arrives_as_a_list(self) -> None:
+        seen: List[Any] = []
+        with FakeLMHandler(lambda p, m, d: (seen.append(p), "ok")[1]) as handler:
+            env = make_env(lm_handler_address=handler.address)
+            self.addCleanup(env.cleanup)
+            env.execute_code("r = llm_query([{'role': 'user', 'content': 'hi'}])")
+        self.assertEqual(seen, [[{"role": "user", "content": "hi"}]])
+
+    def test_batched_keeps_order_and_fails_per_item(self) -> None:
+        def respond(prompt: Any, model: Any, depth: int) -> str:
+            if prompt == "bad":
+                raise ValueError("no such luck")
+            time.sleep(0.05 if prompt == "p0" else 0)
+            return prompt.upper()
+
+        with FakeLMHandler(respond) as handler:
+            env = make_env(lm_handler_address=handler.address)
+            self.addCleanup(env.cleanup)
+            result = env.execute_code("r = llm_query_batched(['p0', 'bad', 'p2'])\n"
+                                      "print(r[0], r[2])\nprint(r[1])")
+        first, second = result.stdout.splitlines()
+        self.assertEqual(first, "P0 P2")
+        self.assertTrue(second.startswith("Error: "), second)
+        self.assertIn("no such luck", second)
+        self.assertEqual(len(result.rlm_calls), 2)
+
+    def test_without_a_handler_llm_query_returns_the_library_error_text(self) -> None:
+        env = make_env()
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute_code("print(llm_query('x'))").stdout,
+                         "Error: No LM handler configured\n")
+
+    def test_update_handler_address_moves_the_calls(self) -> None:
+        with FakeLMHandler(lambda p, m, d: "first") as one, \
+                FakeLMHandler(lambda p, m, d: "second") as two:
+            env = make_env(lm_handler_address=one.address, persistent=True)
+            self.addCleanup(env.cleanup)
+            self.assertEqual(env.execute_code("print(llm_query('a'))").stdout, "first\n")
+            env.update_handler_address(two.address)
+            self.assertEqual(env.execute_code("print(llm_query('a'))").stdout, "second\n")
+
+    def test_rlm_query_goes_through_subcall_fn_capped(self) -> None:
+        lock = threading.Lock()
+        state = {"now": 0, "most": 0}
+        prompts: List[Any] = []
+
+        def subcall(prompt: Any, model: Optional[str]) -> Completion:
+            with lock:
+                prompts.append((prompt, model))
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+            time.sleep(0.2)
+            with lock:
+                state["now"] -= 1
+            return Completion(f"child:{prompt}")
+
+        env = make_env(subcall_fn=subcall, max_concurrent_subcalls=2)
+        self.addCleanup(env.cleanup)
+        result = env.execute_code("print(rlm_query('solo', model='m'))\n"
+                                  "print(rlm_query_batched(['a', 'b', 'c', 'd']))")
+        self.assertEqual(result.stdout,
+                         "child:solo\n['child:a', 'child:b', 'child:c', 'child:d']\n")
+        self.assertIn(("solo", "m"), prompts)
+        self.assertLessEqual(state["most"], 2)
+        self.assertEqual(len(result.rlm_calls), 5)
+
+    def test_rlm_query_failure_is_error_text(self) -> None:
+        def subcall(prompt: Any, model: Optional[str]) -> Completion:
+            raise RuntimeError("child broke")
+
+        env = make_env(subcall_fn=subcall)
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute_code("print(rlm_query('x'))").stdout,
+                         "Error: RLM query failed - child broke\n")
+
+    def test_rlm_query_without_subcall_fn_is_an_llm_query(self) -> None:
+        with FakeLMHandler(lambda p, m, d: f"lm:{p}") as handler:
+            env = make_env(lm_handler_address=handler.address)
+            self.addCleanup(env.cleanup)
+            self.assertEqual(env.execute_code("print(rlm_query('q'))").stdout, "lm:q\n")
+
+
+class CustomTools(unittest.TestCase):
+    def test_callable_tool_runs_on_the_host_and_data_tool_is_a_value(self) -> None:
+        host_threads: List[str] = []
+
+        def lookup(key: str, default: str = "?") -> dict:
+            host_threads.append(threading.current_thread().name)
+            return {"key": key, "found": {"a": 1}.get(key, default)}
+
+        env = make_env(custom_tools={
+            "lookup": {"tool": lookup, "description": "finds a key"},
+            "LIMITS": {"max": 3}})
+        self.addCleanup(env.cleanup)
+        result = env.execute_code("a, b = lookup('a'), lookup('b', default='none')\n"
+                                  "print(a['key'], a['found'], b['key'], b['found'])\n"
+                                  "print(LIMITS['max'])")
+        self.assertEqual(result.stdout, "a 1 b none\n3\n")
+        self.assertEqual(len(host_threads), 2)
+
+    def test_tool_exception_raises_in_the_cell(self) -> None:
+        def broken() -> None:
+            raise KeyError("missing thing")
+
+        env = make_env(custom_tools={"broken": broken})
+        self.addCleanup(env.cleanup)
+        result = env.execute_code("try:\n    broken()\nexcept RuntimeError as e:\n"
+                                  "    print('raised', 'missing thing' in str(e))")
+        self.assertEqual(result.stdout, "raised True\n")
+
+    def test_reserved_names_are_refused(self) -> None:
+        with self.assertRaises(ValueError):
+            make_env(custom_tools={"llm_query": len})
+        with self.assertRaises(ValueError):
+            make_env(custom_tools={"answer": 1})
+
+
+class Persistence(unittest.TestCase):
+    def setUp(self) -> None:
+        self.env = make_env(context_payload="first document", persistent=True)
+        self.addCleanup(self.env.cleanup)
+
+    def test_contexts_are_versioned_and_context_is_context_0(self) -> None:
+        self.assertEqual(self.env.get_context_count(), 1)
+        self.assertEqual(self.env.add_context({"k": [1, 2]}), 1)
+        self.assertEqual(self.env.add_context(["x", "y"]), 2)
+        self.assertEqual(self.env.get_context_count(), 3)
+        result = self.env.execute_code(
+            "print(context == context_0, context_0)\n"
+            "print(context_1['k'], type(context_1).__name__, context_2)")
+        self.assertEqual(result.stdout,
+                         "True first document\n[1, 2] dict ['x', 'y']\n")
+
+    def test_explicit_index_replaces_that_context(self) -> None:
+        self.assertEqual(self.env.add_context("replaced", 0), 0)
+        self.assertEqual(self.env.get_context_count(), 1)
+        self.assertEqual(self.env.execute_code("print(context)").stdout, "replaced\n")
+
+    def test_histories_are_versioned_copies(self) -> None:
+        messages = [{"role": "user", "content": "hi"}]
+        self.assertEqual(self.env.add_history(messages), 0)
+        messages.append({"role": "assistant", "content": "changed later"})
+        self.assertEqual(self.env.add_history([{"role": "user", "content": "two"}]), 1)
+        self.assertEqual(self.env.get_history_count(), 2)
+        result = self.env.execute_code(
+            "print(len(history), history is history_0, history_1[0]['content'])")
+        self.assertEqual(result.stdout, "1 True two\n")
+
+    def test_added_context_survives_a_rolled_back_cell(self) -> None:
+        env = make_env(timeout=1)
+        self.addCleanup(env.cleanup)
+        env.add_context("kept text")
+        result = env.execute_code("while True:\n    pass")
+        self.assertIn("TimeoutError", result.stderr)
+        self.assertEqual(env.execute_code("print(context)").stdout, "kept text\n")
+
+    def test_compaction_entries_make_the_history_list(self) -> None:
+        env = make_env(compaction=True)
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute_code("print(history)").stdout, "[]\n")
+        env.append_compaction_entry([{"role": "user", "content": "segment"}])
+        env.append_compaction_entry({"type": "summary", "content": "so far"})
+        self.assertEqual(env.execute_code("print(len(history), history[1]['content'])").stdout,
+                         "2 so far\n")
+
+    def test_supports_the_persistence_protocol_methods(self) -> None:
+        for name in ("update_handler_address", "add_context", "get_context_count",
+                     "add_history", "get_history_count"):
+            self.assertTrue(callable(getattr(self.env, name)), name)
+
+
+class Lifecycle(unittest.TestCase):
+    def test_runaway_cell_ends_at_the_timeout_and_the_session_goes_on(self) -> None:
+        env = make_env(timeout=1)
+        self.addCleanup(env.cleanup)
+        env.execute_code("before = 1")
+        started = time.monotonic()
+        result = env.execute_code("after = 2\nwhile True:\n    pass")
+        self.assertLess(time.monotonic() - started, 30)
+        self.assertIn("TimeoutError", result.stderr)
+        self.assertEqual(env.execute_code("print(before, 'after' in globals())").stdout,
+                         "1 False\n")
+
+    def test_cleanup_ends_the_sandbox_and_is_idempotent(self) -> None:
+        env = make_env()
+        pid = env._sandbox.pid
+        self.assertTrue(pid_alive(pid))
+        env.cleanup()
+        env.cleanup()
+        self.assertFalse(pid_alive(pid))
+        self.assertEqual(len(env.locals), 0)  # as LocalREPL's cleared namespace
+        with self.assertRaises(RuntimeError):
+            env.execute_code("1")
+
+    def test_context_manager_cleans_up(self) -> None:
+        with make_env() as env:
+            pid = env._sandbox.pid
+        self.assertFalse(pid_alive(pid))
+
+
+class Registration(unittest.TestCase):
+    """register() / sandboxed() against a stand-in of the library's module layout."""
+
+    def setUp(self) -> None:
+        self.saved = {name: sys.modules.get(name)
+                      for name in ("rlm", "rlm.core", "rlm.core.rlm", "rlm.environments")}
+        self.calls: List[Any] = []
+
+        def original(environment: str, kwargs: dict) -> Any:
+            self.calls.append(environment)
+            return ("library", environment)
+
+        package = types.ModuleType("rlm")
+        core = types.ModuleType("rlm.core")
+        core_rlm = types.ModuleType("rlm.core.rlm")
+        environments = types.ModuleType("rlm.environments")
+        self.original = original
+        core_rlm.get_environment = original
+        environments.get_environment = original
+        package.core, core.rlm, package.environments = core, core_rlm, environments
+        sys.modules.update({"rlm": package, "rlm.core": core, "rlm.core.rlm": core_rlm,
+                            "rlm.environments": environments})
+        self.core_rlm = core_rlm
+
+        def restore() -> None:
+            for name, module in self.saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+        self.addCleanup(restore)
+
+    def test_routes_the_name_and_the_kwargs_key_and_nothing_else(self) -> None:
+        kwargs = rlm_env.sandboxed(**SANDBOX)
+        rlm_env.register()  # idempotent: still one router
+        route = self.core_rlm.get_environment
+        self.assertIs(route.__wrapped__, self.original)  # wrapped once, not twice
+        self.assertEqual(route("local", {"depth": 1}), ("library", "local"))
+        env = route("local", dict(kwargs, depth=3, context_payload="ctx"))
+        self.addCleanup(env.cleanup)
+        self.assertIsInstance(env, RlmSandboxREPL)
+        self.assertEqual(env.depth, 3)
+        self.assertEqual(env.execute_code("print(context)").stdout, "ctx\n")
+        named = route("rlm_sandbox", dict(SANDBOX))
+        self.addCleanup(named.cleanup)
+        self.assertIsInstance(named, RlmSandboxREPL)
+        self.assertEqual(self.calls, ["local"])
+
+    def test_unknown_option_is_refused(self) -> None:
+        with self.assertRaises(TypeError):
+            rlm_env.sandboxed(colour="blue")
+
+
+if __name__ == "__main__":
+    unittest.main()
