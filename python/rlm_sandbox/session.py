@@ -114,6 +114,7 @@ def _installed_binary() -> Optional[str]:
             return candidate
     return None
 
+
 class RlmSandbox:
     """One ``rlm-sandbox repl`` process: a persistent sandboxed Python session.
 
