@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import weakref
@@ -98,6 +99,20 @@ _open_sandboxes: "weakref.WeakSet[RlmSandbox]" = weakref.WeakSet()
 def _close_open_sandboxes() -> None:
     for sandbox in list(_open_sandboxes):
         sandbox._close_at_exit()
+
+
+def _installed_binary() -> Optional[str]:
+    """rlm-sandbox in an install prefix when it is not on PATH (a service's or cron's short PATH):
+    the prefix this package was installed under (PREFIX/lib/python3/dist-packages/rlm_sandbox,
+    the .deb's), the running Python's prefix (a virtualenv), then /usr/local and /usr."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    prefixes = [os.path.normpath(os.path.join(here, os.pardir, os.pardir, os.pardir, os.pardir)),
+                sys.prefix, "/usr/local", "/usr"]
+    for prefix in prefixes:
+        candidate = os.path.join(prefix, "bin", "rlm-sandbox")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 class RlmSandbox:
@@ -451,7 +466,7 @@ class RlmSandbox:
         from_env = os.environ.get("RLM_SANDBOX_BIN")
         if from_env:
             return from_env
-        found = shutil.which("rlm-sandbox")
+        found = shutil.which("rlm-sandbox") or _installed_binary()
         if found is None:
             raise RlmSandboxError(
                 "rlm-sandbox not found: pass binary=, set RLM_SANDBOX_BIN or put it on PATH")

@@ -1,5 +1,6 @@
 #include "common/init.hpp"
 
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -35,19 +36,46 @@ bool is_executable_file(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
+// The file this code was loaded from: the shared library (librlm_sandbox.so) when a program links
+// that, else the executable itself.
+std::filesystem::path loaded_object() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&locate_init), &info) == 0 || info.dli_fname == nullptr)
+    return {};
+  std::error_code error;
+  auto path = std::filesystem::canonical(info.dli_fname, error);
+  return error ? std::filesystem::path() : path;
+}
+
+// Relative to the running program first (a build tree's bin/, where every executable lands next to
+// rlm-sandbox-init; an installed bin/ with libexec/ beside it, wherever the prefix was moved), then
+// relative to the shared library (an embedder's program anywhere, the library in PREFIX/lib or
+// PREFIX/lib/<multiarch>), then the prefix the library was configured for. Never the build tree
+// by its path: an installed copy must not pick up whatever a build directory holds.
 std::vector<std::string> default_candidates() {
   std::vector<std::string> candidates;
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const auto dir = self.parent_path();
+  const auto add_near = [&candidates](const std::filesystem::path& dir) {
     candidates.push_back((dir / protocol::kBinaryName).string());
     candidates.push_back(
         (dir.parent_path() / "libexec/rlm-sandbox" / protocol::kBinaryName).string());
+  };
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) add_near(self.parent_path());
+  if (const auto library = loaded_object(); !library.empty() && library != self) {
+    const auto dir = library.parent_path();
+    candidates.push_back(
+        (dir.parent_path() / "libexec/rlm-sandbox" / protocol::kBinaryName).string());
+    candidates.push_back(
+        (dir.parent_path().parent_path() / "libexec/rlm-sandbox" / protocol::kBinaryName).string());
   }
   candidates.push_back(RLM_SANDBOX_INIT_INSTALL_PATH);
-  candidates.push_back(RLM_SANDBOX_INIT_BUILD_PATH);
-  return candidates;
+  // Each path once, in order of first appearance, so the "looked for" message stays short.
+  std::vector<std::string> unique;
+  for (auto& candidate : candidates)
+    if (std::find(unique.begin(), unique.end(), candidate) == unique.end())
+      unique.push_back(std::move(candidate));
+  return unique;
 }
 
 std::string rlimit_text(const ResourceLimit& limit) {
@@ -143,7 +171,8 @@ std::string InitLocation::problem() const {
 
 std::string InitLocation::fix() {
   return "build the rlm-sandbox-init target (it lands next to the rlm-sandbox binary), install "
-         "rlm-sandbox, or set RLM_SANDBOX_INIT to the path of rlm-sandbox-init";
+         "rlm-sandbox (PREFIX/libexec/rlm-sandbox/rlm-sandbox-init), or set RLM_SANDBOX_INIT "
+         "to the path of rlm-sandbox-init";
 }
 
 InitLocation locate_init() {
