@@ -12,8 +12,9 @@ namespace {
 // Leaves everything it can behind: a file in /tmp, a detached process whose command line holds
 // the token, its own environment variable (given by the request), and a pids limit below the
 // policy's (the request's tightened policy, written to the run's cgroup), which it proves is in
-// force by forking until the limit stops it; then it waits, printed and flushed, for the runtime,
-// which stops a sandbox that has hit its process limit (so the run always ends pids_limit).
+// force by forking until the limit stops it, printing (flushed) as it goes: the runtime stops a
+// sandbox that has hit its process limit within milliseconds, which on a slow machine (the VM lane)
+// can come before any line printed after the loop (so the run always ends pids_limit).
 std::string leaving_script(const std::string& token) {
   return "import os, subprocess, time\n"
          "open('/tmp/leak-" +
@@ -22,17 +23,18 @@ std::string leaving_script(const std::string& token) {
          "subprocess.Popen(['sh', '-c', 'while :; do sleep 1; done', 'leak-" +
          token +
          "'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+         "print('env', os.environ.get('RLM_LEAK', ''), flush=True)\n"
          "forked = 0\n"
+         "print('forked', forked, flush=True)\n"
          "try:\n"
          "    for _ in range(20):\n"
          "        if os.fork() == 0:\n"
          "            time.sleep(2)\n"
          "            os._exit(0)\n"
          "        forked += 1\n"
+         "        print('forked', forked, flush=True)\n"
          "except OSError:\n"
          "    pass\n"
-         "print('forked', forked)\n"
-         "print('env', os.environ.get('RLM_LEAK', ''), flush=True)\n"
          "time.sleep(30)\n";  // the runtime stops it at the limit it hit (wall time: 10 s)
 }
 
