@@ -202,15 +202,13 @@ TEST(LlmLimits, EveryDoneIsCalledExactlyOnceUnderRaces) {
   for (auto& caller : callers) caller.join();
   ASSERT_TRUE(answers->wait_for(kCalls));
   std::this_thread::sleep_for(milliseconds(100));  // late answers have come in by now
-  std::size_t timed_out = 0;
+  // How many timed out depends on the scheduler (on a loaded CI machine all may), so only the
+  // exactly-once property is asserted; the two outcomes each have deterministic tests above.
   for (std::size_t i = 0; i < kCalls; ++i) {
     EXPECT_EQ(answers->times_done(i), 1) << i;
     const LlmAnswer answer = answers->at(i);
     EXPECT_NE(answer.text.has_value(), !answer.error.empty()) << i;
-    timed_out += answer.error.empty() ? 0 : 1;
   }
-  EXPECT_GT(timed_out, 0u);
-  EXPECT_LT(timed_out, kCalls);
 }
 
 TEST(LlmLimits, DestroyingTheHandlerAnswersEveryCallAtOnce) {
