@@ -390,13 +390,14 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   if (p.cgroup) {
     // A run that has hit its process limit is stopped there rather than left to spin (a fork
     // bomb retries forever) until the wall limit; one that has used its CPU time at once.
-    options.limit_reached = [cgroup = p.cgroup.get(), cpu_budget, stopped_at] {
+    options.limit_reached = [cgroup = p.cgroup.get(), cpu_budget, stopped_at,
+                             stop_at_process_limit = request.stop_at_process_limit] {
       try {
         if (const auto cpu = cgroup->cpu_time(); cpu && *cpu >= cpu_budget) {
           *stopped_at = CgroupLimit::cpu_time;
           return true;
         }
-        if (cgroup->usage().pids_limit_hit) {
+        if (stop_at_process_limit && cgroup->usage().pids_limit_hit) {
           *stopped_at = CgroupLimit::pids;
           return true;
         }
