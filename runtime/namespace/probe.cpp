@@ -37,7 +37,7 @@ std::optional<ProbeFailure> probe_setup(const std::string& init_path) {
     WarmSandbox::build(probe_policy(), init_path,
                        std::chrono::steady_clock::now() + kProbeDeadline);
   } catch (const SetupError& error) {
-    return ProbeFailure{error.what(), error.diagnosis().fix, error.step(), error.error()};
+    return ProbeFailure{error.summary(), error.diagnosis().fix, error.step(), error.error()};
   } catch (const std::exception& error) {
     return ProbeFailure{error.what(), "", "", 0};
   }

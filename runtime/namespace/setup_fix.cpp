@@ -119,10 +119,19 @@ SetupDiagnosis diagnose_setup_step(std::string_view step, int error, const Setup
 SetupError::SetupError(std::string step, int error)
     : SetupError(step, error, diagnose_setup_step(step, error, read_setup_signals())) {}
 
+namespace {
+
+std::string summarize(const std::string& step, int error, const SetupDiagnosis& diagnosis) {
+  return "sandbox setup failed: " + step + ": " + sys::errno_text(error) +
+         (diagnosis.cause.empty() ? "" : " (" + diagnosis.cause + ")");
+}
+
+}  // namespace
+
 SetupError::SetupError(std::string step, int error, SetupDiagnosis diagnosis)
-    : Error("sandbox setup failed: " + step + ": " + sys::errno_text(error) +
-            (diagnosis.cause.empty() ? "" : " (" + diagnosis.cause + ")") +
+    : Error(summarize(step, error, diagnosis) +
             (diagnosis.fix.empty() ? "" : "; to fix: " + diagnosis.fix)),
+      summary_(summarize(step, error, diagnosis)),
       step_(std::move(step)),
       error_(error),
       diagnosis_(std::move(diagnosis)) {}

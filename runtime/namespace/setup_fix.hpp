@@ -36,9 +36,12 @@ class SetupError : public Error {
   const std::string& step() const { return step_; }
   int error() const { return error_; }
   const SetupDiagnosis& diagnosis() const { return diagnosis_; }
+  // what() without the fix: "sandbox setup failed: <step>: <errno text> (<cause>)".
+  const std::string& summary() const { return summary_; }
 
  private:
   SetupError(std::string step, int error, SetupDiagnosis diagnosis);
+  std::string summary_;
   std::string step_;
   int error_;
   SetupDiagnosis diagnosis_;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "namespace/clone.hpp"
 #include "namespace/setup_fix.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -84,6 +85,12 @@ IdMapping prepare_id_mapping(const User& user) {
 
 void write_id_maps(pid_t child, const IdMapping& mapping) {
   const std::string base = "/proc/" + std::to_string(child) + "/";
+  // Written as the namespace's owner (privileged): the kernel lets a map be written by a holder of
+  // CAP_SYS_ADMIN over the namespace, which its owner has there, and root has only with
+  // CAP_SYS_ADMIN on the host -- which a container's root lacks (Docker's default capabilities).
+  // CAP_SETUID and CAP_SETGID, still effective, allow the mapped host ids.
+  const SignalsBlocked blocked;
+  const OwnerSwitch owner(mapping);
   // Unprivileged gid maps need setgroups denied first (else dropping a group could grant access
   // that a "negative" group permission forbids). A privileged runtime leaves it allowed so the
   // child can drop root's groups; afterwards no one inside holds CAP_SETGID over a host gid.

@@ -73,7 +73,9 @@ class OwnerSwitch {
   __user_cap_data_struct caps_[2]{};
 };
 
-// Parent, after clone while the child waits: setgroups, gid_map, uid_map. Throws SetupError
+// Parent, after clone while the child waits: setgroups, gid_map, uid_map, written by the calling
+// thread as the namespace's owner (an OwnerSwitch, every signal blocked), so a root runtime needs
+// no CAP_SYS_ADMIN for them (a container's root has none). Throws SetupError
 // (step "write /proc/<pid>/uid_map", ...).
 void write_id_maps(pid_t child, const IdMapping& mapping);
 
