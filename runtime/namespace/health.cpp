@@ -14,6 +14,7 @@
 #include "namespace/probe.hpp"
 #include "namespace/sandbox_uid.hpp"
 #include "namespace/setup_signals.hpp"
+#include "namespace/userns.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "seccomp/seccomp.hpp"
 
@@ -77,6 +78,10 @@ std::optional<Missing> probe_failure(const common::InitLocation& init) {
 // signal is clear (a plain host), the cheap checks stand in for the probe.
 std::optional<Missing> missing_prerequisite(const common::InitLocation& init, bool thorough) {
   if (init.path.empty()) return Missing{init.problem(), common::InitLocation::fix()};
+  // A switch that forbids user namespaces outright: its own fix, whatever else would fail too.
+  if (const std::string fix = user_namespace_fix();
+      fix.starts_with("sysctl") && !sysctls_allow_user_namespaces())
+    return Missing{"user namespaces are switched off on this host", fix};
   if (!thorough) {
     if (!sysctls_allow_user_namespaces() || read_setup_signals().any()) return probe_failure(init);
     // Selection skips the seccomp probe: the run compiles the policy's filter anyway.

@@ -153,10 +153,15 @@ void report_outcome(const Result& result) {
 }
 
 // A run whose limits were held by a stand-in (a per-process rlimit where no writable cgroup was)
-// or not at all says so once on stderr, also with --json, whose stdout stays the Result alone.
-// report_outcome already printed the detail, and with it the note, of a run that did not end ok.
+// or, for want of one, not at all says so once on stderr, also with --json, whose stdout stays the
+// Result alone. report_outcome already printed the detail, and with it the note, of a run that did
+// not end ok.
 void report_stand_ins(const Result& result, bool as_json) {
-  if (result.unenforced.empty() || result.status == Status::sandbox_error) return;
+  // Only where the backend noted a stand-in ("note: ..." in the detail): an unisolated backend's
+  // structural list (local) is health's to tell, not every run's.
+  if (result.unenforced.empty() || result.status == Status::sandbox_error ||
+      result.detail.find("note: ") == std::string::npos)
+    return;
   const bool detail_printed = !as_json && result.status != Status::ok &&
                               !(result.status == Status::exit_nonzero && result.detail.empty());
   if (detail_printed) return;
