@@ -47,17 +47,6 @@ class HostFd {
   int fd_ = -1;
 };
 
-// A host directory any uid may enter and read, holding a file any uid may read: only Landlock
-// stands between a sandbox holding a descriptor of it and the file.
-class OutsideDir : public test::TempDir {
- public:
-  explicit OutsideDir(const std::string& secret) {
-    ::chmod(path().c_str(), 0777);
-    write("secret", secret);
-    ::chmod(file("secret").c_str(), 0666);
-  }
-};
-
 // Python run in the sandbox: each attempt on a descriptor it inherited prints "name OK value" or
 // "name ERR errno".
 std::string attempts_on_fds(int dir_fd, int path_fd) {
@@ -78,6 +67,54 @@ for label, fd in (('dir', )PY" +
     attempt(label + '.fstat', lambda: oct(os.fstat(fd).st_mode))
 )PY";
 }
+
+// A host directory any uid may enter, read and write, holding a file any uid may read and write,
+// and two descriptors of it (O_RDONLY and O_PATH): only Landlock stands between a sandbox holding
+// them and the file.
+class OutsideDir : public test::TempDir {
+ public:
+  OutsideDir()
+      : secret_("rlm-landlock-secret-" + random_token()),
+        dir_(path(), O_RDONLY | O_DIRECTORY),
+        opath_(path(), O_PATH | O_DIRECTORY) {
+    ::chmod(path().c_str(), 0777);
+    write("secret", secret_);
+    ::chmod(file("secret").c_str(), 0666);
+  }
+  const std::string& secret() const { return secret_; }
+  bool has_fds() const { return dir_.get() >= 0 && opath_.get() >= 0; }
+
+  // The control: the host process, holding the same descriptors, reads the file through each.
+  void expect_readable_from_the_host() const {
+    for (int fd : {dir_.get(), opath_.get()}) {
+      const int opened = ::openat(fd, "secret", O_RDONLY | O_CLOEXEC);
+      ASSERT_GE(opened, 0) << "the host cannot open the file through its own descriptor";
+      char buffer[128] = {};
+      const ssize_t got = ::read(opened, buffer, sizeof buffer - 1);
+      ::close(opened);
+      EXPECT_EQ(std::string(buffer, got > 0 ? static_cast<std::size_t>(got) : 0), secret_);
+    }
+  }
+
+  // A payload that tries everything through both descriptors (attempts_on_fds).
+  Request request() const {
+    Request request;
+    request.language = "python";
+    request.code = attempts_on_fds(dir_.get(), opath_.get());
+    request.inherit_fds = {dir_.get(), opath_.get()};
+    return request;
+  }
+
+  void expect_untouched() const {
+    EXPECT_EQ(read("secret"), secret_);
+    EXPECT_NE(::access(file("planted").c_str(), F_OK), 0);
+    EXPECT_NE(::access(file("planted-dir").c_str(), F_OK), 0);
+  }
+
+ private:
+  std::string secret_;
+  HostFd dir_, opath_;
+};
 
 // `argv` run with landlock_create_ruleset refused (ENOSYS) by a seccomp filter, as Docker's
 // default profile refuses it: the runtime in it sees no Landlock. Its stdout and stderr, joined,
@@ -140,45 +177,21 @@ class NamespaceLandlockTest : public NamespaceTest {
 
 TEST_F(NamespaceLandlockTest, ADirectoryFdFromOutsideOpensNothingThroughIt) {
   if (via_server()) GTEST_SKIP() << "the server does not pass Request::inherit_fds on";
-  const std::string secret = "rlm-landlock-secret-" + random_token();
-  OutsideDir outside(secret);
-  const HostFd dir(outside.path(), O_RDONLY | O_DIRECTORY);
-  const HostFd opath(outside.path(), O_PATH | O_DIRECTORY);
-  ASSERT_GE(dir.get(), 0);
-  ASSERT_GE(opath.get(), 0);
+  const OutsideDir outside;
+  ASSERT_TRUE(outside.has_fds());
+  outside.expect_readable_from_the_host();
 
-  // The control: the host process, holding the same descriptors, opens the file through them.
-  for (int fd : {dir.get(), opath.get()}) {
-    const int file = ::openat(fd, "secret", O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(file, 0) << "the host cannot open the file through its own descriptor";
-    char buffer[128] = {};
-    const ssize_t got = ::read(file, buffer, sizeof buffer - 1);
-    ::close(file);
-    ASSERT_EQ(std::string(buffer, got > 0 ? static_cast<std::size_t>(got) : 0), secret);
-  }
-
-  Request request;
-  request.language = "python";
-  request.code = attempts_on_fds(dir.get(), opath.get());
-  request.inherit_fds = {dir.get(), opath.get()};
-  const Result result = run_request(request, policy_);
+  const Result result = run_request(outside.request(), policy_);
   ASSERT_EQ(result.status, Status::ok) << describe(result);
   expect_confined(parse_lines(result.stdout_data), result.stdout_data);
-  // Nothing changed on the host.
-  EXPECT_EQ(outside.read("secret"), secret);
-  EXPECT_NE(::access(outside.file("planted").c_str(), F_OK), 0);
-  EXPECT_NE(::access(outside.file("planted-dir").c_str(), F_OK), 0);
+  outside.expect_untouched();
 }
 
 // A pool's sandbox is built long before its payload is known: it gets the same ruleset.
 TEST_F(NamespaceLandlockTest, APooledSandboxIsConfinedTheSameWay) {
   if (via_server()) GTEST_SKIP() << "the server does not pass Request::inherit_fds on";
-  const std::string secret = "rlm-landlock-secret-" + random_token();
-  OutsideDir outside(secret);
-  const HostFd dir(outside.path(), O_RDONLY | O_DIRECTORY);
-  const HostFd opath(outside.path(), O_PATH | O_DIRECTORY);
-  ASSERT_GE(dir.get(), 0);
-  ASSERT_GE(opath.get(), 0);
+  const OutsideDir outside;
+  ASSERT_TRUE(outside.has_fds());
 
   Pool pool(policy_, PoolOptions{1, 0});
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -186,15 +199,11 @@ TEST_F(NamespaceLandlockTest, APooledSandboxIsConfinedTheSameWay) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_EQ(pool.stats().ready_sandboxes, 1u) << "no warm sandbox within 30 s";
 
-  Request request;
-  request.language = "python";
-  request.code = attempts_on_fds(dir.get(), opath.get());
-  request.inherit_fds = {dir.get(), opath.get()};
-  const Result result = pool.run(request);
+  const Result result = pool.run(outside.request());
   ASSERT_EQ(result.status, Status::ok) << describe(result);
   EXPECT_EQ(pool.stats().warm_runs, 1u) << "the run did not take a warm sandbox";
   expect_confined(parse_lines(result.stdout_data), result.stdout_data);
-  EXPECT_NE(::access(outside.file("planted").c_str(), F_OK), 0);
+  outside.expect_untouched();
 }
 
 // A read-write bind is writable through its mount; a directory beside its source, reached through
