@@ -98,6 +98,10 @@ class InitLaunch {
   // their own numbers; the caller keeps them open until finish(). Throws Error for a bad list.
   void inherit(const std::vector<int>& fds);
   const KeptFds& inherited() const { return inherited_; }
+  // An fd (>= 4) of init's own that crosses the exec beside the inherited ones (the seccomp
+  // memfds init reads); the slots left after inherit() hold up to 4 of them. Throws Error when
+  // they are full.
+  void keep_for_init(int fd);
 
   // In the forked child: own process group, SIGTERM when the launching thread dies (init then
   // tears the tree down), stdio and the report pipe on fds 0-3, every other fd closed, exec init.
