@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "docker/docker_backend.hpp"
+#include "landlock_backend/landlock_backend.hpp"
 #include "local/local_backend.hpp"
 #include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/backend.hpp"
@@ -59,6 +60,7 @@ nlohmann::json Health::to_json() const {
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "namespace") return ns::make_namespace_backend();
   if (name == "docker") return docker::make_docker_backend();
+  if (name == "landlock") return landlock_backend::make_landlock_backend();
   if (name == "local") return local::make_local_backend();
   return nullptr;
 }

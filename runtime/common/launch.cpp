@@ -194,6 +194,17 @@ void InitLaunch::inherit(const std::vector<int>& fds) {
   for (std::size_t i = 0; i < fds.size(); ++i) inherited_[i] = fds[i];
 }
 
+void InitLaunch::keep_for_init(int fd) {
+  if (fd < kFirstFreeFd)
+    throw Error("an fd kept for init must be >= " + std::to_string(kFirstFreeFd));
+  for (int& slot : inherited_)
+    if (slot < 0) {
+      slot = fd;
+      return;
+    }
+  throw Error("no room left to keep fd " + std::to_string(fd) + " for rlm-sandbox-init");
+}
+
 bool InitLaunch::install_stdio() const noexcept {
   // dup2 clears close-on-exec on the targets; every source is >= kFirstFreeFd, so none is
   // overwritten before it has been moved.

@@ -26,8 +26,9 @@ namespace rlm::common {
 // A request may pass this many fds to its payload (a session's channel and context, ...).
 constexpr std::size_t kMaxInheritedFds = 4;
 // Fds kept across the exec of init: those, plus the namespace backend's own (the error pipe,
-// init's binary, two seccomp memfds). -1 marks an unused slot.
-using KeptFds = std::array<int, kMaxInheritedFds + 4>;
+// init's binary, two seccomp memfds, the Landlock ruleset until it is applied). -1 marks an
+// unused slot.
+using KeptFds = std::array<int, kMaxInheritedFds + 5>;
 
 // Closes every fd >= `first` that is not in `keep`; `ceiling` bounds the close() loop used on
 // kernels without close_range. Raw syscalls only.
@@ -97,6 +98,10 @@ class InitLaunch {
   // their own numbers; the caller keeps them open until finish(). Throws Error for a bad list.
   void inherit(const std::vector<int>& fds);
   const KeptFds& inherited() const { return inherited_; }
+  // An fd (>= 4) of init's own that crosses the exec beside the inherited ones (the seccomp
+  // memfds init reads); the slots left after inherit() hold up to 4 of them. Throws Error when
+  // they are full.
+  void keep_for_init(int fd);
 
   // In the forked child: own process group, SIGTERM when the launching thread dies (init then
   // tears the tree down), stdio and the report pipe on fds 0-3, every other fd closed, exec init.

@@ -33,8 +33,9 @@ struct ChildPlan {
   const common::InitLaunch* launch = nullptr;
   std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
   const PrivilegePlan* privileges = nullptr;
-  int init_fd = -1;        // rlm-sandbox-init, opened on the host; close-on-exec
-  unsigned max_fd = 1024;  // close() ceiling when close_range is missing
+  const LandlockPlan* landlock = nullptr;  // null: no Landlock (ABI 0, or no mount namespace)
+  int init_fd = -1;                        // rlm-sandbox-init, opened on the host; close-on-exec
+  unsigned max_fd = 1024;                  // close() ceiling when close_range is missing
 };
 
 [[noreturn]] void run_child(const ChildPlan& plan) noexcept;

@@ -10,9 +10,10 @@
 #include "cgroup/cgroup.hpp"
 #include "common/health_fields.hpp"
 #include "common/init.hpp"
+#include "common/sandbox_uid.hpp"
+#include "namespace/child_setup.hpp"
 #include "namespace/limits.hpp"
 #include "namespace/probe.hpp"
-#include "namespace/sandbox_uid.hpp"
 #include "namespace/setup_signals.hpp"
 #include "namespace/userns.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -175,7 +176,8 @@ Health namespace_health(const common::InitLocation& init) {
                   "each sandbox's own namespace caps it at half the inotify and fanotify "
                   "budgets") +
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
-      "Result)";
+      "Result); " +
+      LandlockPlan::describe_host();
   health.enforced = always_enforced();
   const cgroup::CgroupSupport cgroups = cgroup::probe_cgroups();
   if (cgroups.mode != cgroup::CgroupSupport::Mode::none) {

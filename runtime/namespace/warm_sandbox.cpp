@@ -80,6 +80,7 @@ struct Preparation {
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
   std::optional<PrivilegePlan> privileges;
+  std::optional<LandlockPlan> landlock;
   std::unique_ptr<cgroup::RunCgroup> cgroup;
   std::string cgroup_problem;  // why there is no cgroup
   std::optional<common::InitLaunch> launch;
@@ -138,6 +139,9 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path)
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
   if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
+  // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
+  // the sandbox sees the host's tree by design, and nothing is added.
+  if (p.rootfs) p.landlock = LandlockPlan::prepare(policy, *p.rootfs, init_path);
 
   collect_stale_groups_once();
   auto created = cgroup::RunCgroup::create(policy.limits);
@@ -187,6 +191,7 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path)
   plan.launch = &*p.launch;
   plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
   plan.privileges = &*p.privileges;
+  plan.landlock = p.landlock ? &*p.landlock : nullptr;
   plan.init_fd = p.init_fd.get();
   plan.max_fd = p.launch->max_fd();
 }
@@ -218,6 +223,8 @@ common::InitProcess start_sandbox(Preparation& p, const Policy& policy, Clock::t
   // The child has its own copy of init's end: from here a child that dies before init takes its
   // payload turns a send on our end into EPIPE rather than a wait.
   p.await_init.reset();
+  p.plan.landlock = nullptr;
+  p.landlock.reset();  // the child has its own copy of the ruleset
 
   write_id_maps(child.pid, p.ids);
   // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.

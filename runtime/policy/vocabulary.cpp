@@ -4,7 +4,7 @@
 namespace rlm {
 
 std::vector<std::string> known_backend_names() {
-  return {"namespace", "docker", "local"};
+  return {"namespace", "docker", "landlock", "local"};
 }
 
 std::string_view to_string(Network network) {

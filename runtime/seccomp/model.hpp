@@ -99,6 +99,12 @@ struct Filter {
 // "seccomp.syscalls[2].names[0]"), and the returned filter is only meaningful when there are none.
 Filter layer(const Seccomp& policy, std::vector<Diagnostic>& problems);
 
+// The landlock backend's filter (landlock_additions.cpp): always ptrace, process_vm_*,
+// pidfd_getfd and io_uring denied; under network "none" also SysV IPC and POSIX message queues,
+// and every AF_INET/AF_INET6 socket but plain TCP (or all of them when Landlock does not confine
+// TCP here: `tcp_confined` false). Its default allows: it is stacked with the policy's filter.
+Filter landlock_additions(bool network_none, bool tcp_confined);
+
 // The native syscall number of `name` (negative when libseccomp knows the name but this
 // architecture has no such syscall), or nullopt when the name is unknown. Syscalls newer than the
 // libseccomp in use (2.5.4 on Debian 12 stops at futex_requeue) are known from a table of their

@@ -130,10 +130,8 @@ common::UniqueFd sealed_copy(const std::vector<sock_filter>& instructions) {
   return fd;
 }
 
-}  // namespace
-
-SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& options) {
-  const Filter filter = layered(policy_rules);
+// `filter` (unambiguous, as detail::layer makes it) to BPF for the native architecture.
+SealedProgram compile_filter(const Filter& filter, const CompileOptions& options) {
   native_architecture();
 
   bool notifies = false;
@@ -174,6 +172,18 @@ SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& 
   check_rc(seccomp_export_bpf(ctx.get(), fd.get()), "exporting BPF");
   seal(fd.get());
   return {std::move(fd), notifies};
+}
+
+}  // namespace
+
+SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& options) {
+  return compile_filter(layered(policy_rules), options);
+}
+
+Program compile_landlock_additions(const LandlockAdditions& additions) {
+  const SealedProgram sealed = compile_filter(
+      detail::landlock_additions(additions.network_none, additions.tcp_confined), {});
+  return {read_program(sealed.fd.get()), false};
 }
 
 Program compile(const Seccomp& policy_rules, const CompileOptions& options) {

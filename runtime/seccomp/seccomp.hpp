@@ -76,6 +76,15 @@ PayloadFilter prepare_payload_filter(const Seccomp& rules);
 // after installing the filter. False for names libseccomp does not know.
 bool allows_every_call(const Seccomp& policy_rules, std::string_view syscall);
 
+// The landlock backend's own filter, installed (no_new_privs set) before rlm-sandbox-init starts
+// and so stacked beneath the policy's: see detail::landlock_additions for its rules. Throws like
+// compile_sealed().
+struct LandlockAdditions {
+  bool network_none = true;  // the policy's network is "none"
+  bool tcp_confined = true;  // Landlock denies TCP bind/connect here (ABI >= 4)
+};
+Program compile_landlock_additions(const LandlockAdditions& additions);
+
 // docker_profile(): the same rules as a Docker profile, in the public
 // rlm_sandbox/seccomp_profile.hpp.
 

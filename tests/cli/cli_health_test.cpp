@@ -34,7 +34,7 @@ TEST(CliHealth, JsonListsEveryBackendWithWhatItEnforces) {
       EXPECT_NE(unenforced.find("namespaces"), std::string::npos) << unenforced;
     }
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"namespace", "docker", "local"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"namespace", "docker", "landlock", "local"}));
 }
 
 bool lists(const json& array, const std::string& item) {

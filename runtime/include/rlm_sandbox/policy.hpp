@@ -17,7 +17,8 @@
 namespace rlm {
 
 struct BackendPreference {
-  // Tried in order by "auto" selection. Names: "namespace", "docker", "local".
+  // Tried in order by "auto" selection. Names: "namespace", "docker", "landlock" (opt-in: never
+  // in a shipped default), "local".
   std::vector<std::string> prefer{"namespace", "docker"};
   // The only switch that lets the unisolated local backend run this policy.
   bool allow_unisolated = false;
@@ -169,7 +170,8 @@ std::optional<std::string> kernel_interface_in(std::string_view source);
 // Names of the policies shipped in policies/ (embedded in the library at build time), sorted.
 std::vector<std::string> shipped_policy_names();
 
-// Every backend name a policy may mention, in documentation order: namespace, docker, local.
+// Every backend name a policy may mention, in documentation order: namespace, docker, landlock,
+// local.
 std::vector<std::string> known_backend_names();
 
 std::string_view to_string(Network network);

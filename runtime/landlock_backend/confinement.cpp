@@ -1,0 +1,168 @@
+#include "landlock_backend/confinement.hpp"
+
+#include <linux/capability.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "policy/python_environment.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "rlm_sys/sys.hpp"
+#include "seccomp/seccomp.hpp"
+
+namespace rlm::landlock_backend {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Devices a payload may open read-write (the namespace backend's /dev has the same ones).
+constexpr const char* kDevices[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                    "/dev/urandom"};
+
+// The directory the tmpfs stand-ins go in: the runtime's TMPDIR when it is an absolute path,
+// else /tmp.
+std::string stand_in_parent() {
+  const char* value = std::getenv("TMPDIR");
+  if (value && value[0] == '/') return value;
+  return "/tmp";
+}
+
+bool beneath(const std::string& path, const std::string& dir) {
+  if (dir == "/") return path.starts_with("/");
+  return path == dir || (path.starts_with(dir) && path[dir.size()] == '/');
+}
+
+// The host path a bind's rule goes on: its source with symbolic links resolved (/bin -> usr/bin),
+// so the rule names the inode the payload reaches. "" for an optional source that is missing.
+std::string rule_path(const Mount& mount) {
+  std::error_code error;
+  const fs::path resolved = fs::canonical(mount.source, error);
+  if (!error) return resolved.string();
+  if (mount.optional && error == std::errc::no_such_file_or_directory) return "";
+  throw Error("filesystem.mounts: bind source " + mount.source + ": " + error.message());
+}
+
+}  // namespace
+
+const char* step_name(Step step) {
+  switch (step) {
+    case Step::setgroups:
+      return "setgroups";
+    case Step::setgid:
+      return "setresgid";
+    case Step::setuid:
+      return "setresuid";
+    case Step::capabilities:
+      return "capset (dropping every capability)";
+    case Step::no_new_privs:
+      return "prctl(PR_SET_NO_NEW_PRIVS)";
+    case Step::landlock:
+      return "landlock_restrict_self";
+    case Step::seccomp:
+      return "seccomp (the landlock backend's filter)";
+  }
+  return "setup";
+}
+
+Confinement Confinement::prepare(const Policy& policy, const std::string& init_path) {
+  Confinement c;
+  const bool root = geteuid() == 0;
+  if (root) {
+    c.slot_ = common::SandboxUid::acquire(common::sandbox_uid_range());
+    c.uid_ = c.slot_.uid();
+    c.gid_ = static_cast<gid_t>(c.slot_.uid());
+  } else {
+    c.uid_ = getuid();
+    c.gid_ = getgid();
+  }
+
+  const bool network_none = policy.network == Network::none;
+  const landlock::RulesetOptions wanted{.filesystem = true,
+                                        .deny_tcp = network_none,
+                                        .scope_abstract_unix = true,
+                                        .scope_signals = true};
+  c.ruleset_ = landlock::prepare_ruleset(wanted);
+  c.seccomp_ =
+      seccomp::compile_landlock_additions(
+          {.network_none = network_none, .tcp_confined = landlock::enforced(wanted).deny_tcp})
+          .instructions;
+
+  using landlock::execute;
+  using landlock::read;
+  using landlock::write;
+  for (const auto& mount : policy.filesystem.mounts) {
+    if (mount.type == Mount::Type::tmpfs) {
+      std::string pattern = stand_in_parent() + "/rlm-sandbox-landlock-XXXXXX";
+      if (!mkdtemp(pattern.data()))
+        throw Error("cannot make the stand-in for tmpfs " + mount.target + " in " +
+                    stand_in_parent() + ": " + sys::errno_text(errno));
+      c.tmpfs_.push_back({mount.target, pattern});
+      if (root && chown(pattern.c_str(), c.uid_, c.gid_) != 0)
+        throw Error("chown " + pattern + ": " + sys::errno_text(errno));
+      // Like the namespace backend's tmpfs: nothing executes from it.
+      landlock::allow_beneath(c.ruleset_, pattern, read | write);
+      if (c.tmp_dir_.empty() || mount.target == "/tmp") c.tmp_dir_ = pattern;
+      continue;
+    }
+    const std::string path = rule_path(mount);
+    if (path.empty()) continue;
+    landlock::allow_beneath(c.ruleset_, path,
+                            mount.readonly ? read | execute : read | write | execute);
+  }
+  for (const auto& dir : policy::python_dirs(policy))
+    if (!dir.bound_by_policy) landlock::allow_beneath(c.ruleset_, dir.path, read | execute);
+  for (const char* device : kDevices)
+    if (access(device, F_OK) == 0) landlock::allow_beneath(c.ruleset_, device, read | write);
+  landlock::allow_beneath(c.ruleset_, fs::canonical(init_path).string(), read | execute);
+  return c;
+}
+
+Confinement::~Confinement() {
+  for (const auto& dir : tmpfs_) {
+    std::error_code ignored;
+    fs::remove_all(dir.host, ignored);
+  }
+}
+
+std::string Confinement::payload_path(const std::string& policy_path) const {
+  // The innermost tmpfs target holding the path wins.
+  const TmpfsDir* best = nullptr;
+  for (const auto& dir : tmpfs_)
+    if (beneath(policy_path, dir.target) && (!best || dir.target.size() > best->target.size()))
+      best = &dir;
+  if (!best) return policy_path;
+  if (best->target == "/") return best->host + policy_path;
+  return best->host + policy_path.substr(best->target.size());
+}
+
+ChildFailure Confinement::apply_in_child() const noexcept {
+  const auto fail = [](Step step) { return ChildFailure{static_cast<int>(step), errno}; };
+  if (slot_.held()) {
+    // Raw syscalls: glibc's wrappers would try to reach other threads of a process that has one.
+    if (syscall(SYS_setgroups, 0, nullptr) != 0) return fail(Step::setgroups);
+    if (syscall(SYS_setresgid, gid_, gid_, gid_) != 0) return fail(Step::setgid);
+    if (syscall(SYS_setresuid, uid_, uid_, uid_) != 0) return fail(Step::setuid);
+  }
+  // None left: permitted, effective, inheritable (so none ambient either).
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capset, &header, data) != 0) return fail(Step::capabilities);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail(Step::no_new_privs);
+  if (const int error = landlock::apply_restrict_self(ruleset_.fd()); error != 0) {
+    errno = -error;
+    return fail(Step::landlock);
+  }
+  sock_fprog program{static_cast<unsigned short>(seccomp_.size()),
+                     const_cast<sock_filter*>(seccomp_.data())};
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) return fail(Step::seccomp);
+  return {};
+}
+
+}  // namespace rlm::landlock_backend

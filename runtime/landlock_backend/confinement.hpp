@@ -1,0 +1,81 @@
+// What confines a landlock-backend run, prepared in the parent and applied in the child between
+// fork and the exec of rlm-sandbox-init: a host uid of its own (root runtime), no capabilities,
+// no_new_privs, the Landlock ruleset built from the policy's mounts, and the backend's seccomp
+// additions (the policy's own filter comes later, from init, stacked on them).
+//
+// The payload sees the host's filesystem through Landlock rights, not a root of its own: bind
+// sources are granted at their host paths (a target elsewhere is not remapped), and each tmpfs
+// mount is a fresh per-run host directory (0700, the sandbox uid's, removed after the run) that the
+// run's TMPDIR, HOME and workdir point at when the policy names the tmpfs's target for them.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/sandbox_uid.hpp"
+#include "landlock/landlock.hpp"
+#include "rlm_sandbox/policy.hpp"
+
+namespace rlm::landlock_backend {
+
+// The child's steps, in order; a failure names one (ChildFailure).
+enum class Step : int {
+  setgroups = 1,
+  setgid,
+  setuid,
+  capabilities,
+  no_new_privs,
+  landlock,
+  seccomp
+};
+const char* step_name(Step step);
+
+struct ChildFailure {
+  int step = 0;  // a Step, 0 = none
+  int error = 0;
+};
+
+class Confinement {
+ public:
+  // Parent: takes a sandbox uid when the runtime is root, makes the run's directories, builds the
+  // ruleset and the seccomp additions. `init_path` is granted read and execute. Throws rlm::Error.
+  static Confinement prepare(const Policy& policy, const std::string& init_path);
+
+  Confinement(Confinement&&) = default;
+  Confinement& operator=(Confinement&&) = delete;
+  Confinement(const Confinement&) = delete;
+  ~Confinement();  // removes the tmpfs stand-ins
+
+  // Child: every step above; {0, 0} on success, else the failing step and its errno. Raw syscalls
+  // only (async-signal-safe).
+  ChildFailure apply_in_child() const noexcept;
+
+  // A path as the payload should use it: a tmpfs target (or below it) becomes its run directory;
+  // anything else is the host path itself.
+  std::string payload_path(const std::string& policy_path) const;
+  // The run directory standing in for /tmp (or the first tmpfs), "" when the policy has none.
+  const std::string& tmp_dir() const { return tmp_dir_; }
+
+  bool own_uid() const { return slot_.held(); }
+  uid_t uid() const { return uid_; }
+
+ private:
+  Confinement() = default;
+
+  common::SandboxUid slot_;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+  landlock::Ruleset ruleset_;
+  std::vector<sock_filter> seccomp_;
+  struct TmpfsDir {
+    std::string target, host;
+  };
+  std::vector<TmpfsDir> tmpfs_;  // each removed with its contents
+  std::string tmp_dir_;
+};
+
+}  // namespace rlm::landlock_backend
