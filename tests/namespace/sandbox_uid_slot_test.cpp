@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "namespace/sandbox_uid.hpp"
+#include "common/sandbox_uid.hpp"
 #include "rlm_sandbox/error.hpp"
 
-namespace rlm::ns {
+namespace rlm::common {
 namespace {
 
 UidRange private_range(unsigned test_number, unsigned size) {
@@ -115,4 +115,4 @@ TEST(SandboxUidSlot, RangesWithIdsThatMustNeverBeHandedOutAreRefused) {
 }
 
 }  // namespace
-}  // namespace rlm::ns
+}  // namespace rlm::common

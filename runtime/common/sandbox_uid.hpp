@@ -16,7 +16,7 @@
 
 #include "common/unique_fd.hpp"
 
-namespace rlm::ns {
+namespace rlm::common {
 
 // The environment variable of the runtime's process that sets the range: "FIRST-LAST" (inclusive,
 // decimal). Host configuration, never part of a policy.
@@ -52,8 +52,8 @@ class SandboxUid {
   void release() { lock_.reset(); }
 
  private:
-  common::UniqueFd lock_;  // the bound abstract socket (close-on-exec)
+  UniqueFd lock_;  // the bound abstract socket (close-on-exec)
   uid_t uid_ = 0;
 };
 
-}  // namespace rlm::ns
+}  // namespace rlm::common

@@ -1,4 +1,4 @@
-#include "namespace/sandbox_uid.hpp"
+#include "common/sandbox_uid.hpp"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,7 +12,7 @@
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
-namespace rlm::ns {
+namespace rlm::common {
 namespace {
 
 constexpr char kLockPrefix[] = "rlm-sandbox/uid/";
@@ -28,8 +28,8 @@ bool forbidden_inside(const UidRange& range, std::uint64_t id) {
 }
 
 // Binds the slot's abstract name; an fd on success, none when another holder has it.
-common::UniqueFd try_hold(uid_t uid) {
-  common::UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+UniqueFd try_hold(uid_t uid) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!fd) throw Error("socket(AF_UNIX): " + sys::errno_text(errno));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -93,4 +93,4 @@ SandboxUid SandboxUid::acquire(const UidRange& range) {
               " (FIRST-LAST) in the runtime's environment");
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::common
