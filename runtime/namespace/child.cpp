@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/launch.hpp"
+#include "namespace/setup_fix.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -96,8 +97,7 @@ void wait_for_exec(int error_read, int timeout_ms) {
     if (got != static_cast<ssize_t>(sizeof failure))
       failure = {"reading the setup result", got < 0 ? errno : EIO};
   }
-  throw Error(std::string("sandbox setup failed: ") + failure.step + ": " +
-              sys::errno_text(failure.error));
+  throw SetupError(failure.step, failure.error);
 }
 
 }  // namespace rlm::ns

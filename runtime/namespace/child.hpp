@@ -40,8 +40,9 @@ struct ChildPlan {
 [[noreturn]] void run_child(const ChildPlan& plan) noexcept;
 
 // Parent: waits for the child's exec (EOF on `error_read`), at most `timeout_ms` (-1: forever).
-// Throws rlm::Error ("sandbox setup failed: <step>: <error>") with the StepFailure the child
-// reported, or {"setup timed out", ETIMEDOUT} for a child that did not finish in time.
+// Throws SetupError ("sandbox setup failed: <step>: <error>", with the fix where one is known:
+// setup_fix.hpp) with the StepFailure the child reported, or {"setup timed out", ETIMEDOUT} for a
+// child that did not finish in time.
 void wait_for_exec(int error_read, int timeout_ms);
 
 }  // namespace rlm::ns

@@ -13,32 +13,25 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "namespace/clone.hpp"
+#include "namespace/setup_fix.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
 namespace {
 
-[[noreturn]] void map_failed(const std::string& what) {
-  throw Error("cannot map the sandbox user: " + what);
-}
-
-// One write, as the kernel requires for these files.
+// One write, as the kernel requires for these files. Throws SetupError ("write <path>").
 void write_map_file(const std::string& path, const std::string& content) {
   const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) map_failed("open " + path + ": " + sys::errno_text(errno));
+  if (fd < 0) throw SetupError("write " + path, errno);
   const ssize_t written = write(fd, content.data(), content.size());
-  const int error = errno;
+  const int error = written < 0 ? errno : EIO;
   close(fd);
-  if (written != static_cast<ssize_t>(content.size()))
-    map_failed("write " + path + " (\"" + content.substr(0, content.size() - 1) +
-               "\"): " + (written < 0 ? sys::errno_text(error) : "short write"));
+  if (written != static_cast<ssize_t>(content.size())) throw SetupError("write " + path, error);
 }
 
 [[noreturn]] void owner_failed(const char* step, int error) {
-  throw Error(std::string("cannot create the sandbox's user namespace as its host uid (") + step +
-              ": " + sys::errno_text(error) + ")");
+  throw SetupError(step, error);
 }
 
 std::string read_file(const char* path) {
@@ -183,24 +176,6 @@ void OwnerSwitch::restore() noexcept {
   if (syscall(SYS_setresuid, -1, euid_, suid_) != 0 || syscall(SYS_setresgid, -1, egid_, -1) != 0 ||
       !set_caps(caps_))
     std::abort();  // a thread of the host left with another uid: never carry on
-}
-
-void probe_user_namespaces() {
-  constexpr std::uint64_t kFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                   CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
-  CloneResult child;
-  int error = 0;
-  {
-    const SignalsBlocked blocked;
-    child = clone_process(kFlags, -1);
-    if (child.pid == 0) _exit(0);
-    error = errno;
-  }
-  if (child.pid < 0)
-    throw Error("cannot create user namespaces (clone: " + sys::errno_text(error) + ")");
-  int status = 0;
-  while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
-  }
 }
 
 std::string user_namespace_fix() {

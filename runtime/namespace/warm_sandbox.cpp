@@ -27,6 +27,7 @@
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
 #include "namespace/limits.hpp"
+#include "namespace/setup_fix.hpp"
 #include "namespace/userns.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -210,9 +211,7 @@ common::InitProcess start_sandbox(Preparation& p, const Policy& policy, Clock::t
     if (child.pid == 0) run_child(p.plan);
     clone_error = errno;
   }  // the thread's own ids and signal mask are back
-  if (child.pid < 0)
-    throw Error("cannot create the sandbox's namespaces (clone: " + sys::errno_text(clone_error) +
-                "); to fix: " + user_namespace_fix());
+  if (child.pid < 0) throw SetupError("clone of the sandbox's namespaces", clone_error);
   ChildGuard guard(child.pid);
   p.release.read.reset();
   p.errors.write.reset();
@@ -255,8 +254,7 @@ std::optional<std::string> read_setup_failure(int error_read) {
   if (got != static_cast<ssize_t>(sizeof failure))
     return std::string("sandbox setup failed: reading the setup result: ") +
            sys::errno_text(got < 0 ? errno : EIO);
-  return std::string("sandbox setup failed: ") + failure.step + ": " +
-         sys::errno_text(failure.error);
+  return SetupError(failure.step, failure.error).what();
 }
 
 bool same_cgroup_limits(const Limits& a, const Limits& b) {
