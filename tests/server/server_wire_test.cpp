@@ -94,8 +94,13 @@ TEST_F(ServerWireTest, SilentClientIsDroppedAndOthersAreServedMeanwhile) {
 
 TEST_F(ServerWireTest, ConnectionsBeyondMaxClientsAreRefused) {
   std::vector<common::UniqueFd> held;
-  for (int i = 0; i < 4; ++i) held.emplace_back(connect_raw(server_->socket()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // all four accepted
+  const std::string hello = R"({"op":"hello"})";
+  for (int i = 0; i < 4; ++i) {
+    held.emplace_back(connect_raw(server_->socket()));
+    // Answered: accepted, and counted, before the next one connects (no sleep to guess it).
+    send_bytes(held.back().get(), header(static_cast<std::uint32_t>(hello.size())) + hello);
+    ASSERT_EQ(answer(held.back().get()).value("op", ""), "hello") << i;
+  }
   common::UniqueFd extra(connect_raw(server_->socket()));
   const json reply = answer(extra.get());
   EXPECT_EQ(reply.value("kind", ""), "unavailable") << reply.dump();
