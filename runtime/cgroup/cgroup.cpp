@@ -38,11 +38,19 @@ void explain_read_only(const HostCgroups& host, CgroupFailure& failure) {
   struct statvfs fs {};
   if (::statvfs(mount.c_str(), &fs) != 0 || (fs.f_flag & ST_RDONLY) == 0) return;
   failure.why += " (" + mount + " is mounted read-only)";
+  // On v1 a cgroup namespace gives no writable hierarchy; binding the host's hierarchies writable
+  // does (rlm-sandbox then makes its groups under the container's own; checked on a v1 host).
+  const std::string how =
+      host.v2 ? "Docker: --privileged, or --cgroupns=private with a writable /sys/fs/cgroup; "
+                "Kubernetes: a privileged container"
+              : "cgroup v1 here, where --cgroupns=private does not make it writable: Docker: -v "
+                "/sys/fs/cgroup:/sys/fs/cgroup:rw (the host's hierarchies, writable: whoever is "
+                "root in the container can then change any group of the host), or --privileged; "
+                "Kubernetes: a privileged container";
   failure.fix =
       "the cgroup filesystem is read-only here, as in a container that was not given a writable "
-      "one: give the container a writable, delegated cgroup (Docker: --privileged, or "
-      "--cgroupns=private with a writable /sys/fs/cgroup; Kubernetes: a privileged container), "
-      "or run rlm-sandbox on the host; until then rlimits stand in (see docs/cgroups.md)";
+      "one: give the container a writable, delegated cgroup (" +
+      how + "), or run rlm-sandbox on the host; until then rlimits stand in (see docs/cgroups.md)";
 }
 
 Attempt attempt(const Limits& limits) {

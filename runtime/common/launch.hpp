@@ -26,8 +26,9 @@ namespace rlm::common {
 // A request may pass this many fds to its payload (a session's channel and context, ...).
 constexpr std::size_t kMaxInheritedFds = 4;
 // Fds kept across the exec of init: those, plus the namespace backend's own (the error pipe,
-// init's binary, two seccomp memfds). -1 marks an unused slot.
-using KeptFds = std::array<int, kMaxInheritedFds + 4>;
+// init's binary, two seccomp memfds, the Landlock ruleset until it is applied). -1 marks an
+// unused slot.
+using KeptFds = std::array<int, kMaxInheritedFds + 5>;
 
 // Closes every fd >= `first` that is not in `keep`; `ceiling` bounds the close() loop used on
 // kernels without close_range. Raw syscalls only.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <system_error>
 
+#include "common/container.hpp"
 #include "common/unique_fd.hpp"
 #include "http/http_client.hpp"
 
@@ -18,6 +19,19 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kStartFix =
     "start it: dockerd & (or systemctl start docker); install it with apt-get install docker.io";
+
+// Inside a container the daemon to use is the host's: installing one in the container would not
+// help (a daemon there needs a privileged container).
+std::string start_fix() {
+  const auto container = common::detect_container();
+  if (!container.confirmed) return std::string(kStartFix);
+  return std::string("rlm-sandbox runs inside a ") + common::container_name(container.kind) +
+         " container (" + container.evidence +
+         "), where the host's Docker daemon is the one to use: mount its socket into the "
+         "container (docker run -v /var/run/docker.sock:/var/run/docker.sock; in Kubernetes a "
+         "hostPath volume), knowing that whoever reaches that socket controls the host, or use the "
+         "namespace backend";
+}
 
 }  // namespace
 
@@ -45,11 +59,10 @@ std::string socket_problem(const std::string& socket_path) {
   const int error = errno;
   switch (error) {
     case ENOENT:
-      return "the Docker daemon is not running: " + socket_path + " does not exist; " +
-             std::string(kStartFix);
+      return "the Docker daemon is not running: " + socket_path + " does not exist; " + start_fix();
     case ECONNREFUSED:
       return "the Docker daemon is not running: nothing listens on " + socket_path + "; " +
-             std::string(kStartFix);
+             start_fix();
     case EACCES:
     case EPERM:
       return "permission denied on the Docker socket " + socket_path +

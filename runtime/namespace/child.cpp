@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/launch.hpp"
+#include "namespace/setup_fix.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -75,9 +76,12 @@ void run_child(const ChildPlan& plan) noexcept {
   if (!common::clear_cloexec(keep)) fail(plan, "fcntl (inherited fds)");
   keep[common::kMaxInheritedFds + 2] = plan.error_write;
   keep[common::kMaxInheritedFds + 3] = plan.init_fd;
+  keep[common::kMaxInheritedFds + 4] = plan.landlock ? plan.landlock->ruleset_fd() : -1;
   common::close_fds_except(kFirstFreeFd, keep, plan.max_fd);
 
   if (plan.privileges && !plan.privileges->apply(failure)) fail(plan, failure);
+  // Last: no_new_privs is set, and nothing after it mounts or opens a path but init's exec.
+  if (plan.landlock && !plan.landlock->apply(failure)) fail(plan, failure);
   syscall(SYS_execveat, plan.init_fd, "", plan.launch->argv(), plan.launch->envp(), AT_EMPTY_PATH);
   fail(plan, "execveat (rlm-sandbox-init)");
 }
@@ -96,8 +100,7 @@ void wait_for_exec(int error_read, int timeout_ms) {
     if (got != static_cast<ssize_t>(sizeof failure))
       failure = {"reading the setup result", got < 0 ? errno : EIO};
   }
-  throw Error(std::string("sandbox setup failed: ") + failure.step + ": " +
-              sys::errno_text(failure.error));
+  throw SetupError(failure.step, failure.error);
 }
 
 }  // namespace rlm::ns

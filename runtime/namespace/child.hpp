@@ -33,15 +33,17 @@ struct ChildPlan {
   const common::InitLaunch* launch = nullptr;
   std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
   const PrivilegePlan* privileges = nullptr;
-  int init_fd = -1;        // rlm-sandbox-init, opened on the host; close-on-exec
-  unsigned max_fd = 1024;  // close() ceiling when close_range is missing
+  const LandlockPlan* landlock = nullptr;  // null: no Landlock (ABI 0, or no mount namespace)
+  int init_fd = -1;                        // rlm-sandbox-init, opened on the host; close-on-exec
+  unsigned max_fd = 1024;                  // close() ceiling when close_range is missing
 };
 
 [[noreturn]] void run_child(const ChildPlan& plan) noexcept;
 
 // Parent: waits for the child's exec (EOF on `error_read`), at most `timeout_ms` (-1: forever).
-// Throws rlm::Error ("sandbox setup failed: <step>: <error>") with the StepFailure the child
-// reported, or {"setup timed out", ETIMEDOUT} for a child that did not finish in time.
+// Throws SetupError ("sandbox setup failed: <step>: <error>", with the fix where one is known:
+// setup_fix.hpp) with the StepFailure the child reported, or {"setup timed out", ETIMEDOUT} for a
+// child that did not finish in time.
 void wait_for_exec(int error_read, int timeout_ms);
 
 }  // namespace rlm::ns

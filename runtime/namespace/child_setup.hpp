@@ -7,9 +7,11 @@
 #include <linux/filter.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
 
 namespace rlm::ns {
@@ -45,8 +47,28 @@ class RootfsPlan {
 
   struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.hpp
 
+  // What the finished tree offers the sandbox, by its path there (after pivot_root): each bind
+  // and tmpfs, /dev, /proc, the generated /etc files, and the root itself (directories only: its
+  // files are the generated ones, listed on their own). The rules that follow the mounts
+  // (LandlockPlan) are made from it.
+  struct Reach {
+    enum class Kind {
+      list,       // the root tmpfs: its directories may be listed, nothing more
+      read,       // a generated file
+      read_exec,  // a read-only bind or tmpfs
+      writable,   // a read-write bind or tmpfs
+      device,     // /dev: the device nodes, their ioctls, /dev/shm, /dev/pts
+      proc,       // the sandbox's own procfs (noexec)
+    };
+    std::string path;
+    Kind kind = Kind::read;
+  };
+  const std::vector<Reach>& reach() const { return reach_; }
+
  private:
   std::vector<Op> ops_;  // executed in order; each owns the strings it passes to the kernel
+  std::vector<Reach> reach_;
+
  public:
   RootfsPlan();
   ~RootfsPlan();
@@ -66,6 +88,44 @@ class LoopbackPlan {
  private:
   std::vector<std::uint8_t> request_;  // one nlmsghdr + ifinfomsg (+ attributes), NLM_F_ACK set
   std::uint32_t sequence_ = 0;
+};
+
+// Landlock beneath the mounts (defence in depth, docs/namespace-backend.md#landlock-beneath-the-
+// mounts): a ruleset whose rules follow RootfsPlan::reach, so that what the sandbox could reach
+// only through a mistake -- a directory fd from outside its tree, a bind or a detach gone wrong --
+// stays out of reach even then. prepare() (parent) creates the ruleset, handling every filesystem
+// right the kernel's ABI knows, and allows rlm-sandbox-init's binary (read and execute: the child
+// execs it by fd, and Landlock checks that exec on its host path). apply() (child) adds one rule
+// per reach entry at its sandbox path -- for a bind the very inode the host path has, so the rule
+// covers exactly what is mounted -- then restricts itself and closes the ruleset: init and all it
+// starts run in that domain, pools' and sessions' sandboxes included (it is built before init).
+// Scopes: signals (in a PID namespace of its own, where every process is of the same domain and
+// they only repeat what the namespace holds) and abstract unix sockets under network "none" (the
+// network namespace holds that too; under "host" the policy lets them through).
+// Preconditions for apply(): the root filesystem built (a Landlock domain may not mount), and
+// no_new_privs set (PrivilegePlan); the ruleset fd still open.
+class LandlockPlan {
+ public:
+  // nullopt where the kernel has no Landlock (ABI 0, or a seccomp profile refusing its calls):
+  // the run goes on without it, as health says. Throws Error.
+  static std::optional<LandlockPlan> prepare(const Policy& policy, const RootfsPlan& rootfs,
+                                             const std::string& init_path);
+  // For health's detail: whether runs get a ruleset on this host, at which ABI.
+  static std::string describe_host();
+  bool apply(StepFailure& failure) const noexcept;
+  int ruleset_fd() const { return fd_.get(); }  // >= 4, close-on-exec
+
+  struct Rule {
+    std::string path;  // in the sandbox
+    unsigned long long access = 0;
+    std::string step;  // "landlock rule for /usr"
+  };
+  const std::vector<Rule>& rules() const { return rules_; }
+
+ private:
+  LandlockPlan() = default;
+  common::UniqueFd fd_;  // the ruleset
+  std::vector<Rule> rules_;
 };
 
 // Privileges: the bounding set dropped except the policy's capabilities, the kept ones made

@@ -11,7 +11,10 @@
 #include "common/health_fields.hpp"
 #include "common/init.hpp"
 #include "common/sandbox_uid.hpp"
+#include "namespace/child_setup.hpp"
 #include "namespace/limits.hpp"
+#include "namespace/probe.hpp"
+#include "namespace/setup_signals.hpp"
 #include "namespace/userns.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "seccomp/seccomp.hpp"
@@ -32,18 +35,9 @@ std::vector<std::string> always_enforced() {
   return fields;
 }
 
-// Successful probes are remembered: they are what every run's backend selection asks, and a host
-// that could create namespaces once keeps that ability (failures are probed again). Throws Error.
-void probe_namespaces_cached() {
-  static std::atomic<bool> works{false};
-  if (works.load()) return;
-  probe_user_namespaces();
-  works.store(true);
-}
-
-// Before every run selection only needs to know that user namespaces are not switched off; the
-// sysctls say that without the cost of cloning a probe child in each CLI process. When they do not
-// clearly allow it, the real probe decides (and a clone that still fails is the run's setup error).
+// On a plain host selection only needs to know that user namespaces are not switched off; the
+// sysctls say that without the cost of a probe sandbox in each CLI process. When they do not
+// clearly allow it, or a container's signs are there (setup_signals.hpp), the real probe decides.
 bool sysctls_allow_user_namespaces() {
   const auto read_number = [](const char* path) -> long {
     std::ifstream file(path);
@@ -71,20 +65,29 @@ struct Missing {
   std::string detail, fix;
 };
 
+// The real setup probe (probe.hpp): nothing when a sandbox could be built.
+std::optional<Missing> probe_failure(const common::InitLocation& init) {
+  if (auto failure = probe_setup(init.path)) return Missing{failure->detail, failure->fix};
+  return std::nullopt;
+}
+
 // What must hold for any run at all (a missing cgroup is a fallback, not unavailability): nothing
-// when it does; cheap after the first call. `thorough` probes for real (health); otherwise cheap
-// checks stand in where they can (selection).
+// when it does; cheap after the first call. `thorough` (health) probes for real; selection does
+// so too wherever a cheap signal says a run's setup may be refused here -- a seccomp filter on the
+// runtime, masked /proc, root without the capabilities it needs, a container -- or the sysctls do
+// not clearly allow user namespaces, so that selection never contradicts health there. Where every
+// signal is clear (a plain host), the cheap checks stand in for the probe.
 std::optional<Missing> missing_prerequisite(const common::InitLocation& init, bool thorough) {
   if (init.path.empty()) return Missing{init.problem(), common::InitLocation::fix()};
-  if (thorough || !sysctls_allow_user_namespaces()) {
-    try {
-      probe_namespaces_cached();
-    } catch (const Error& error) {
-      return Missing{error.what(), user_namespace_fix()};
-    }
+  // A switch that forbids user namespaces outright: its own fix, whatever else would fail too.
+  if (const std::string fix = user_namespace_fix();
+      fix.starts_with("sysctl") && !sysctls_allow_user_namespaces())
+    return Missing{"user namespaces are switched off on this host", fix};
+  if (!thorough) {
+    if (!sysctls_allow_user_namespaces() || read_setup_signals().any()) return probe_failure(init);
+    // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
+    return std::nullopt;
   }
-  // Selection skips the seccomp probe: the run compiles the policy's filter anyway.
-  if (!thorough) return std::nullopt;
   // A root runtime gives each sandbox a host uid of the range; a malformed one fails every run
   // (with this message: selection still picks this backend, so the run says what to fix).
   if (geteuid() == 0) {
@@ -104,7 +107,7 @@ std::optional<Missing> missing_prerequisite(const common::InitLocation& init, bo
                    "install libseccomp 2.5 or newer on x86_64 or aarch64, or use the docker "
                    "backend"};
   }
-  return std::nullopt;
+  return probe_failure(init);
 }
 
 // The four setups users run on (docs/cgroups.md, tests/lanes): who runs the runtime, and where
@@ -146,9 +149,14 @@ Health namespace_health(const common::InitLocation& init) {
   health.backend = "namespace";
   health.isolated = true;
 
+  const SetupSignals signals = read_setup_signals();
+  const nlohmann::json container = {{"kind", common::container_name(signals.container.kind)},
+                                    {"evidence", signals.container.evidence},
+                                    {"signals", signals.describe()}};
   if (const auto missing = missing_prerequisite(init, /*thorough=*/true)) {
     health.detail = missing->detail;
     health.fix = missing->fix;
+    health.host = {{"container", container}};
     return health;
   }
 
@@ -168,7 +176,8 @@ Health namespace_health(const common::InitLocation& init) {
                   "each sandbox's own namespace caps it at half the inotify and fanotify "
                   "budgets") +
       "; capabilities dropped, no_new_privs, seccomp filter (denied syscalls named in the "
-      "Result)";
+      "Result); " +
+      LandlockPlan::describe_host();
   health.enforced = always_enforced();
   const cgroup::CgroupSupport cgroups = cgroup::probe_cgroups();
   if (cgroups.mode != cgroup::CgroupSupport::Mode::none) {
@@ -187,11 +196,9 @@ Health namespace_health(const common::InitLocation& init) {
        {"limits.memory_bytes", "limits.pids", "limits.cpu_time_ms", "limits.cpus"})
     if (std::find(health.enforced.begin(), health.enforced.end(), field) == health.enforced.end())
       health.unenforced.push_back(field);
-  health.host = {{"setup", host_setup(root, cgroups.mode)},
-                 {"cgroup", mode_name(cgroups.mode)},
-                 {"cgroup_parents", cgroups.parents},
-                 {"runtime_uid", geteuid()},
-                 {"sandbox_uid_range", uid_range}};
+  health.host = {{"setup", host_setup(root, cgroups.mode)}, {"cgroup", mode_name(cgroups.mode)},
+                 {"cgroup_parents", cgroups.parents},       {"runtime_uid", geteuid()},
+                 {"sandbox_uid_range", uid_range},          {"container", container}};
   return health;
 }
 

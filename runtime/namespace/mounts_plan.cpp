@@ -124,7 +124,13 @@ void check_sandbox_path(const std::string& target, const std::string& where, boo
 
 class Builder {
  public:
-  explicit Builder(std::vector<RootfsPlan::Op>& ops) : ops_(ops) {}
+  Builder(std::vector<RootfsPlan::Op>& ops, std::vector<RootfsPlan::Reach>& reach)
+      : ops_(ops), reach_(reach) {}
+
+  // Records what the sandbox reaches at `path` once the tree is built (RootfsPlan::reach).
+  void reach(std::string path, RootfsPlan::Reach::Kind kind) {
+    reach_.push_back({std::move(path), kind});
+  }
 
   RootfsPlan::Op& add(RootfsPlan::Op op) {
     const std::size_t slash = op.path.rfind('/');
@@ -236,6 +242,7 @@ class Builder {
   }
 
   std::vector<RootfsPlan::Op>& ops_;
+  std::vector<RootfsPlan::Reach>& reach_;
   std::set<std::string> made_;  // directories already created; mounts are ordered parent-first
   bool sandbox_built_ = false;
 };
@@ -287,6 +294,8 @@ void prepare_bind(Builder& build, const Mount& mount, const std::string& where,
   const std::string from = host_path == "/" ? kOldRoot : kOldRoot + host_path;
   build.mount("bind " + mount.target + (host_path == mount.target ? "" : " from " + host_path),
               from, mount.target, {}, MS_BIND | MS_REC);
+  build.reach(mount.target, mount.readonly ? RootfsPlan::Reach::Kind::read_exec
+                                           : RootfsPlan::Reach::Kind::writable);
   // A recursive bind copies the host's mounts below the source with their own flags, so each is
   // remounted too; otherwise a read-only /usr could hide a writable /usr/local.
   const unsigned long wanted = MS_NOSUID | MS_NODEV | (mount.readonly ? MS_RDONLY : 0);
@@ -306,6 +315,8 @@ void prepare_tmpfs(Builder& build, const Mount& mount, const Policy& policy) {
   build.mount("mount tmpfs on " + mount.target, "tmpfs", mount.target, "tmpfs",
               MS_NOSUID | MS_NODEV | (mount.readonly ? MS_RDONLY : 0),
               tmpfs_options(bytes, shared_tmp ? 01777 : 0755));
+  build.reach(mount.target, mount.readonly ? RootfsPlan::Reach::Kind::read_exec
+                                           : RootfsPlan::Reach::Kind::writable);
 }
 
 // /dev: a small tmpfs with the host's harmless device nodes bound in, a private devpts, a
@@ -340,12 +351,14 @@ void prepare_dev(Builder& build, const Policy& policy) {
   build.symlink("/proc/self/fd/1", "/dev/stdout");
   build.symlink("/proc/self/fd/2", "/dev/stderr");
   build.remount("/dev", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  build.reach("/dev", RootfsPlan::Reach::Kind::device);
 }
 
 // /proc for the new PID namespace, with kernel internals masked and tunables read-only.
 void prepare_proc(Builder& build) {
   build.mkdir("/proc", 0555);
   build.mount("mount proc on /proc", "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  build.reach("/proc", RootfsPlan::Reach::Kind::proc);
   for (const char* name : kProcReadOnly) {
     const std::string path = std::string("/proc/") + name;
     struct stat info {};
@@ -383,8 +396,14 @@ void prepare_etc(Builder& build, const Policy& policy, const std::string& home) 
   group += "sandbox:x:" + std::to_string(gid) + ":\n";
   if (gid != 65534) group += "nogroup:x:65534:\n";
   if (!binds_passwd || !binds_group) build.mkdir("/etc", 0755);
-  if (!binds_passwd) build.write_file("/etc/passwd", std::move(passwd), 0644);
-  if (!binds_group) build.write_file("/etc/group", std::move(group), 0644);
+  if (!binds_passwd) {
+    build.write_file("/etc/passwd", std::move(passwd), 0644);
+    build.reach("/etc/passwd", RootfsPlan::Reach::Kind::read);
+  }
+  if (!binds_group) {
+    build.write_file("/etc/group", std::move(group), 0644);
+    build.reach("/etc/group", RootfsPlan::Reach::Kind::read);
+  }
 }
 
 }  // namespace
@@ -403,7 +422,8 @@ RootfsPlan RootfsPlan::prepare(const Policy& policy) {
                 ", which must be a directory on the host");
 
   RootfsPlan plan;
-  Builder build(plan.ops_);
+  Builder build(plan.ops_, plan.reach_);
+  build.reach("/", Reach::Kind::list);
   build.mount("make every mount private", {}, "/", {}, MS_REC | MS_PRIVATE);
   build.mount("mount the root tmpfs", "tmpfs", kStaging, "tmpfs", MS_NOSUID | MS_NODEV,
               tmpfs_options(kRootTmpfsBytes, 0755));

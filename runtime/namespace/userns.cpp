@@ -14,31 +14,25 @@
 #include <fstream>
 
 #include "namespace/clone.hpp"
+#include "namespace/setup_fix.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
 namespace {
 
-[[noreturn]] void map_failed(const std::string& what) {
-  throw Error("cannot map the sandbox user: " + what);
-}
-
-// One write, as the kernel requires for these files.
+// One write, as the kernel requires for these files. Throws SetupError ("write <path>").
 void write_map_file(const std::string& path, const std::string& content) {
   const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) map_failed("open " + path + ": " + sys::errno_text(errno));
+  if (fd < 0) throw SetupError("write " + path, errno);
   const ssize_t written = write(fd, content.data(), content.size());
-  const int error = errno;
+  const int error = written < 0 ? errno : EIO;
   close(fd);
-  if (written != static_cast<ssize_t>(content.size()))
-    map_failed("write " + path + " (\"" + content.substr(0, content.size() - 1) +
-               "\"): " + (written < 0 ? sys::errno_text(error) : "short write"));
+  if (written != static_cast<ssize_t>(content.size())) throw SetupError("write " + path, error);
 }
 
 [[noreturn]] void owner_failed(const char* step, int error) {
-  throw Error(std::string("cannot create the sandbox's user namespace as its host uid (") + step +
-              ": " + sys::errno_text(error) + ")");
+  throw SetupError(step, error);
 }
 
 std::string read_file(const char* path) {
@@ -91,6 +85,12 @@ IdMapping prepare_id_mapping(const User& user) {
 
 void write_id_maps(pid_t child, const IdMapping& mapping) {
   const std::string base = "/proc/" + std::to_string(child) + "/";
+  // Written as the namespace's owner (privileged): the kernel lets a map be written by a holder of
+  // CAP_SYS_ADMIN over the namespace, which its owner has there, and root has only with
+  // CAP_SYS_ADMIN on the host -- which a container's root lacks (Docker's default capabilities).
+  // CAP_SETUID and CAP_SETGID, still effective, allow the mapped host ids.
+  const SignalsBlocked blocked;
+  const OwnerSwitch owner(mapping);
   // Unprivileged gid maps need setgroups denied first (else dropping a group could grant access
   // that a "negative" group permission forbids). A privileged runtime leaves it allowed so the
   // child can drop root's groups; afterwards no one inside holds CAP_SETGID over a host gid.
@@ -183,24 +183,6 @@ void OwnerSwitch::restore() noexcept {
   if (syscall(SYS_setresuid, -1, euid_, suid_) != 0 || syscall(SYS_setresgid, -1, egid_, -1) != 0 ||
       !set_caps(caps_))
     std::abort();  // a thread of the host left with another uid: never carry on
-}
-
-void probe_user_namespaces() {
-  constexpr std::uint64_t kFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                   CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
-  CloneResult child;
-  int error = 0;
-  {
-    const SignalsBlocked blocked;
-    child = clone_process(kFlags, -1);
-    if (child.pid == 0) _exit(0);
-    error = errno;
-  }
-  if (child.pid < 0)
-    throw Error("cannot create user namespaces (clone: " + sys::errno_text(error) + ")");
-  int status = 0;
-  while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
-  }
 }
 
 std::string user_namespace_fix() {

@@ -64,8 +64,8 @@ IdMapping prepare_id_mapping(const User& user);
 // anyway.
 class OwnerSwitch {
  public:
-  // Throws rlm::Error ("cannot create the sandbox's user namespace as its host uid (<step>:
-  // <error>)") when a step fails; the thread is then as it was.
+  // Throws SetupError (step "setresuid (namespace owner)", ...) when a step fails; the thread is
+  // then as it was.
   explicit OwnerSwitch(const IdMapping& mapping);
   ~OwnerSwitch();  // aborts if the thread cannot get its ids back (never left half-root)
   OwnerSwitch(const OwnerSwitch&) = delete;
@@ -79,8 +79,10 @@ class OwnerSwitch {
   __user_cap_data_struct caps_[2]{};
 };
 
-// Parent, after clone while the child waits: setgroups, gid_map, uid_map. Throws rlm::Error
-// ("cannot map the sandbox user: <what failed>").
+// Parent, after clone while the child waits: setgroups, gid_map, uid_map, written by the calling
+// thread as the namespace's owner (an OwnerSwitch, every signal blocked), so a root runtime needs
+// no CAP_SYS_ADMIN for them (a container's root has none). Throws SetupError
+// (step "write /proc/<pid>/uid_map", ...).
 void write_id_maps(pid_t child, const IdMapping& mapping);
 
 // Child, once the maps are written: drop supplementary groups (privileged), then become the
@@ -88,10 +90,6 @@ void write_id_maps(pid_t child, const IdMapping& mapping);
 // of the new user namespace is kept: the kernel clears them on leaving uid 0, and uid 0 is not
 // mapped here. Raw syscalls only.
 bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept;
-
-// Whether this process can create the namespaces a default sandbox uses: clones a child into
-// them that exits at once. Throws rlm::Error saying why not (errno text).
-void probe_user_namespaces();
 
 // What to run to allow unprivileged user namespaces on this host ("" when nothing known applies).
 std::string user_namespace_fix();

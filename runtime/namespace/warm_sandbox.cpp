@@ -27,6 +27,7 @@
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
 #include "namespace/limits.hpp"
+#include "namespace/setup_fix.hpp"
 #include "namespace/userns.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -79,6 +80,7 @@ struct Preparation {
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
   std::optional<PrivilegePlan> privileges;
+  std::optional<LandlockPlan> landlock;
   std::unique_ptr<cgroup::RunCgroup> cgroup;
   std::string cgroup_problem;  // why there is no cgroup
   std::optional<common::InitLaunch> launch;
@@ -137,6 +139,9 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path)
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
   if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
+  // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
+  // the sandbox sees the host's tree by design, and nothing is added.
+  if (p.rootfs) p.landlock = LandlockPlan::prepare(policy, *p.rootfs, init_path);
 
   collect_stale_groups_once();
   auto created = cgroup::RunCgroup::create(policy.limits);
@@ -186,6 +191,7 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path)
   plan.launch = &*p.launch;
   plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
   plan.privileges = &*p.privileges;
+  plan.landlock = p.landlock ? &*p.landlock : nullptr;
   plan.init_fd = p.init_fd.get();
   plan.max_fd = p.launch->max_fd();
 }
@@ -210,15 +216,15 @@ common::InitProcess start_sandbox(Preparation& p, const Policy& policy, Clock::t
     if (child.pid == 0) run_child(p.plan);
     clone_error = errno;
   }  // the thread's own ids and signal mask are back
-  if (child.pid < 0)
-    throw Error("cannot create the sandbox's namespaces (clone: " + sys::errno_text(clone_error) +
-                "); to fix: " + user_namespace_fix());
+  if (child.pid < 0) throw SetupError("clone of the sandbox's namespaces", clone_error);
   ChildGuard guard(child.pid);
   p.release.read.reset();
   p.errors.write.reset();
   // The child has its own copy of init's end: from here a child that dies before init takes its
   // payload turns a send on our end into EPIPE rather than a wait.
   p.await_init.reset();
+  p.plan.landlock = nullptr;
+  p.landlock.reset();  // the child has its own copy of the ruleset
 
   write_id_maps(child.pid, p.ids);
   // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.
@@ -255,8 +261,7 @@ std::optional<std::string> read_setup_failure(int error_read) {
   if (got != static_cast<ssize_t>(sizeof failure))
     return std::string("sandbox setup failed: reading the setup result: ") +
            sys::errno_text(got < 0 ? errno : EIO);
-  return std::string("sandbox setup failed: ") + failure.step + ": " +
-         sys::errno_text(failure.error);
+  return SetupError(failure.step, failure.error).what();
 }
 
 bool same_cgroup_limits(const Limits& a, const Limits& b) {
@@ -390,13 +395,14 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   if (p.cgroup) {
     // A run that has hit its process limit is stopped there rather than left to spin (a fork
     // bomb retries forever) until the wall limit; one that has used its CPU time at once.
-    options.limit_reached = [cgroup = p.cgroup.get(), cpu_budget, stopped_at] {
+    options.limit_reached = [cgroup = p.cgroup.get(), cpu_budget, stopped_at,
+                             stop_at_process_limit = request.stop_at_process_limit] {
       try {
         if (const auto cpu = cgroup->cpu_time(); cpu && *cpu >= cpu_budget) {
           *stopped_at = CgroupLimit::cpu_time;
           return true;
         }
-        if (cgroup->usage().pids_limit_hit) {
+        if (stop_at_process_limit && cgroup->usage().pids_limit_hit) {
           *stopped_at = CgroupLimit::pids;
           return true;
         }

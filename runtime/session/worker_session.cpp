@@ -293,6 +293,7 @@ void WorkerSession::start() {
 void WorkerSession::start_run(Request request) {
   request.stop_fd = stop_timer_.get();
   request.guard_signals = true;  // a cell must not signal its checkpoints (docs/sessions.md)
+  request.stop_at_process_limit = false;  // a cell at the limit fails alone (request.hpp)
   // The sandbox outlives many cells, each held to the policy's limits on its own: its total CPU
   // time is bounded only by the session's lifetime on every CPU.
   request.sandbox_cpu_time = options_.lifetime * std::max(1u, std::thread::hardware_concurrency());

@@ -152,7 +152,14 @@ class NamespaceTest : public ::testing::Test {
     Health health = backend_->health();
     ASSERT_TRUE(health.available) << name << " backend unavailable: " << health.detail
                                   << " (fix: " << health.fix << ")";
+    health_ = std::move(health);
     policy_ = load_policy("default");
+  }
+
+  // Whether the run is stopped at limits.pids (a pids cgroup), or forks beyond it only fail (an
+  // rlimit stands in: a container without a writable cgroup).
+  bool process_limit_stops_the_run() const {
+    return !health_.fallbacks.count("limits.pids");
   }
 
   Result run(std::vector<std::string> argv) {
@@ -210,6 +217,7 @@ class NamespaceTest : public ::testing::Test {
 
   std::unique_ptr<Backend> backend_;
   Policy policy_;
+  Health health_;
 };
 
 // ---- Host-side probes ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ rlm_add_test(namespace_security_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_filesystem_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_network_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_process_test.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/security_escape_landlock_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/security_pool_reuse_test.cpp)
 add_dependencies(namespace_security_tests rlm-sandbox rlm-sandbox-init)
 

@@ -307,6 +307,35 @@ TEST(NamespaceSession, AMemoryBalloonIsRolledBackAsMemoryLimit) {
   EXPECT_EQ(session->execute("print(sum(kept))").stdout_data, "45\n");
 }
 
+// The session's sandbox is one process budget for every cell: a cell that starts more threads
+// than it allows (as 200 llm_query threads did) gets the refusal, and the session goes on. Before,
+// the runtime stopped the whole sandbox at its process limit and the session ended with "the
+// checkpoint interpreter is gone".
+TEST(NamespaceSession, ACellAtTheProcessLimitFailsAloneAndTheSessionGoesOn) {
+  Policy policy = repl_policy();
+  policy.limits.pids = 32;
+  auto backend = make_backend("namespace");
+  auto session = backend->open_session(policy, {});
+  ASSERT_EQ(session->execute("kept = 'before'").status, CellStatus::ok);
+  auto flood = session->execute(R"py(import threading
+gate = threading.Event()
+started = []
+try:
+    for _ in range(200):
+        t = threading.Thread(target=gate.wait)
+        t.start()
+        started.append(t)
+finally:
+    gate.set()
+    for t in started: t.join())py");
+  EXPECT_EQ(flood.status, CellStatus::error) << flood.to_json().dump();
+  EXPECT_NE(flood.error.find("can't start new thread"), std::string::npos) << flood.error;
+  EXPECT_EQ(session->execute("print(kept)").stdout_data, "before\n");
+  auto after = session->execute(
+      "t = threading.Thread(target=print, args=('a thread again',))\nt.start()\nt.join()");
+  EXPECT_EQ(after.stdout_data, "a thread again\n") << after.to_json().dump();
+}
+
 TEST(NamespaceSession, TheSandboxHasNoNetworkAndNoHostFiles) {
   auto backend = make_backend("namespace");
   auto session = backend->open_session(repl_policy(), {});

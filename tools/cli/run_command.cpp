@@ -152,6 +152,26 @@ void report_outcome(const Result& result) {
   print_error(line);
 }
 
+// A run whose limits were held by a stand-in (a per-process rlimit where no writable cgroup was)
+// or, for want of one, not at all says so once on stderr, also with --json, whose stdout stays the
+// Result alone. report_outcome already printed the detail, and with it the note, of a run that did
+// not end ok.
+void report_stand_ins(const Result& result, bool as_json) {
+  // Only where the backend noted a stand-in ("note: ..." in the detail): an unisolated backend's
+  // structural list (local) is health's to tell, not every run's.
+  if (result.unenforced.empty() || result.status == Status::sandbox_error ||
+      result.detail.find("note: ") == std::string::npos)
+    return;
+  const bool detail_printed = !as_json && result.status != Status::ok &&
+                              !(result.status == Status::exit_nonzero && result.detail.empty());
+  if (detail_printed) return;
+  std::string line = "note: not enforced as the policy means them here: ";
+  for (std::size_t i = 0; i < result.unenforced.size(); ++i)
+    line += (i ? ", " : "") + result.unenforced[i];
+  if (!result.detail.empty()) line += " (" + result.detail + ")";
+  print_error(line);
+}
+
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
@@ -292,6 +312,7 @@ int run_command(const std::vector<std::string>& args) {
       write_result_file(values["result-file"].as<std::string>(), result);
     report_outcome(result);
   }
+  report_stand_ins(result, as_json);
   return exit_status(result);
 }
 

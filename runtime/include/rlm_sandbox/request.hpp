@@ -59,6 +59,12 @@ struct Request {
   // namespace backend (rlm-sandbox-init's --guard-signals); a run it cannot guard does not start.
   // The local and docker backends ignore it.
   bool guard_signals = false;
+
+  // A run that reaches its process limit (limits.pids) is stopped there (a fork bomb would retry
+  // until the wall limit). Sessions turn this off: their sandbox hosts many cells, and a cell that
+  // cannot start another thread or process gets the kernel's refusal as an error of its own and is
+  // rolled back, while the session goes on.
+  bool stop_at_process_limit = true;
 };
 
 // The argv a request runs: `argv` itself, or the interpreter for `language` with `code`.
