@@ -121,6 +121,11 @@ Confinement Confinement::prepare(const Policy& policy, const std::string& init_p
   for (const char* device : kDevices)
     if (access(device, F_OK) == 0) landlock::allow_beneath(c.ruleset_, device, read | write);
   landlock::allow_beneath(c.ruleset_, fs::canonical(init_path).string(), read | execute);
+  // The host's /proc, read-only: a session's worker finds the processes a rollback kills there.
+  // It shows every host process (isolation.pid); what needs ptrace access (environ, mem, fd,
+  // maps) Landlock refuses for any process outside the sandbox's domain, and magic links
+  // (/proc/PID/root, cwd) lead to paths checked like any other.
+  landlock::allow_beneath(c.ruleset_, "/proc", read);
   return c;
 }
 

@@ -308,10 +308,6 @@ class LandlockBackend final : public Backend {
 
 }  // namespace
 
-std::vector<std::string> unenforced_fields() {
-  return unenforced_here(runtime_is_root(), landlock::abi_version());
-}
-
 std::unique_ptr<Backend> make_landlock_backend() {
   return std::make_unique<LandlockBackend>();
 }

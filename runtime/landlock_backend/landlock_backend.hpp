@@ -9,17 +9,11 @@
 #pragma once
 
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "rlm_sandbox/backend.hpp"
 
 namespace rlm::landlock_backend {
 
 std::unique_ptr<Backend> make_landlock_backend();
-
-// What this backend cannot enforce on this host, in the unenforced vocabulary of docs/policy.md
-// (health's list; a Result adds limits.cpus when its policy sets one).
-std::vector<std::string> unenforced_fields();
 
 }  // namespace rlm::landlock_backend

@@ -18,7 +18,7 @@ TEST(CliHealth, JsonListsEveryBackendWithWhatItEnforces) {
   auto out = cli({"health", "--json"});
   ASSERT_EQ(out.exit_code, 0) << out.err;
   auto report = json::parse(out.out);
-  ASSERT_EQ(report["backends"].size(), 3u);
+  ASSERT_EQ(report["backends"].size(), 4u);
   std::vector<std::string> names;
   for (const auto& backend : report["backends"]) {
     names.push_back(backend["backend"]);

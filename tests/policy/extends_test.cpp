@@ -136,7 +136,7 @@ TEST(PolicyExtends, UnknownNameSuggestsAndListsShippedPolicies) {
   EXPECT_EQ(d.path, "extends");
   EXPECT_THAT(d.message, HasSubstr("unknown policy 'stric'; did you mean strict?"));
   EXPECT_THAT(d.message,
-              HasSubstr("; shipped policies: ci, default, python-repl, strict, trusted-local;"));
+              HasSubstr("; shipped policies: ci, default, landlock, python-repl, strict, trusted-local;"));
 
   try {
     load_policy("defualt");

@@ -27,7 +27,8 @@ std::vector<std::string> policy_files_in_source_tree() {
 TEST(ShippedPolicies, NamesMatchTheFilesInPolicies) {
   EXPECT_EQ(shipped_policy_names(), policy_files_in_source_tree());
   EXPECT_EQ(shipped_policy_names(),
-            (std::vector<std::string>{"ci", "default", "python-repl", "strict", "trusted-local"}));
+            (std::vector<std::string>{"ci", "default", "landlock", "python-repl", "strict",
+                                      "trusted-local"}));
 }
 
 TEST(ShippedPolicies, EmbeddedTextMatchesTheSourceFiles) {

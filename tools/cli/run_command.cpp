@@ -185,14 +185,16 @@ int run_command(const std::vector<std::string>& args) {
   options.add_options()             //
       ("help,h", "show this help")  //
       ("policy,p", po::value<std::string>()->default_value("default"),
-       "shipped policy name (default, strict, python-repl, ci, trusted-local) or a JSON file")  //
+       "shipped policy name (default, strict, python-repl, ci, trusted-local, landlock) or a JSON "
+       "file")  //
       ("backend,b", po::value<std::string>()->default_value("auto"),
-       "auto, namespace, docker or local; auto tries the policy's backend.prefer in order")  //
-      ("timeout,t", po::value<std::string>(), "wall-clock limit, e.g. 10s, 500ms")           //
-      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")                      //
-      ("memory,m", po::value<std::string>(), "memory limit, e.g. 256M")                      //
-      ("pids", po::value<std::string>(), "process limit")                                    //
-      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")                     //
+       "auto, namespace, docker, landlock or local; auto tries the policy's backend.prefer in "
+       "order")                                                                     //
+      ("timeout,t", po::value<std::string>(), "wall-clock limit, e.g. 10s, 500ms")  //
+      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")             //
+      ("memory,m", po::value<std::string>(), "memory limit, e.g. 256M")             //
+      ("pids", po::value<std::string>(), "process limit")                           //
+      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")            //
       ("bind", po::value<std::vector<std::string>>()->composing(),
        "SRC[:DST] bind a host path read-write (repeatable)")  //
       ("bind-ro", po::value<std::vector<std::string>>()->composing(),

@@ -1,0 +1,383 @@
+// Escapes attempted through the landlock backend, each asserted to fail, next to a control that
+// shows the same attempt works where the backend allows it (so no test passes because the attempt
+// never could have worked). Everything the attempts aim at -- secrets, listeners, the process to
+// signal -- is made by this test process itself, outside the sandbox: the binary runs alone on
+// the host and inside a default Docker container (docs/landlock-backend.md, "Tests").
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
+#include "rlm_sandbox/result.hpp"
+
+namespace rlm {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define REQUIRE_BACKEND(backend)                                         \
+  auto backend = make_backend("landlock");                               \
+  ASSERT_NE(backend, nullptr);                                           \
+  if (const auto why = backend->unavailable_reason(); !why.empty()) {    \
+    GTEST_SKIP() << "the landlock backend is unavailable here: " << why; \
+  }
+
+Policy landlock_policy() {
+  Policy policy = load_policy("default");
+  policy.backend.prefer = {"landlock"};
+  return policy;
+}
+
+Mount read_only_bind(const std::string& path) {
+  Mount mount;
+  mount.source = mount.target = path;
+  mount.type = Mount::Type::bind;
+  mount.readonly = true;
+  return mount;
+}
+
+Result run_python(Backend& backend, const Policy& policy, const std::string& code) {
+  Request request;
+  request.argv = {"python3", "-c", code};
+  return backend.run(request, policy);
+}
+
+std::string describe(const Result& result) {
+  return result.to_json().dump();
+}
+
+// A directory of this test's own (removed after), world-readable and world-writable, so that
+// only the sandbox's confinement -- not file permissions -- can stand between the payload and it.
+class PlantedDir {
+ public:
+  PlantedDir() {
+    char pattern[] = "/tmp/rlm-landlock-planted-XXXXXX";
+    if (!mkdtemp(pattern)) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    path_ = pattern;
+    chmod(path_.c_str(), 0777);
+  }
+  ~PlantedDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string plant(const std::string& name, const std::string& text) const {
+    const std::string file = path_ + "/" + name;
+    std::ofstream(file) << text;
+    chmod(file.c_str(), 0666);
+    return file;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(LandlockEscape, ReadingAPlantedHostSecretOutsideTheAllowedPathsFails) {
+  REQUIRE_BACKEND(backend);
+  PlantedDir outside, allowed;
+  const std::string secret = outside.plant("secret", "landlock-secret-7f3a");
+  const std::string visible = allowed.plant("visible", "landlock-visible-19c2");
+  Policy policy = landlock_policy();
+  policy.filesystem.mounts.push_back(read_only_bind(allowed.path()));
+  const std::string code = "import sys\nfor p in sys.argv[1:] or ['" + secret + "', '" + visible +
+                           "']:\n"
+                           "  try: print(open(p).read())\n"
+                           "  except OSError as e: print('denied', p, e.errno)\n";
+  const Result result = run_python(*backend, policy, code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("landlock-secret-7f3a"), std::string::npos) << describe(result);
+  EXPECT_NE(result.stdout_data.find("denied " + secret), std::string::npos) << describe(result);
+  // Control: the file under the policy's bind is read.
+  EXPECT_NE(result.stdout_data.find("landlock-visible-19c2"), std::string::npos)
+      << describe(result);
+  // Neither a link in the sandbox's own directory nor /proc's magic links lead out.
+  const std::string detour = "import os\nos.symlink('" + secret +
+                             "', 'link')\n"
+                             "for p in ['link', '/proc/self/root" +
+                             secret + "', '/proc/1/root" + secret +
+                             "']:\n"
+                             "  try: print(open(p).read())\n"
+                             "  except OSError as e: print('denied', e.errno)\n";
+  const Result through = run_python(*backend, policy, detour);
+  EXPECT_EQ(through.stdout_data.find("landlock-secret-7f3a"), std::string::npos)
+      << describe(through);
+  EXPECT_NE(through.stdout_data.find("denied"), std::string::npos) << describe(through);
+}
+
+TEST(LandlockEscape, WritingOutsideTheRunsTmpFails) {
+  REQUIRE_BACKEND(backend);
+  PlantedDir outside, bound_ro;
+  const std::string existing = outside.plant("existing", "original");
+  Policy policy = landlock_policy();
+  policy.filesystem.mounts.push_back(read_only_bind(bound_ro.path()));
+  const std::string code =
+      "import os\n"
+      "for p in ['" +
+      outside.path() + "/created', '" + existing + "', '" + bound_ro.path() +
+      "/created', '/tmp/rlm-landlock-escape-" + std::to_string(getpid()) +
+      "']:\n"
+      "  try:\n"
+      "    open(p, 'a').write('escaped')\n"
+      "    print('wrote', p)\n"
+      "  except OSError as e: print('denied', p, e.errno)\n"
+      "try: os.rename('" +
+      existing + "', '" + outside.path() +
+      "/renamed'); print('renamed')\n"
+      "except OSError as e: print('denied rename', e.errno)\n"
+      "open(os.environ['TMPDIR'] + '/mine', 'w').write('ok')\n"
+      "print('tmpdir', open(os.environ['TMPDIR'] + '/mine').read())\n";
+  const Result result = run_python(*backend, policy, code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("wrote"), std::string::npos) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("renamed"), std::string::npos) << describe(result);
+  EXPECT_FALSE(fs::exists(outside.path() + "/created"));
+  EXPECT_FALSE(fs::exists(bound_ro.path() + "/created"));
+  EXPECT_FALSE(fs::exists("/tmp/rlm-landlock-escape-" + std::to_string(getpid())));
+  std::ifstream original(existing);
+  std::string text((std::istreambuf_iterator<char>(original)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "original");
+  // Control: the run's own TMPDIR takes writes.
+  EXPECT_NE(result.stdout_data.find("tmpdir ok"), std::string::npos) << describe(result);
+}
+
+// A listening TCP socket on 127.0.0.1, owned by the test.
+struct TcpListener {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int port = 0;
+  TcpListener() {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        listen(fd, 16) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length))
+      ADD_FAILURE() << "listener: " << std::strerror(errno);
+    port = ntohs(address.sin_port);
+  }
+  ~TcpListener() { close(fd); }
+  // How many connections are waiting (each accepted and closed).
+  int accepted() const {
+    int count = 0;
+    for (int c; (c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC)) >= 0; ++count) close(c);
+    return count;
+  }
+};
+
+TEST(LandlockEscape, TcpConnectToAListenerFailsAlsoOverMptcp) {
+  REQUIRE_BACKEND(backend);
+  TcpListener listener;
+  const std::string code =
+      "import socket\n"
+      "for name, proto in [('tcp', 0), ('tcp6', 0), ('iptcp', socket.IPPROTO_TCP), ('mptcp', "
+      "262)]:\n"
+      "  family = socket.AF_INET6 if name == 'tcp6' else socket.AF_INET\n"
+      "  host = '::ffff:127.0.0.1' if name == 'tcp6' else '127.0.0.1'\n"
+      "  try:\n"
+      "    s = socket.socket(family, socket.SOCK_STREAM, proto)\n"
+      "    s.settimeout(5)\n"
+      "    s.connect((host, " +
+      std::to_string(listener.port) +
+      "))\n"
+      "    print('connected', name)\n"
+      "  except OSError as e: print('denied', name, e.errno)\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("connected"), std::string::npos) << describe(result);
+  for (const char* name : {"denied tcp ", "denied tcp6 ", "denied iptcp ", "denied mptcp "})
+    EXPECT_NE(result.stdout_data.find(name), std::string::npos) << name << describe(result);
+  EXPECT_EQ(listener.accepted(), 0);
+  // Control: under network "host" the same payload reaches the listener.
+  Policy open = landlock_policy();
+  open.network = Network::host;
+  const Result control = run_python(*backend, open, code);
+  EXPECT_NE(control.stdout_data.find("connected tcp"), std::string::npos) << describe(control);
+  EXPECT_GE(listener.accepted(), 1);
+}
+
+TEST(LandlockEscape, UdpSendFails) {
+  REQUIRE_BACKEND(backend);
+  const int receiver = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(receiver, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(getsockname(receiver, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string code =
+      "import socket\n"
+      "try:\n"
+      "  s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+      "  s.sendto(b'escaped', ('127.0.0.1', " +
+      std::to_string(ntohs(address.sin_port)) +
+      "))\n"
+      "  print('sent')\n"
+      "except OSError as e: print('denied', e.errno)\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find("denied"), std::string::npos) << describe(result);
+  char buffer[16];
+  EXPECT_LT(recv(receiver, buffer, sizeof buffer, 0), 0) << "a datagram got out";
+  // Control: under network "host" it arrives.
+  Policy open = landlock_policy();
+  open.network = Network::host;
+  const Result control = run_python(*backend, open, code);
+  EXPECT_NE(control.stdout_data.find("sent"), std::string::npos) << describe(control);
+  pollfd p{receiver, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 5000), 1);
+  close(receiver);
+}
+
+TEST(LandlockEscape, AbstractUnixConnectToAListenerOutsideFails) {
+  REQUIRE_BACKEND(backend);
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const std::string name = "rlm-landlock-escape/" + std::to_string(getpid());
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, name.data(), name.size());
+  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  const std::string code =
+      "import socket\n"
+      "def attempt(label, name):\n"
+      "  try:\n"
+      "    socket.socket(socket.AF_UNIX).connect(name); print('connected', label)\n"
+      "  except OSError as e: print('denied', label, e.errno)\n"
+      "attempt('outside', '\\0" +
+      name +
+      "')\n"
+      "own = socket.socket(socket.AF_UNIX); own.bind('\\0" +
+      name +
+      "-own'); own.listen(1)\n"
+      "attempt('own', '\\0" +
+      name + "-own')\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find("denied outside"), std::string::npos) << describe(result);
+  EXPECT_EQ(accept(listener, nullptr, nullptr), -1);
+  // Control: a listener of the sandbox's own is reachable.
+  EXPECT_NE(result.stdout_data.find("connected own"), std::string::npos) << describe(result);
+  close(listener);
+}
+
+TEST(LandlockEscape, SignallingOrPtracingAProcessOutsideFails) {
+  REQUIRE_BACKEND(backend);
+  const pid_t outside = fork();
+  if (outside == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
+    for (;;) pause();
+  }
+  ASSERT_GT(outside, 0);
+  const std::string pid = std::to_string(outside);
+  const std::string code =
+      "import ctypes, os, signal, subprocess\n"
+      "for sig in (signal.SIGKILL, signal.SIGTERM, 0):\n"
+      "  try: os.kill(" +
+      pid +
+      ", sig); print('signalled', sig)\n"
+      "  except OSError as e: print('denied kill', e.errno)\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "for request in (16, 0x4206):  # PTRACE_ATTACH, PTRACE_SEIZE\n"
+      "  if libc.ptrace(request, " +
+      pid +
+      ", 0, 0) == 0: print('traced')\n"
+      "  else: print('denied ptrace', ctypes.get_errno())\n"
+      "child = subprocess.Popen(['sleep', '30'])\n"
+      "os.kill(child.pid, signal.SIGKILL); child.wait(); print('own child', child.returncode)\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("signalled"), std::string::npos) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("traced"), std::string::npos) << describe(result);
+  EXPECT_NE(result.stdout_data.find("denied ptrace"), std::string::npos) << describe(result);
+  int status = 0;
+  EXPECT_EQ(waitpid(outside, &status, WNOHANG), 0) << "the process outside was stopped or killed";
+  // Control: the sandbox signals a process of its own.
+  EXPECT_NE(result.stdout_data.find("own child -9"), std::string::npos) << describe(result);
+  kill(outside, SIGKILL);
+  waitpid(outside, nullptr, 0);
+}
+
+TEST(LandlockEscape, IoUringSetupFails) {
+  REQUIRE_BACKEND(backend);
+  const std::string code =
+      "import ctypes\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "params = ctypes.create_string_buffer(120)\n"
+      "fd = libc.syscall(425, 4, params)  # io_uring_setup\n"
+      "print('io_uring', fd, ctypes.get_errno())\n"
+      "print('getpid', libc.syscall(39) > 0)\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find("io_uring -1 1\n"), std::string::npos) << describe(result);
+  // Control: a harmless syscall through the same path works.
+  EXPECT_NE(result.stdout_data.find("getpid True"), std::string::npos) << describe(result);
+}
+
+TEST(LandlockEscape, SysVSharedMemoryFailsUnderNetworkNone) {
+  REQUIRE_BACKEND(backend);
+  const std::string code =
+      "import ctypes\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "print('shmget', libc.shmget(0, 4096, 0o1600), ctypes.get_errno())\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find("shmget -1 1\n"), std::string::npos) << describe(result);
+}
+
+TEST(LandlockHealth, HealthAndEveryResultListTheUnenforcedProperties) {
+  REQUIRE_BACKEND(backend);
+  const Health health = backend->health();
+  EXPECT_TRUE(health.available) << health.detail;
+  EXPECT_TRUE(health.isolated);
+  for (const char* field :
+       {"isolation.pid", "isolation.mount", "isolation.private_tmp", "isolation.named_unix_sockets",
+        "isolation.stat_outside_paths", "limits.memory_bytes"})
+    EXPECT_NE(std::find(health.unenforced.begin(), health.unenforced.end(), field),
+              health.unenforced.end())
+        << field;
+  EXPECT_TRUE(health.fallbacks.contains("limits.memory_bytes"));
+  Request request;
+  request.argv = {"true"};
+  const Result result = backend->run(request, landlock_policy());
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.backend, "landlock");
+  EXPECT_EQ(result.unenforced, health.unenforced);
+  // A failing run says the same.
+  request.argv = {"false"};
+  EXPECT_EQ(backend->run(request, landlock_policy()).unenforced, health.unenforced);
+}
+
+TEST(LandlockSelection, TheBackendIsOptInOnly) {
+  // No shipped policy but landlock's own prefers it, and auto selection never lands on it for
+  // the default policy.
+  for (const auto& name : shipped_policy_names()) {
+    const Policy policy = load_policy(name);
+    const bool prefers = std::find(policy.backend.prefer.begin(), policy.backend.prefer.end(),
+                                   "landlock") != policy.backend.prefer.end();
+    EXPECT_EQ(prefers, name == "landlock") << name;
+  }
+}
+
+}  // namespace
+}  // namespace rlm
