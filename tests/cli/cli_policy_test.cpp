@@ -87,7 +87,7 @@ TEST(CliPolicy, CheckRejectsRulesThatWouldWeakenThePreamble) {
 TEST(CliPolicy, ListNamesTheShippedPolicies) {
   auto out = cli({"policy", "list"});
   EXPECT_EQ(out.exit_code, 0);
-  EXPECT_EQ(out.out, "ci\ndefault\npython-repl\nstrict\ntrusted-local\n");
+  EXPECT_EQ(out.out, "ci\ndefault\nlandlock\npython-repl\nstrict\ntrusted-local\n");
 }
 
 TEST(CliPolicy, BadInvocationsAreUsageErrors) {
