@@ -17,13 +17,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rlm_sandbox/backend.hpp"
@@ -213,6 +218,114 @@ TEST(LandlockEscape, TcpConnectToAListenerFailsAlsoOverMptcp) {
   const Result control = run_python(*backend, open, code);
   EXPECT_NE(control.stdout_data.find("connected tcp"), std::string::npos) << describe(control);
   EXPECT_GE(listener.accepted(), 1);
+}
+
+// TCP Fast Open connects from sendto(MSG_FASTOPEN) without connect(2), the only call Landlock's
+// TCP rule checks: a full connection to a listener outside, data and reply, under network "none".
+TEST(LandlockEscape, TcpFastOpenSendToAListenerFails) {
+  REQUIRE_BACKEND(backend);
+  TcpListener listener;
+  const std::string code =
+      "import socket\n"
+      "for name, family, host in [('tcp', socket.AF_INET, '127.0.0.1'),\n"
+      "                           ('tcp6', socket.AF_INET6, '::ffff:127.0.0.1')]:\n"
+      "  try:\n"
+      "    s = socket.socket(family, socket.SOCK_STREAM)\n"
+      "    s.sendto(b'escaped', socket.MSG_FASTOPEN, (host, " +
+      std::to_string(listener.port) +
+      "))\n"
+      "    print('sent', name)\n"
+      "  except OSError as e: print('denied', name, e.errno)\n";
+  const Result result = run_python(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("sent"), std::string::npos) << describe(result);
+  for (const char* name : {"denied tcp ", "denied tcp6 "})
+    EXPECT_NE(result.stdout_data.find(name), std::string::npos) << name << describe(result);
+  EXPECT_EQ(listener.accepted(), 0);
+  // Control: under network "host" the same payload reaches the listener.
+  Policy open = landlock_policy();
+  open.network = Network::host;
+  const Result control = run_python(*backend, open, code);
+  EXPECT_NE(control.stdout_data.find("sent tcp"), std::string::npos) << describe(control);
+  EXPECT_GE(listener.accepted(), 1);
+}
+
+// The ports of TCP sockets listening now (/proc/net/tcp and tcp6, state 0A).
+std::set<int> listening_ports() {
+  std::set<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos)
+        ports.insert(std::stoi(local.substr(colon + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+// Runs `code` while a thread connects (127.0.0.1) once to each TCP port that starts listening
+// during the run, closing at once: a payload's listener shows an accepted connection.
+Result run_while_connecting_to_new_listeners(Backend& backend, const Policy& policy,
+                                             const std::string& code) {
+  const std::set<int> before = listening_ports();
+  std::atomic<bool> done{false};
+  std::thread connector([&] {
+    std::set<int> tried = before;
+    while (!done) {
+      for (const int port : listening_ports()) {
+        if (!tried.insert(port).second) continue;
+        const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        address.sin_port = htons(static_cast<std::uint16_t>(port));
+        connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+        close(fd);
+      }
+      usleep(10000);
+    }
+  });
+  Result result = run_python(backend, policy, code);
+  done = true;
+  connector.join();
+  return result;
+}
+
+// listen(2) on an unbound TCP socket binds it to an ephemeral port on every address without
+// bind(2), the call Landlock's TCP rule checks: the payload would serve the host's network
+// under network "none". The test connects from outside to the port the payload reports.
+TEST(LandlockEscape, TcpListenWithoutBindFails) {
+  REQUIRE_BACKEND(backend);
+  const std::string code =
+      "import socket, sys\n"
+      "for name, family in [('tcp', socket.AF_INET), ('tcp6', socket.AF_INET6)]:\n"
+      "  try:\n"
+      "    s = socket.socket(family, socket.SOCK_STREAM)\n"
+      "    s.listen()\n"
+      "    s.settimeout(5)\n"
+      "    print('listening', name, flush=True)\n"
+      "    c, _ = s.accept()\n"
+      "    c.sendall(b'from-inside')\n"
+      "    print('accepted', name, flush=True)\n"
+      "  except OSError as e: print('denied', name, e.errno, flush=True)\n";
+  // The payload's stdout is seen when the run ends: the port comes from /proc/net/tcp{,6}.
+  const Result result = run_while_connecting_to_new_listeners(*backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("listening"), std::string::npos) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("accepted"), std::string::npos) << describe(result);
+  for (const char* name : {"denied tcp ", "denied tcp6 "})
+    EXPECT_NE(result.stdout_data.find(name), std::string::npos) << name << describe(result);
+  // Control: under network "host" the payload listens and this test reaches it.
+  Policy open = landlock_policy();
+  open.network = Network::host;
+  const Result control = run_while_connecting_to_new_listeners(*backend, open, code);
+  EXPECT_NE(control.stdout_data.find("accepted tcp"), std::string::npos) << describe(control);
 }
 
 TEST(LandlockEscape, UdpSendFails) {
