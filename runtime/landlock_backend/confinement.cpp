@@ -89,10 +89,7 @@ Confinement Confinement::prepare(const Policy& policy, const std::string& init_p
                                         .scope_abstract_unix = true,
                                         .scope_signals = true};
   c.ruleset_ = landlock::prepare_ruleset(wanted);
-  c.seccomp_ =
-      seccomp::compile_landlock_additions(
-          {.network_none = network_none, .tcp_confined = landlock::enforced(wanted).deny_tcp})
-          .instructions;
+  c.seccomp_ = seccomp::compile_landlock_additions({.network_none = network_none}).instructions;
 
   using landlock::execute;
   using landlock::read;

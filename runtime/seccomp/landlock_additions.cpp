@@ -1,7 +1,6 @@
 // The landlock backend's own seccomp filter (seccomp.hpp, LandlockAdditions): stacked beneath the
 // policy's filter, it closes what Landlock leaves open on a host the payload shares.
 // docs/seccomp.md and docs/landlock-backend.md list each rule and why.
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -15,8 +14,7 @@ namespace {
 constexpr Action kEperm{Verdict::errno_, EPERM};
 constexpr Action kEacces{Verdict::errno_, EACCES};
 
-constexpr unsigned kDomainArg = 0, kTypeArg = 1, kProtocolArg = 2;
-constexpr std::uint32_t kSockTypeMask = 0xf;  // the kernel's SOCK_TYPE_MASK
+constexpr unsigned kDomainArg = 0;
 
 // Reaching into another process of the same uid (the runtime's, when it cannot switch uids), and
 // the io_uring interface, whose operations bypass the socket rules below. The payload's preamble
@@ -42,36 +40,19 @@ void deny(Filter& filter, std::string_view name, Conditions conditions, Action a
 
 }  // namespace
 
-Filter landlock_additions(bool network_none, bool tcp_confined) {
+Filter landlock_additions(bool network_none) {
   Filter filter;
   filter.default_action = {Verdict::allow, 0};
   for (const auto name : kAlwaysDenied) deny(filter, name, {}, kEperm);
   if (!network_none) return filter;
   for (const auto name : kIpc) deny(filter, name, {}, kEperm);
-  // An AF_INET or AF_INET6 socket. Without Landlock's TCP rule (ABI < 4) none at all; with it,
-  // only plain TCP: SOCK_STREAM with protocol 0 or IPPROTO_TCP, so neither UDP, raw sockets,
-  // SCTP nor MPTCP (IPPROTO_MPTCP, a SOCK_STREAM protocol Landlock's TCP rule does not cover) is
-  // left. The domain and protocol are ints: only their low halves are compared, as the kernel
-  // reads them; the type's flags (SOCK_CLOEXEC, SOCK_NONBLOCK) are masked off.
-  for (const std::uint32_t family : {AF_INET, AF_INET6}) {
-    if (!tcp_confined) {
-      deny(filter, "socket", {low32_is(kDomainArg, family)}, kEacces);
-      continue;
-    }
-    for (std::uint32_t type = 0; type <= kSockTypeMask; ++type) {
-      if (type == SOCK_STREAM) continue;
-      deny(filter, "socket",
-           {low32_is(kDomainArg, family), {kTypeArg, SCMP_CMP_MASKED_EQ, kSockTypeMask, type}},
-           kEacces);
-    }
-    const std::uint32_t tcp[] = {0, IPPROTO_TCP};
-    for (auto other : complement_low32(kProtocolArg, tcp)) {
-      Conditions conditions{low32_is(kDomainArg, family),
-                            {kTypeArg, SCMP_CMP_MASKED_EQ, kSockTypeMask, SOCK_STREAM}};
-      conditions.insert(conditions.end(), other.begin(), other.end());
-      deny(filter, "socket", std::move(conditions), kEacces);
-    }
-  }
+  // Every AF_INET and AF_INET6 socket. Landlock's TCP rule checks bind(2) and connect(2) only:
+  // sendto(MSG_FASTOPEN) connects without connect(2), listen(2) on an unbound socket binds to an
+  // ephemeral port on every address without bind(2), and UDP, raw, SCTP and MPTCP sockets are
+  // outside the rule. A sandbox on the host's network has no loopback of its own to use them
+  // for. The domain is an int: only its low half is compared, as the kernel reads it.
+  for (const std::uint32_t family : {AF_INET, AF_INET6})
+    deny(filter, "socket", {low32_is(kDomainArg, family)}, kEacces);
   return filter;
 }
 

@@ -101,9 +101,9 @@ Filter layer(const Seccomp& policy, std::vector<Diagnostic>& problems);
 
 // The landlock backend's filter (landlock_additions.cpp): always ptrace, process_vm_*,
 // pidfd_getfd and io_uring denied; under network "none" also SysV IPC and POSIX message queues,
-// and every AF_INET/AF_INET6 socket but plain TCP (or all of them when Landlock does not confine
-// TCP here: `tcp_confined` false). Its default allows: it is stacked with the policy's filter.
-Filter landlock_additions(bool network_none, bool tcp_confined);
+// and every AF_INET/AF_INET6 socket (Landlock's TCP rule leaves TCP Fast Open and listen's
+// implicit bind open). Its default allows: it is stacked with the policy's filter.
+Filter landlock_additions(bool network_none);
 
 // The native syscall number of `name` (negative when libseccomp knows the name but this
 // architecture has no such syscall), or nullopt when the name is unknown. Syscalls newer than the

@@ -181,8 +181,8 @@ SealedProgram compile_sealed(const Seccomp& policy_rules, const CompileOptions& 
 }
 
 Program compile_landlock_additions(const LandlockAdditions& additions) {
-  const SealedProgram sealed = compile_filter(
-      detail::landlock_additions(additions.network_none, additions.tcp_confined), {});
+  const SealedProgram sealed =
+      compile_filter(detail::landlock_additions(additions.network_none), {});
   return {read_program(sealed.fd.get()), false};
 }
 

@@ -81,7 +81,6 @@ bool allows_every_call(const Seccomp& policy_rules, std::string_view syscall);
 // compile_sealed().
 struct LandlockAdditions {
   bool network_none = true;  // the policy's network is "none"
-  bool tcp_confined = true;  // Landlock denies TCP bind/connect here (ABI >= 4)
 };
 Program compile_landlock_additions(const LandlockAdditions& additions);
 

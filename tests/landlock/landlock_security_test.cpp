@@ -25,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 #include <string>
@@ -189,6 +190,26 @@ struct TcpListener {
   }
 };
 
+// Runs `code` under network "none": no line says `reached`, each of `denied` is printed and the
+// listener gets no connection. Control: under network "host" the same payload says `reached tcp`
+// and the listener gets one.
+void expect_the_listener_reached_under_host_only(Backend& backend, const TcpListener& listener,
+                                                 const std::string& code,
+                                                 const std::string& reached,
+                                                 std::initializer_list<const char*> denied) {
+  const Result result = run_python(backend, landlock_policy(), code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data.find(reached), std::string::npos) << describe(result);
+  for (const char* name : denied)
+    EXPECT_NE(result.stdout_data.find(name), std::string::npos) << name << describe(result);
+  EXPECT_EQ(listener.accepted(), 0);
+  Policy open = landlock_policy();
+  open.network = Network::host;
+  const Result control = run_python(backend, open, code);
+  EXPECT_NE(control.stdout_data.find(reached + " tcp"), std::string::npos) << describe(control);
+  EXPECT_GE(listener.accepted(), 1);
+}
+
 TEST(LandlockEscape, TcpConnectToAListenerFailsAlsoOverMptcp) {
   REQUIRE_BACKEND(backend);
   TcpListener listener;
@@ -206,18 +227,9 @@ TEST(LandlockEscape, TcpConnectToAListenerFailsAlsoOverMptcp) {
       "))\n"
       "    print('connected', name)\n"
       "  except OSError as e: print('denied', name, e.errno)\n";
-  const Result result = run_python(*backend, landlock_policy(), code);
-  ASSERT_EQ(result.status, Status::ok) << describe(result);
-  EXPECT_EQ(result.stdout_data.find("connected"), std::string::npos) << describe(result);
-  for (const char* name : {"denied tcp ", "denied tcp6 ", "denied iptcp ", "denied mptcp "})
-    EXPECT_NE(result.stdout_data.find(name), std::string::npos) << name << describe(result);
-  EXPECT_EQ(listener.accepted(), 0);
-  // Control: under network "host" the same payload reaches the listener.
-  Policy open = landlock_policy();
-  open.network = Network::host;
-  const Result control = run_python(*backend, open, code);
-  EXPECT_NE(control.stdout_data.find("connected tcp"), std::string::npos) << describe(control);
-  EXPECT_GE(listener.accepted(), 1);
+  expect_the_listener_reached_under_host_only(
+      *backend, listener, code, "connected",
+      {"denied tcp ", "denied tcp6 ", "denied iptcp ", "denied mptcp "});
 }
 
 // TCP Fast Open connects from sendto(MSG_FASTOPEN) without connect(2), the only call Landlock's
@@ -236,18 +248,8 @@ TEST(LandlockEscape, TcpFastOpenSendToAListenerFails) {
       "))\n"
       "    print('sent', name)\n"
       "  except OSError as e: print('denied', name, e.errno)\n";
-  const Result result = run_python(*backend, landlock_policy(), code);
-  ASSERT_EQ(result.status, Status::ok) << describe(result);
-  EXPECT_EQ(result.stdout_data.find("sent"), std::string::npos) << describe(result);
-  for (const char* name : {"denied tcp ", "denied tcp6 "})
-    EXPECT_NE(result.stdout_data.find(name), std::string::npos) << name << describe(result);
-  EXPECT_EQ(listener.accepted(), 0);
-  // Control: under network "host" the same payload reaches the listener.
-  Policy open = landlock_policy();
-  open.network = Network::host;
-  const Result control = run_python(*backend, open, code);
-  EXPECT_NE(control.stdout_data.find("sent tcp"), std::string::npos) << describe(control);
-  EXPECT_GE(listener.accepted(), 1);
+  expect_the_listener_reached_under_host_only(*backend, listener, code, "sent",
+                                              {"denied tcp ", "denied tcp6 "});
 }
 
 // The ports of TCP sockets listening now (/proc/net/tcp and tcp6, state 0A).
