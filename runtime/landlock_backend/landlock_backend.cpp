@@ -38,8 +38,8 @@ constexpr int kChildVerdictMs = 10'000;
 
 // The properties and fields nothing here enforces, in the vocabulary of docs/policy.md.
 const std::vector<std::string> kAlwaysUnenforced = {
-    "isolation.pid",                 // host processes are visible (/proc is not granted, ps is not
-                                     // possible, but kill(pid, 0) and the like see them)
+    "isolation.pid",                 // host processes are visible in /proc (read is granted)
+    "isolation.host_network_view",   // routes, sockets and /proc/net can be listed, not used
     "isolation.mount",               // the host's mount tree: bind targets are not remapped
     "isolation.private_tmp",         // /tmp is the host's; TMPDIR is the run's own directory
     "isolation.named_unix_sockets",  // connect() to a named socket is not a Landlock right
