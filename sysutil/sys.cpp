@@ -1,5 +1,6 @@
 #include "rlm_sys/sys.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,21 @@
 #include <cstring>
 
 namespace rlm::sys {
+
+std::string read_text_file(const char* path, std::size_t max_bytes) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char chunk[8192];
+  while (text.size() < max_bytes) {
+    const ssize_t got = read(fd, chunk, std::min(sizeof chunk, max_bytes - text.size()));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    text.append(chunk, static_cast<std::size_t>(got));
+  }
+  close(fd);
+  return text;
+}
 
 std::string errno_text(int error) {
   char buffer[256];

@@ -3,20 +3,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::common {
 namespace {
-
-std::string read_text(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str().substr(0, 1 << 20);  // bounded: a hint, never a whole file
-}
 
 // The first line of `text` containing `needle`, trimmed for an evidence string.
 std::string line_with(std::string_view text, std::string_view needle) {
@@ -93,8 +84,8 @@ ContainerKind classify_container(const ContainerHints& hints) {
 
 ContainerKind detect_container() {
   static const ContainerKind detected = [] {
-    const std::string cgroup = read_text("/proc/self/cgroup");
-    const std::string mountinfo = read_text("/proc/self/mountinfo");
+    const std::string cgroup = sys::read_text_file("/proc/self/cgroup", 1 << 20);
+    const std::string mountinfo = sys::read_text_file("/proc/self/mountinfo");
     ContainerHints hints;
     hints.dockerenv = access("/.dockerenv", F_OK) == 0;
     hints.containerenv = access("/run/.containerenv", F_OK) == 0;

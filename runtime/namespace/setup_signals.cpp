@@ -4,20 +4,11 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
 namespace {
-
-std::string read_text(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // The value of "Name:\t..." in a /proc/PID/status text, trimmed; "" when missing.
 std::string_view status_field(std::string_view status, std::string_view name) {
@@ -91,12 +82,12 @@ std::string SetupSignals::describe() const {
 
 SetupSignals read_setup_signals() {
   SetupSignals signals;
-  const std::string status = read_text("/proc/self/status");
+  const std::string status = sys::read_text_file("/proc/self/status");
   signals.seccomp_filter = status_has_seccomp_filter(status);
-  signals.masked_example = first_masked_proc_path(read_text("/proc/self/mountinfo"));
+  signals.masked_example = first_masked_proc_path(sys::read_text_file("/proc/self/mountinfo"));
   signals.masked_proc = !signals.masked_example.empty();
   if (geteuid() == 0) signals.root_missing_caps = missing_root_caps(status);
-  std::string profile = read_text("/proc/self/attr/apparmor/current");
+  std::string profile = sys::read_text_file("/proc/self/attr/apparmor/current", 4096);
   while (!profile.empty() && (profile.back() == '\n' || profile.back() == '\0')) profile.pop_back();
   if (!profile.empty() && profile != "unconfined")
     signals.apparmor_profile = profile.substr(0, 200);

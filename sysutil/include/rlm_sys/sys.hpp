@@ -21,6 +21,9 @@ int poll_timeout_ms(std::chrono::steady_clock::time_point deadline);
 // `items` with `separator` between them.
 std::string join(std::span<const std::string> items, std::string_view separator);
 
+// The first `max_bytes` of a (typically /proc) file, or "" when it cannot be read.
+std::string read_text_file(const char* path, std::size_t max_bytes = std::size_t{4} << 20);
+
 // One line of /proc/<pid>/mountinfo, its paths unescaped.
 struct MountInfo {
   std::string root;         // the mounted tree's root inside its filesystem
