@@ -135,8 +135,9 @@ TEST(PolicyExtends, UnknownNameSuggestsAndListsShippedPolicies) {
   const auto d = only_problem_in(R"({"extends": "stric"})");
   EXPECT_EQ(d.path, "extends");
   EXPECT_THAT(d.message, HasSubstr("unknown policy 'stric'; did you mean strict?"));
-  EXPECT_THAT(d.message,
-              HasSubstr("; shipped policies: ci, default, landlock, python-repl, strict, trusted-local;"));
+  EXPECT_THAT(
+      d.message,
+      HasSubstr("; shipped policies: ci, default, landlock, python-repl, strict, trusted-local;"));
 
   try {
     load_policy("defualt");
