@@ -11,16 +11,24 @@ namespace rlm::ns {
 namespace {
 
 // Every namespace, network "none", a private /tmp, the default limits (so the cgroup step is
-// taken), and no binds: what every isolating policy's setup does, nothing that depends on a
-// policy's paths.
+// taken), and only the system's library directories bound read-only (optional, as in the
+// default policy): a dynamically linked rlm-sandbox-init (the sanitizer build's) needs its
+// interpreter and libraries to exec. Nothing that depends on a policy's own paths.
 Policy probe_policy() {
   Policy policy;
   policy.name = "setup probe";
+  for (const char* dir : {"/usr", "/lib", "/lib64"}) {
+    Mount bind;
+    bind.source = bind.target = dir;
+    bind.readonly = true;
+    bind.optional = true;
+    policy.filesystem.mounts.push_back(bind);
+  }
   Mount tmp;
   tmp.target = "/tmp";
   tmp.type = Mount::Type::tmpfs;
   tmp.readonly = false;
-  policy.filesystem.mounts = {tmp};
+  policy.filesystem.mounts.push_back(tmp);
   policy.filesystem.workdir = "/tmp";
   return policy;
 }
