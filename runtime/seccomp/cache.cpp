@@ -6,13 +6,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "common/unique_fd.hpp"
 
@@ -199,24 +203,46 @@ std::optional<Programs> read_from_disk(const std::string& key) {
   return programs;
 }
 
-std::size_t count_entries(int dir) {
+// Makes room for one more file: a full directory loses its oldest files (by mtime), so a cache
+// filled by programs of older builds (every rebuild is a new key) keeps serving the current one
+// instead of going dead. Temporary files older than a minute (a writer that died) go too.
+void make_room(int dir) {
   const int copy = ::fcntl(dir, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return kDiskEntries;
+  if (copy < 0) return;
   DIR* d = ::fdopendir(copy);
   if (!d) {
     ::close(copy);
-    return kDiskEntries;
+    return;
   }
-  std::size_t n = 0;
-  while (const dirent* entry = ::readdir(d))
-    if (entry->d_name[0] != '.') ++n;
+  std::vector<std::pair<timespec, std::string>> files;
+  const std::time_t stale_before = std::time(nullptr) - 60;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    if (::fstatat(dir, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (name.front() == '.') {
+      if (st.st_mtim.tv_sec < stale_before) ::unlinkat(dir, entry->d_name, 0);
+      continue;
+    }
+    if (files.size() < 4 * kDiskEntries) files.emplace_back(st.st_mtim, entry->d_name);
+  }
   ::closedir(d);
-  return n;
+  if (files.size() < kDiskEntries) return;
+  const auto excess = files.size() - kDiskEntries + 1;
+  std::partial_sort(files.begin(), files.begin() + static_cast<std::ptrdiff_t>(excess), files.end(),
+                    [](const auto& a, const auto& b) {
+                      return a.first.tv_sec != b.first.tv_sec ? a.first.tv_sec < b.first.tv_sec
+                                                              : a.first.tv_nsec < b.first.tv_nsec;
+                    });
+  for (std::size_t i = 0; i < excess; ++i) ::unlinkat(dir, files[i].second.c_str(), 0);
 }
 
 void write_to_disk(const std::string& key, const Programs& programs) {
   const UniqueFd dir = open_directory(disk_directory(), true);
-  if (!dir || count_entries(dir.get()) >= kDiskEntries) return;
+  if (!dir) return;
+  make_room(dir.get());
   std::string data(kMagic, sizeof kMagic);
   const std::string stored_key = disk_key(key);
   append_u32(data, static_cast<std::uint32_t>(stored_key.size()));

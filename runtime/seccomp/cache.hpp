@@ -35,7 +35,7 @@ struct Programs {
 };
 
 inline constexpr std::size_t kMemoryEntries = 64;
-inline constexpr std::size_t kDiskEntries = 256;  // beyond this many files, nothing more is written
+inline constexpr std::size_t kDiskEntries = 256;  // a full directory loses its oldest files first
 inline constexpr const char* kDiskDirectory = "/run/rlm-sandbox-seccomp";
 
 // The canonical text of `rules`: every field, length-prefixed, in order. Equal texts mean equal
