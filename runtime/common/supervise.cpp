@@ -60,7 +60,7 @@ class Loop {
         chunk_(kChunkBytes) {}
 
   Supervision run() {
-    while (!init_exited_) step();
+    while (!init_exited_ && !report_complete_) step();
     stdin_.close();
     finish();
     return std::move(result_);
@@ -141,6 +141,11 @@ class Loop {
       if (count > 0) {
         if (result_.report.size() < kReportLimit)
           result_.report.append(buffer, static_cast<std::size_t>(count));
+        // Init's report is one line, written last, after every other process is dead and reaped:
+        // with the reap deferred, its newline ends supervision without waiting for init's exit
+        // (the PID namespace's teardown, about half a millisecond).
+        if (options_.defer_reap && result_.report.find('\n') != std::string::npos)
+          report_complete_ = true;
         continue;
       }
       if (count < 0 && errno == EINTR) continue;
@@ -162,7 +167,8 @@ class Loop {
   }
 
   void finish() {
-    if (options_.defer_reap && !process_.report_pipe && !result_.report.empty()) {
+    if (options_.defer_reap && (report_complete_ || !process_.report_pipe) &&
+        !result_.report.empty()) {
       finish_before_exit();
       return;
     }
@@ -203,6 +209,7 @@ class Loop {
     drain_output();
     process_.stdout_pipe.reset();
     process_.stderr_pipe.reset();
+    process_.report_pipe.reset();
     process_.pidfd.reset();
   }
 
@@ -224,6 +231,7 @@ class Loop {
   StdinPump stdin_;
   std::vector<char> chunk_;
   bool init_exited_ = false;
+  bool report_complete_ = false;
   Clock::time_point next_watch_ = Clock::now() + options_.watch_interval;
   std::optional<Clock::time_point> backstop_;
 };

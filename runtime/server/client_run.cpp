@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <memory>
 
 #include "common/payload_io.hpp"
 #include "rlm_sandbox/units.hpp"
@@ -111,12 +112,14 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
     } catch (const Error&) {  // the run is over already
     }
   };
-  std::vector<char> chunk(1u << 16);
+  // Not cleared: only what read() returns is ever used (64 KiB of memset per run was measurable).
+  constexpr std::size_t kChunk = 1u << 16;
+  const auto chunk = std::make_unique_for_overwrite<char[]>(kChunk);
   const auto drain = [&](UniqueFd& pipe, CappedOutput& output, const char* stream) {
-    const ssize_t got = read(pipe.get(), chunk.data(), chunk.size());
+    const ssize_t got = read(pipe.get(), chunk.get(), kChunk);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) return;
     if (got <= 0) return pipe.reset();
-    if (output.accept({chunk.data(), static_cast<std::size_t>(got)})) stop_for(stream);
+    if (output.accept({chunk.get(), static_cast<std::size_t>(got)})) stop_for(stream);
   };
 
   // Nonblocking, so that once the Result is in, what the pipes hold is read without waiting for

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -121,19 +122,22 @@ std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_dead
   if (length > max_bytes)
     throw WireError("a frame of " + std::to_string(length) + " bytes is over the limit of " +
                     std::to_string(max_bytes));
+  // Received straight into the body, which grows only as bytes arrive (a peer announcing a large
+  // frame and sending nothing costs nothing); no bounce buffer to clear for every small frame.
+  constexpr std::size_t kChunk = 1u << 16;
   std::string body;
   body.reserve(std::min<std::size_t>(length, 1u << 20));
-  std::array<char, 1u << 16> chunk{};
   while (body.size() < length) {
-    const std::size_t want = std::min<std::size_t>(chunk.size(), length - body.size());
-    const ssize_t count = recv(socket, chunk.data(), want, MSG_DONTWAIT);
-    if (count > 0) {
-      body.append(chunk.data(), static_cast<std::size_t>(count));
-      continue;
-    }
+    const std::size_t have = body.size();
+    const std::size_t want = std::min<std::size_t>(kChunk, length - have);
+    body.resize(have + want);
+    const ssize_t count = recv(socket, body.data() + have, want, MSG_DONTWAIT);
+    const int error = errno;
+    body.resize(have + static_cast<std::size_t>(std::max<ssize_t>(count, 0)));
+    if (count > 0) continue;
     if (count == 0) throw WireError("the connection ended inside a frame");
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      throw WireError("the connection broke: " + sys::errno_text(errno));
+    if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR)
+      throw WireError("the connection broke: " + sys::errno_text(error));
     if (!wait_for(socket, POLLIN, deadline)) throw WireError("a frame did not arrive in time");
   }
   try {

@@ -2,15 +2,16 @@
 // cold `rlm-sandbox run`, and how many runs two clients get through per second.
 //
 // It starts its own server (`serve --pool default=N` on a socket in a temp dir), then:
-//  1. latency: whole commands, fork+exec+wait each, interleaved round by round (the order
-//     rotating) so every column sees the same machine: `rlm-sandbox run --server S --policy
-//     default -- /bin/true`, rlm-bench's bubblewrap line, and the cold `rlm-sandbox run --policy
-//     default -- /bin/true`. Medians, p99.9/median and the ratios are printed.
-//     A run through the server also times the library's client (rlm::ServerConnection::run in
-//     this process: what an orchestrator that keeps running pays, with no CLI exec per run).
-//     After each sample through the server the bench waits, untimed, until the pool is full
-//     again, so a refill never runs beside another column's sample (the pool's promise is a
-//     sandbox ready before the request; what refills cost shows in "sustained" below).
+//  1. latency: whole commands, posix_spawn+exec+wait each (as rlm-bench), interleaved round by
+//     round (the order rotating) so every column sees the same machine: `rlm-sandbox run
+//     --server S --policy default -- /bin/true`, rlm-bench's bubblewrap line, and the cold
+//     `rlm-sandbox run --policy default -- /bin/true`. Medians, p99.9/median and the ratios are
+//     printed. A run through the server also times the library's client
+//     (rlm::ServerConnection::run in this process: what an orchestrator that keeps running pays,
+//     with no CLI exec per run). After each sample through the server the bench waits, untimed,
+//     until the pool is full again, so a refill never runs beside another column's sample (the
+//     pool's promise is a sandbox ready before the request; what refills cost shows in
+//     "sustained" below).
 //  2. throughput: two client threads running back to back, against two threads running bwrap:
 //     runs per second. "burst" starts with the pool full and ends when the pool's sandboxes are
 //     used; "sustained" runs for --seconds, refills included. Clients are the CLI (an exec per
@@ -38,6 +39,7 @@
 
 #include "bwrap_line.hpp"
 #include "rlm_sandbox/client.hpp"
+#include "spawn.hpp"
 
 namespace {
 
@@ -49,25 +51,12 @@ struct Settings {
   std::string rlm_sandbox, bwrap = "/usr/bin/bwrap";
 };
 
-// Runs argv to its end with stdio on /dev/null; its wall time in ms, or nullopt unless it exited 0.
+// Runs argv to its end with stdio on /dev/null, as rlm-bench times its bubblewrap line; its wall
+// time in ms, or nullopt unless it exited 0.
 std::optional<double> time_command(const std::vector<std::string>& argv) {
-  std::vector<char*> words;
-  for (const auto& word : argv) words.push_back(const_cast<char*>(word.c_str()));
-  words.push_back(nullptr);
-  const auto begin = Clock::now();
-  const pid_t child = fork();
-  if (child == 0) {
-    const int null = open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
-    execv(words[0], words.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (child > 0 && waitpid(child, &status, 0) < 0) {
-  }
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
-  if (child < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return ms;
+  const auto sample = rlm::bench::spawn_once(argv);
+  if (!sample) return std::nullopt;
+  return sample->wall_ms;
 }
 
 // The value below which a fraction q of the samples lie (nearest rank).
