@@ -207,6 +207,7 @@ std::vector<std::string> init_arguments(const std::string& init_path, InitSettin
       args.push_back(std::to_string(fd));
     }
     if (settings.pid1) args.push_back(protocol::kPid1Flag);
+    if (settings.hold_after_report) args.push_back(protocol::kHoldAfterReportFlag);
     args.push_back(protocol::kAwaitPayloadFlag);
     args.push_back(std::to_string(settings.await_fd));
     return args;

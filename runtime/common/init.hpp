@@ -47,6 +47,8 @@ struct InitSettings {
   // >= 0: await mode (--await-payload): init waits on this socket for its PayloadMessage, which
   // then carries what rlimits, workdir, guard_signals and payload_argv say here (all unused).
   int await_fd = -1;
+  // --hold-after-report: after its report init waits for the host to close await_fd or kill it.
+  bool hold_after_report = false;
 };
 
 // argv for execve: init_path, the flags, "--", the payload's argv (moved over); in await mode

@@ -129,7 +129,7 @@ void collect_stale_groups_once() {
 
 // Throws Error or std::system_error with a message for the Result. Nothing of a request: init
 // starts in await mode and receives its payload from launch().
-void prepare(Preparation& p, const Policy& policy, const std::string& init_path) {
+void prepare(Preparation& p, const Policy& policy, const std::string& init_path, bool ahead) {
   p.init_fd = common::above_stdio(UniqueFd(open(init_path.c_str(), O_RDONLY | O_CLOEXEC)));
   if (!p.init_fd) throw Error("cannot open " + init_path + ": " + sys::errno_text(errno));
   p.filter = seccomp::prepare_payload_filter(policy.seccomp);
@@ -160,6 +160,10 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path)
   settings.seccomp_notify_fd = p.filter.notify.get();
   settings.pid1 = policy.namespaces.pid;
   settings.await_fd = p.await_init.get();
+  // Built ahead (a pool's): init stays after its report until the sandbox is destroyed, so the
+  // namespaces' teardown runs when the pool cleans up, not beside the next run. Only with a cgroup:
+  // without one, supervision waits for init's exit to count the usage (launch()'s defer_reap).
+  settings.hold_after_report = ahead && p.cgroup != nullptr;
   // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's. Init's own
   // environment is empty and its stdio /dev/null: the payload's come with its message.
   auto args = common::init_arguments(init_protocol::kBinaryName, std::move(settings));
@@ -321,7 +325,7 @@ std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std:
   s.built = policy.limits;
   s.init_path = init_path;
   try {
-    prepare(s.p, policy, init_path);
+    prepare(s.p, policy, init_path, wait_exec);
   } catch (const std::exception& error) {
     throw Error(std::string("cannot prepare the sandbox: ") + error.what());
   }

@@ -4,6 +4,7 @@
 // started survives.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -81,6 +82,7 @@ class AwaitingInit {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   std::string report() { return read_to_eof(report_); }
+  int report_fd() const { return report_; }
 
  private:
   pid_t pid_ = -1;
@@ -92,6 +94,21 @@ common::PayloadMessage touching(const TempDir& dir) {
   message.argv = {"/bin/sh", "-c", "touch " + dir.file("started")};
   message.environment = {"PATH=/usr/bin:/bin"};
   return message;
+}
+
+// One line from `fd` (without waiting for EOF), or what came before `limit` ran out.
+std::string read_line(int fd, std::chrono::milliseconds limit) {
+  std::string line;
+  const auto until = Clock::now() + limit;
+  while (line.find('\n') == std::string::npos && Clock::now() < until) {
+    pollfd entry{fd, POLLIN, 0};
+    if (poll(&entry, 1, 50) <= 0) continue;
+    char buffer[256];
+    const ssize_t count = read(fd, buffer, sizeof buffer);
+    if (count <= 0) break;
+    line.append(buffer, static_cast<std::size_t>(count));
+  }
+  return line;
 }
 
 bool exists(const std::string& path) {
@@ -220,6 +237,44 @@ TEST(InitAwait, NothingOutlivesItsHost) {
   EXPECT_LT(Clock::now() - closed, 2s) << "at once, without a grace";
   EXPECT_TRUE(processes_with_cmdline("sleep 66.2143").empty());
   EXPECT_NE(init.report().find("\"terminated\":true"), std::string::npos);
+}
+
+// A pool's sandboxes: the report comes as usual, but init stays (holding the namespaces) until the
+// host closes its socket, so the teardown runs when the pool destroys the sandbox.
+TEST(InitAwait, HeldAfterItsReportUntilTheHostLeaves) {
+  AwaitingInit init({"--hold-after-report"});
+  common::PayloadMessage message;
+  message.argv = {"/bin/sh", "-c", "exit 3"};
+  message.environment = {"PATH=/usr/bin:/bin"};
+  init.send(message);
+  const std::string line = read_line(init.report_fd(), 10s);
+  EXPECT_EQ(line.rfind("{\"exit_code\":3,", 0), 0u) << line;
+  // Without the hold init would be gone within a millisecond of its report.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(process_alive(init.pid())) << "init exited after its report";
+  int status = 0;
+  EXPECT_EQ(waitpid(init.pid(), &status, WNOHANG), 0);
+
+  init.close_host();
+  EXPECT_EQ(init.wait_exit(), 3) << "init mirrors the payload's exit once the host has left";
+}
+
+TEST(InitAwait, AHeldInitLeavesOnSigterm) {
+  AwaitingInit init({"--hold-after-report"});
+  common::PayloadMessage message;
+  message.argv = {"/bin/true"};
+  init.send(message);
+  EXPECT_EQ(read_line(init.report_fd(), 10s).rfind("{\"exit_code\":0,", 0), 0u);
+  ASSERT_EQ(kill(init.pid(), SIGTERM), 0);
+  EXPECT_EQ(init.wait_exit(), 0);
+}
+
+TEST(InitAwait, HoldingIsOnlyForAwaitMode) {
+  const auto outcome =
+      run_process({bin_path("rlm-sandbox-init"), "--hold-after-report", "--", "true"});
+  EXPECT_EQ(outcome.exit_code, init_protocol::kInitFailureExit);
+  EXPECT_NE(outcome.err.find("--hold-after-report needs --await-payload"), std::string::npos)
+      << outcome.err;
 }
 
 TEST(InitAwait, TheCommandLineLeavesThePayloadToTheMessage) {

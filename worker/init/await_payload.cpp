@@ -170,4 +170,24 @@ std::string await_payload(int socket, int signal_fd, Options& options, AwaitedPa
   return "";
 }
 
+void hold_until_host_leaves(int socket, int signal_fd) {
+  for (;;) {
+    pollfd watched[2] = {{socket, POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    if (poll(watched, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (watched[1].revents & POLLIN) {
+      signalfd_siginfo info{};
+      while (read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+        if (info.ssi_signo != SIGCHLD) return;
+    }
+    if (watched[0].revents) {
+      char discard[256];
+      const ssize_t count = recv(socket, discard, sizeof discard, MSG_DONTWAIT);
+      if (count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR)) return;
+    }
+  }
+}
+
 }  // namespace rlm::init

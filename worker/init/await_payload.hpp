@@ -27,4 +27,8 @@ struct AwaitedPayload {
 // SIGTERM, or what is wrong with the message.
 std::string await_payload(int socket, int signal_fd, Options& options, AwaitedPayload& payload);
 
+// --hold-after-report: after the report, waits until the host closes `socket` (or it breaks), or
+// a signal other than SIGCHLD arrives on `signal_fd`; whatever the host sends is discarded.
+void hold_until_host_leaves(int socket, int signal_fd);
+
 }  // namespace rlm::init

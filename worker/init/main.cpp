@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
     outcome.path = failure.path;
   }
   rlm::init::write_report(options.report_fd, outcome);
+  if (options.hold_after_report) rlm::init::hold_until_host_leaves(options.await_fd, signal_fd);
   if (options.report_fd < 0 && failure.error != 0)
     std::fprintf(stderr, "rlm-sandbox-init: %s '%s': %s\n",
                  failure.step == "exec" ? "cannot execute" : failure.step.c_str(),

@@ -83,6 +83,10 @@ std::string parse_options(int argc, char** argv, Options& options) {
       options.guard_signals = true;
       continue;
     }
+    if (flag == protocol::kHoldAfterReportFlag) {
+      options.hold_after_report = true;
+      continue;
+    }
     const bool known = flag == protocol::kReportFdFlag || flag == protocol::kGraceFlag ||
                        flag == protocol::kRlimitFlag || flag == protocol::kChdirFlag ||
                        flag == protocol::kSeccompFdFlag || flag == protocol::kSeccompNotifyFdFlag ||
@@ -127,6 +131,8 @@ std::string parse_options(int argc, char** argv, Options& options) {
              " (the program to fall back to)";
     return "";
   }
+  if (options.hold_after_report)
+    return std::string(protocol::kHoldAfterReportFlag) + " needs " + protocol::kAwaitPayloadFlag;
   if (i >= argc) return "no command given after '--'";
   if (options.seccomp_notify_fd >= 0 && options.seccomp_fd < 0)
     return std::string(protocol::kSeccompNotifyFdFlag) + " needs " + protocol::kSeccompFdFlag +

@@ -29,6 +29,7 @@ struct Options {
   // Await mode (--await-payload): the socket the payload message comes on; what the message
   // carries fills the fields above and these (await_payload.hpp).
   int await_fd = -1;
+  bool hold_after_report = false;               // --hold-after-report (await mode only)
   char** payload_envp = nullptr;                // nullptr: init's own environment
   int payload_stdio[3] = {-1, -1, -1};          // the payload's stdin, stdout, stderr; -1: init's
   int inherited_count = 0;                      // fds the payload inherits under their own numbers:
@@ -46,6 +47,6 @@ inline constexpr const char* kUsage =
     "usage: rlm-sandbox-init [--report-fd N] [--grace-ms G] [--rlimit NAME=SOFT[:HARD]]... "
     "[--chdir DIR] [--seccomp-fd N [--seccomp-notify-fd M]] [--guard-signals] [--pid1] -- CMD "
     "[ARGS...]\n   or: rlm-sandbox-init [--report-fd N] [--grace-ms G] [--seccomp-fd N "
-    "[--seccomp-notify-fd M]] [--pid1] --await-payload FD";
+    "[--seccomp-notify-fd M]] [--pid1] [--hold-after-report] --await-payload FD";
 
 }  // namespace rlm::init
