@@ -31,6 +31,42 @@ TEST_F(ServerRunTest, OutputStreamsAndExitStatusAsADirectRun) {
   EXPECT_EQ(outcome.err, "err\n");
 }
 
+// `run [--server S] [--policy P] -- CMD` is read by a short path of its own (run_command.cpp);
+// every spelling of it must do what the general parser does (which a neutral flag forces).
+TEST_F(ServerRunTest, ThePlainFormMeansWhatTheGeneralParserMakesOfIt) {
+  const std::vector<std::string> payload = {"--", "/bin/sh", "-c",
+                                            "echo out; echo err >&2; exit 3"};
+  const auto with = [&](std::vector<std::string> words) {
+    words.insert(words.begin(), "run");
+    words.insert(words.end(), payload.begin(), payload.end());
+    return words;
+  };
+  const auto general = cli(with({"--server", server_->socket(), "--backend", "auto"}));
+  ASSERT_EQ(general.exit_code, 3) << general.err;
+  ProcessOptions from_environment;
+  from_environment.extra_env["RLM_SANDBOX_SERVER"] = server_->socket();
+  for (const auto& [words, options] :
+       std::vector<std::pair<std::vector<std::string>, ProcessOptions>>{
+           {{"--server", server_->socket()}, {}},
+           {{"--server", server_->socket(), "--policy", "default"}, {}},
+           {{"-p", "default", "--server", server_->socket()}, {}},
+           {{}, from_environment},
+           {{"--policy", "default"}, from_environment}}) {
+    const auto plain = cli(with(words), options);
+    EXPECT_EQ(plain.exit_code, general.exit_code) << plain.err;
+    EXPECT_EQ(plain.out, general.out);
+    EXPECT_EQ(plain.err, general.err);
+  }
+  // A refusal reads the same both ways too.
+  const auto refused = cli(with({"--server", server_->socket(), "-p", "strict"}));
+  const auto refused_general =
+      cli(with({"--server", server_->socket(), "-p", "strict", "--backend", "auto"}));
+  EXPECT_EQ(refused.exit_code, 125);
+  EXPECT_EQ(refused.exit_code, refused_general.exit_code);
+  EXPECT_EQ(refused.err, refused_general.err);
+  EXPECT_NE(refused.err.find("strict"), std::string::npos) << refused.err;
+}
+
 TEST_F(ServerRunTest, StdinReachesThePayload) {
   ProcessOptions options;
   options.stdin_data = "from the client\n";

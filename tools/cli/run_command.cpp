@@ -12,6 +12,7 @@
 #include "cli.hpp"
 #include "limit_flags.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
@@ -172,9 +173,42 @@ void report_stand_ins(const Result& result, bool as_json) {
   print_error(line);
 }
 
+// The common case through a server, `run [--server S] [--policy P] -- CMD [ARGS...]` (the server
+// named by --server or RLM_SANDBOX_SERVER), read without building the option table: it means
+// exactly what the general parser makes of it, a tenth of a millisecond sooner (a few percent of
+// a warm run). Anything else, or anything unusual in these words, goes to the general parser.
+std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
+  const auto dashdash = std::find(args.begin(), args.end(), "--");
+  if (dashdash == args.end() || std::next(dashdash) == args.end()) return std::nullopt;
+  std::optional<std::string> socket, policy;
+  for (auto word = args.begin(); word != dashdash; ++word) {
+    auto* slot = *word == "--server"                      ? &socket
+                 : (*word == "--policy" || *word == "-p") ? &policy
+                                                          : nullptr;
+    if (!slot || *slot || std::next(word) == dashdash) return std::nullopt;
+    ++word;
+    if (word->empty() || word->front() == '-') return std::nullopt;
+    *slot = *word;
+  }
+  if (!socket) socket = server_from_environment();
+  if (!socket || socket->empty()) return std::nullopt;
+
+  Request request;
+  request.argv.assign(std::next(dashdash), args.end());
+  request.argv = resolve_argv(request);
+  if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
+  request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
+  request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
+  const Result result = run_on_server(*socket, policy.value_or("default"), request, {});
+  report_outcome(result);
+  report_stand_ins(result, false);
+  return exit_status(result);
+}
+
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
+  if (auto status = run_plainly_on_server(args)) return *status;
   // Everything after "--" is the payload's argv, untouched by option parsing.
   auto dashdash = std::find(args.begin(), args.end(), "--");
   std::vector<std::string> option_words(args.begin(), dashdash);
