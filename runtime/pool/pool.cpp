@@ -99,7 +99,10 @@ void Pool::State::refill_loop() {
       wake.wait_for(lock, kRefillQuiet - since_take, [this] { return stopping; });
       continue;
     }
-    if (!used.empty()) {
+    // Used sandboxes wait for a quiet moment too (tearing one down costs a run's worth of CPU),
+    // unless as many have piled up as the pool holds: a pool never keeps more than twice its size.
+    const bool quiet = Clock::now() - last_take >= kRefillQuiet;
+    if (!used.empty() && (quiet || used.size() >= options.sandboxes)) {
       // Off the callers' path: killing what is left and removing the cgroup waits on the kernel.
       auto batch = std::move(used);
       used.clear();
@@ -124,6 +127,10 @@ void Pool::State::refill_loop() {
         wake.wait_for(lock, backoff, [this] { return stopping; });
         backoff = std::min(backoff * 2, kMaxBackoff);
       }
+      continue;
+    }
+    if (!used.empty()) {  // held back above: until the takes pause
+      wake.wait_for(lock, kRefillQuiet, [this] { return stopping; });
       continue;
     }
     wake.wait(lock,
