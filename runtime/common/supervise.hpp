@@ -33,9 +33,10 @@ struct SupervisionOptions {
   int stop_fd = -1;  // readable: stop like a timeout (StopReason::cancelled)
   std::chrono::milliseconds watch_interval{25};
   // Return as soon as init's report is complete (its line has ended: init writes it last, once
-  // every other process is dead and reaped), without waiting for init's exit: the end of PID 1 tears down the sandbox's namespaces, milliseconds the Result
-  // does not need when a cgroup counts the usage. `process` then keeps its pid, and the caller
-  // must reap it (WarmSandbox's destructor does). Without a report, supervision waits as usual.
+  // every other process is dead and reaped), without waiting for init's exit: the end of PID 1
+  // tears down the sandbox's namespaces, milliseconds the Result does not need when a cgroup counts
+  // the usage. `process` then keeps its pid, and the caller must reap it (WarmSandbox's destructor
+  // does). Without a report, supervision waits as usual.
   bool defer_reap = false;
 };
 
