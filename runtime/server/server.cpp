@@ -1,13 +1,16 @@
-// rlm::Server: the accept loop, one thread per connection (at most max_clients), and the first
-// frames of every connection: peer check, hello, policy, then one run or one session.
+// rlm::Server: the accept loop, one thread per connection (at most max_clients; a few finished
+// ones wait for the next connection instead of exiting), and the first frames of every
+// connection: peer check, hello, policy, then one run or one session.
 #include "rlm_sandbox/server.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -32,12 +35,21 @@ struct Server::State {
   std::condition_variable idle;
   std::set<int> connections;  // sockets being served, shut down on stop
   bool stopping = false;
+  // Threads: each serves a connection; a finished one waits (as a spare) for the next accepted
+  // socket, which saves starting a thread on a run's path. The destructor waits for all to end.
+  std::size_t workers = 0, spares = 0;
+  std::deque<int> handed;  // accepted, for a spare (each also in `connections`)
+  std::condition_variable handed_over;
 
+  void work(UniqueFd first);
   void serve_connection(UniqueFd socket);
   void dispatch(const server::Connection& connection);
 };
 
 namespace {
+
+constexpr std::size_t kSpareWorkers = 4;
+constexpr auto kSpareIdle = std::chrono::seconds(30);  // a spare nobody needed this long exits
 
 json policy_names(const std::map<std::string, server::Offer>& offers) {
   json names = json::array();
@@ -92,8 +104,10 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
 Server::~Server() {
   stop();
   std::unique_lock lock(state_->mutex);
+  state_->stopping = true;
+  state_->handed_over.notify_all();
   for (int socket : state_->connections) shutdown(socket, SHUT_RDWR);
-  state_->idle.wait(lock, [&] { return state_->connections.empty(); });
+  state_->idle.wait(lock, [&] { return state_->connections.empty() && state_->workers == 0; });
   lock.unlock();
   server::remove_socket_file(state_->listener);
 }
@@ -131,23 +145,59 @@ void Server::serve(int stop_fd) {
       continue;
     }
     state_->connections.insert(socket.get());
+    if (state_->spares > state_->handed.size()) {
+      state_->handed.push_back(socket.release());
+      lock.unlock();
+      state_->handed_over.notify_one();
+      continue;
+    }
+    ++state_->workers;
     lock.unlock();
     try {
-      std::thread([state = state_.get(), fd = socket.release()] {
-        state->serve_connection(UniqueFd(fd));
+      std::thread([state = state_.get(), fd = socket.get()] {
+        state->work(UniqueFd(fd));
       }).detach();
+      socket.release();
     } catch (const std::system_error&) {  // no thread to be had: refuse this one
       std::lock_guard relock(state_->mutex);
+      --state_->workers;
       state_->connections.erase(socket.get());
     }
   }
   // Stopped: no new connections; those being served are ended, their runs stopped.
   std::unique_lock lock(state_->mutex);
   state_->stopping = true;
+  state_->handed_over.notify_all();
   for (int socket : state_->connections) shutdown(socket, SHUT_RDWR);
-  state_->idle.wait(lock, [&] { return state_->connections.empty(); });
+  state_->idle.wait(lock, [&] { return state_->connections.empty() && state_->workers == 0; });
   lock.unlock();
   server::remove_socket_file(state_->listener);
+}
+
+void Server::State::work(UniqueFd first) {
+  pthread_setname_np(pthread_self(), "rlm-connection");  // what ps -L and /proc show
+  UniqueFd socket = std::move(first);
+  for (;;) {
+    serve_connection(std::move(socket));
+    std::unique_lock lock(mutex);
+    if (stopping || spares >= kSpareWorkers) {
+      --workers;
+      // The destructor may free this State once it sees the count: the notification and the
+      // mutex's release happen after everything else this thread does.
+      std::notify_all_at_thread_exit(idle, std::move(lock));
+      return;
+    }
+    ++spares;
+    handed_over.wait_for(lock, kSpareIdle, [this] { return stopping || !handed.empty(); });
+    --spares;
+    if (handed.empty()) {  // idle too long, or stopping with nothing handed over
+      --workers;
+      std::notify_all_at_thread_exit(idle, std::move(lock));
+      return;
+    }
+    socket = UniqueFd(handed.front());
+    handed.pop_front();
+  }
 }
 
 void Server::State::serve_connection(UniqueFd socket) {

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <thread>
 
 #include "../cli/cli_test_util.hpp"
 #include "rlm_sandbox/client.hpp"
@@ -65,6 +67,48 @@ TEST_F(ServerRunTest, ThePlainFormMeansWhatTheGeneralParserMakesOfIt) {
   EXPECT_EQ(refused.exit_code, refused_general.exit_code);
   EXPECT_EQ(refused.err, refused_general.err);
   EXPECT_NE(refused.err.find("strict"), std::string::npos) << refused.err;
+}
+
+// A finished connection's thread waits for the next one (a few at most) instead of exiting: one
+// client after another is served by the same thread, and after some at once no more than four
+// spares stay.
+TEST_F(ServerRunTest, ConnectionThreadsAreReusedAndBounded) {
+  // The server's connection threads ("rlm-connection"), by thread id.
+  const auto connection_threads = [&] {
+    std::set<std::string> ids;
+    for (const auto& entry :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(server_->pid()) + "/task")) {
+      std::ifstream comm(entry.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name == "rlm-connection") ids.insert(entry.path().filename());
+    }
+    return ids;
+  };
+  ASSERT_EQ(cli({"run", "--server", server_->socket(), "--", "/bin/true"}).exit_code, 0);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (connection_threads().empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto spare = connection_threads();
+  ASSERT_FALSE(spare.empty()) << "the first connection's thread did not stay as a spare";
+  for (int i = 0; i < 20; ++i)
+    ASSERT_EQ(cli({"run", "--server", server_->socket(), "--", "/bin/true"}).exit_code, 0);
+  EXPECT_EQ(connection_threads(), spare) << "one after another, the same thread serves each client";
+
+  int outs[6];
+  std::vector<pid_t> clients;
+  for (int& out : outs)
+    clients.push_back(spawn_cli({"run", "--server", server_->socket(), "--", "/bin/true"}, out));
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    int status = 0;
+    waitpid(clients[i], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(outs[i]);
+  }
+  const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (connection_threads().size() > 4 && std::chrono::steady_clock::now() < settle)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LE(connection_threads().size(), 4u);
 }
 
 TEST_F(ServerRunTest, StdinReachesThePayload) {
