@@ -137,9 +137,13 @@ CgroupSupport probe_cgroups() {
 GroupDirs::GroupDirs(const RunId& id, std::vector<std::string> dirs, UsageReader reader)
     : suffix_(std::string("/") + kParentName + "/" + id.to_string()),
       dirs_(std::move(dirs)),
-      reader_(std::move(reader)) {}
+      reader_(std::move(reader)) {
+  // Built ahead of its run, the group's Result then reads its counters with one pread each.
+  reader_.open_counters();
+}
 
 GroupDirs::~GroupDirs() {
+  reader_.close_counters();  // nothing of the group held open while it is removed
   try {
     cgfs::kill_until_empty(dirs_, suffix_, kKillTimeout);
     for (const auto& dir : dirs_) {

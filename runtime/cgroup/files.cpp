@@ -21,14 +21,6 @@ namespace {
 using common::UniqueFd;
 using Clock = std::chrono::steady_clock;
 
-std::optional<std::uint64_t> parse_u64(std::string_view text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
-  std::uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
-
 // True when a /proc/<pid>/cgroup line's path names the group or one of its descendants.
 bool line_in_group(std::string_view line, std::string_view suffix) {
   auto colon = line.find(':');
@@ -125,13 +117,21 @@ std::optional<std::uint64_t> read_key(const std::string& path, std::string_view 
   return key_value(*text, key);
 }
 
+std::optional<std::uint64_t> parse_number(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 std::optional<std::uint64_t> key_value(std::string_view text, std::string_view key) {
   std::string_view rest = text;
   while (!rest.empty()) {
     auto nl = rest.find('\n');
     std::string_view line = rest.substr(0, nl);
     if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ' ') {
-      return parse_u64(line.substr(key.size() + 1));
+      return parse_number(line.substr(key.size() + 1));
     }
     if (nl == std::string_view::npos) break;
     rest.remove_prefix(nl + 1);
@@ -142,7 +142,7 @@ std::optional<std::uint64_t> key_value(std::string_view text, std::string_view k
 std::optional<std::uint64_t> read_number(const std::string& path) {
   auto text = read_file(path);
   if (!text) return std::nullopt;
-  return parse_u64(*text);
+  return parse_number(*text);
 }
 
 std::vector<std::string> read_words(const std::string& path) {
@@ -168,7 +168,7 @@ bool contains(const std::vector<std::string>& words, std::string_view word) {
 std::vector<pid_t> members(const std::string& group) {
   std::vector<pid_t> out;
   for (const auto& word : read_words(group + "/cgroup.procs")) {
-    if (auto v = parse_u64(word); v && *v > 0) out.push_back(static_cast<pid_t>(*v));
+    if (auto v = parse_number(word); v && *v > 0) out.push_back(static_cast<pid_t>(*v));
   }
   return out;
 }

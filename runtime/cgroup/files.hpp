@@ -27,6 +27,8 @@ std::optional<std::uint64_t> read_key(const std::string& path, std::string_view 
 std::optional<std::uint64_t> key_value(std::string_view text, std::string_view key);
 // A file holding one number (memory.peak, cpuacct.usage), or nullopt.
 std::optional<std::uint64_t> read_number(const std::string& path);
+// The same, in such a file's text already read.
+std::optional<std::uint64_t> parse_number(std::string_view text);
 // The whitespace-separated words of a file (cgroup.controllers, cgroup.subtree_control).
 std::vector<std::string> read_words(const std::string& path);
 bool contains(const std::vector<std::string>& words, std::string_view word);

@@ -1,20 +1,37 @@
 #include "cgroup/usage.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "cgroup/files.hpp"
 #include "cgroup/host.hpp"
 
 namespace rlm::cgroup {
 namespace {
 
-// `dir`/`file`'s number, or nullopt when this reader has no such group.
-std::optional<std::uint64_t> number_in(const std::string& dir, const char* file) {
-  if (dir.empty()) return std::nullopt;
-  return cgfs::read_number(dir + "/" + file);
-}
+// What open_counters() holds: the fds, closed when the last copy of the reader lets go.
+struct OpenFiles : std::map<std::string, int> {
+  ~OpenFiles() {
+    for (const auto& [path, fd] : *this) ::close(fd);
+  }
+};
 
-std::optional<std::uint64_t> key_in(const std::string& dir, const char* file, const char* key) {
-  if (dir.empty()) return std::nullopt;
-  return cgfs::read_key(dir + "/" + file, key);
+// A counter file's whole text from offset 0 (a cgroup file makes its text anew for each read
+// that starts there); nullopt on an error.
+std::optional<std::string> pread_all(int fd) {
+  std::string out;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof buffer, static_cast<off_t>(out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) return out;
+    out.append(buffer, static_cast<std::size_t>(n));
+    // Counter files are short: a read that did not fill the buffer had everything.
+    if (static_cast<std::size_t>(n) < sizeof buffer) return out;
+  }
 }
 
 // The directory of `path` in the v1 hierarchy mounted at `mount_point`; "" when not reachable.
@@ -76,8 +93,7 @@ CgroupUsage UsageReader::read() const {
   usage.peak_memory_bytes = peak_memory_bytes();
   if (v2_) {
     // One read for all three: oom_kill (processes killed), max and oom (the limit was reached).
-    const auto events =
-        memory_.empty() ? "" : cgfs::read_file(memory_ + "/memory.events").value_or("");
+    const auto events = text_of(memory_, "memory.events").value_or("");
     usage.oom_kills = cgfs::key_value(events, "oom_kill").value_or(0);
     usage.oom_killed = usage.oom_kills > 0;
     usage.memory_limit_hit = usage.oom_killed || cgfs::key_value(events, "max").value_or(0) > 0 ||
@@ -91,6 +107,54 @@ CgroupUsage UsageReader::read() const {
   usage.pids_limit_hit = key_in(pids_, "pids.events", "max").value_or(0) > 0;
   usage.cpu = cpu_time();
   return usage;
+}
+
+std::optional<std::string> UsageReader::text_of(const std::string& dir, const char* file) const {
+  if (dir.empty()) return std::nullopt;
+  const std::string path = dir + "/" + file;
+  if (open_) {
+    if (const auto it = open_->find(path); it != open_->end()) return pread_all(it->second);
+  }
+  return cgfs::read_file(path);
+}
+
+std::optional<std::uint64_t> UsageReader::number_in(const std::string& dir,
+                                                    const char* file) const {
+  const auto text = text_of(dir, file);
+  if (!text) return std::nullopt;
+  return cgfs::parse_number(*text);
+}
+
+std::optional<std::uint64_t> UsageReader::key_in(const std::string& dir, const char* file,
+                                                 const char* key) const {
+  const auto text = text_of(dir, file);
+  if (!text) return std::nullopt;
+  return cgfs::key_value(*text, key);
+}
+
+void UsageReader::open_counters() {
+  auto files = std::make_shared<OpenFiles>();
+  const auto open_one = [&](const std::string& dir, const char* file) {
+    if (dir.empty()) return;
+    const std::string path = dir + "/" + file;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && !files->emplace(path, fd).second) ::close(fd);
+  };
+  if (v2_) {
+    for (const char* file : {"memory.peak", "memory.events"}) open_one(memory_, file);
+    open_one(pids_, "pids.events");
+    open_one(cpuacct_, "cpu.stat");
+  } else {
+    for (const char* file : {"memory.max_usage_in_bytes", "memory.oom_control", "memory.failcnt"})
+      open_one(memory_, file);
+    open_one(pids_, "pids.events");
+    open_one(cpuacct_, "cpuacct.usage");
+  }
+  open_ = std::move(files);
+}
+
+void UsageReader::close_counters() {
+  open_.reset();
 }
 
 std::optional<std::uint64_t> UsageReader::oom_kills() const {

@@ -85,6 +85,30 @@ TEST(CgroupUsage, AProcessIsFoundByItsCgroupAndReadsWhatItsGroupReads) {
   EXPECT_EQ(live.cpu, reader->cpu_time());
 }
 
+// A run's group opens its counter files when it is made (a pool builds it ahead of the run) and
+// reads them again at the end: what it reads then is what the group counts then, not what the
+// files said when they were opened.
+TEST(CgroupUsage, CountersOpenedAheadReadWhatTheGroupCountsNow) {
+  RLM_REQUIRE_CGROUP_ACCESS();
+  RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
+  const auto before = group->usage();
+  const auto cpu_before = before.cpu.value_or(std::chrono::microseconds(0));
+  BusyChild child(*group);  // touches 8 MiB, then stops
+  ASSERT_TRUE(child.ready());
+  const auto after = group->usage();
+  ASSERT_TRUE(after.cpu.has_value());
+  EXPECT_GT(*after.cpu, cpu_before) << "the CPU time read again, not the text read first";
+  if (after.peak_memory_bytes) {
+    EXPECT_GE(*after.peak_memory_bytes, 8 * MiB);
+    EXPECT_GT(*after.peak_memory_bytes, before.peak_memory_bytes.value_or(0));
+  }
+  // And the same as a reader that opens each file by its path.
+  const auto by_path = cgroup::UsageReader::of_process(child.pid(), run_id_of(*group));
+  ASSERT_TRUE(by_path.has_value());
+  EXPECT_EQ(by_path->read().cpu, after.cpu);
+  EXPECT_EQ(by_path->read().peak_memory_bytes, after.peak_memory_bytes);
+}
+
 TEST(CgroupUsage, AProcessWhoseCgroupDoesNotNameTheExpectedIsNotRead) {
   RLM_REQUIRE_CGROUP_ACCESS();
   RLM_MAKE_GROUP(group, limits(64 * MiB, 16));
