@@ -76,10 +76,13 @@ inline pid_t spawn_cli(std::vector<std::string> args, int& out) {
 
 class ServerUnderTest {
  public:
-  // Starts `rlm-sandbox serve --socket <dir>/s.sock ARGS...`, its stderr kept in <dir>/serve.log.
-  ServerUnderTest(const TempDir& dir, std::vector<std::string> args)
+  // Starts `rlm-sandbox serve --socket <dir>/s.sock ARGS...`, its stderr kept in <dir>/serve.log;
+  // `launcher` (e.g. prlimit ... --) goes before it and must exec it in the same process.
+  ServerUnderTest(const TempDir& dir, std::vector<std::string> args,
+                  std::vector<std::string> launcher = {})
       : socket_(dir.file("s.sock")), log_(dir.file("serve.log")) {
     args.insert(args.begin(), {bin_path("rlm-sandbox"), "serve", "--socket", socket_});
+    args.insert(args.begin(), launcher.begin(), launcher.end());
     start(args);
   }
   ~ServerUnderTest() { stop(); }

@@ -95,6 +95,35 @@ TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
     EXPECT_EQ(text.str().find(std::filesystem::path(group).filename().string()), std::string::npos);
 }
 
+// The pools' fds: a server started under a low soft open-files limit raises it to the hard one,
+// and says so when even that is short of what its pools may hold.
+TEST(ServerLimits, TheOpenFilesLimitIsRaisedAndAShortOneIsSaid) {
+  if (access("/usr/bin/prlimit", X_OK) != 0) GTEST_SKIP() << "no prlimit(1) (util-linux) here";
+  const auto soft_limit_of = [](pid_t pid) {
+    std::ifstream limits("/proc/" + std::to_string(pid) + "/limits");
+    for (std::string line; std::getline(limits, line);)
+      if (line.rfind("Max open files", 0) == 0) return std::stoull(line.substr(26));
+    return 0ull;
+  };
+  {
+    TempDir dir;
+    ServerUnderTest server(dir, {"--pool", "default=2"},
+                           {"/usr/bin/prlimit", "--nofile=256:8192", "--"});
+    ASSERT_TRUE(server.ready()) << server.log();
+    EXPECT_EQ(soft_limit_of(server.pid()), 8192u);
+    EXPECT_EQ(server.log().find("open-files limit"), std::string::npos) << server.log();
+  }
+  {
+    TempDir dir;
+    ServerUnderTest server(dir, {"--pool", "default=16"},
+                           {"/usr/bin/prlimit", "--nofile=256:512", "--"});
+    ASSERT_TRUE(server.ready()) << server.log();
+    EXPECT_EQ(soft_limit_of(server.pid()), 512u);
+    EXPECT_NE(server.log().find("note: the open-files limit (512) is below"), std::string::npos)
+        << server.log();
+  }
+}
+
 TEST(ServerRestart, LiveServerSocketIsNotTakenOver) {
   TempDir dir;
   ServerUnderTest first(dir, {"--pool", "default=0"});

@@ -1,5 +1,6 @@
 // `rlm-sandbox serve`: pools of warm sandboxes behind a unix socket (docs/pools-and-server.md).
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -103,6 +104,29 @@ OfferedPolicy& offer(ServerConfig& config, const std::string& name) {
   return config.policies.back();
 }
 
+// A warm sandbox holds about 15 fds in this process (twice as many sandboxes while used ones wait
+// for their teardown), a client a few. The soft open-files limit goes up to the hard one (a
+// sandbox gets its policy's own limit from init; the hard limit, which any process may raise its
+// soft one to, is unchanged), and a limit still short of what the pools may hold is said once:
+// past it, warm sandboxes fail to build and runs go cold.
+void raise_open_files_limit(const ServerConfig& config) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  std::uint64_t warm = 0;
+  for (const auto& offered : config.policies) warm += offered.sandboxes + offered.sessions;
+  const std::uint64_t needed = 64 + 2 * 16 * warm + 8 * config.max_clients;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed)
+    std::cerr << "rlm-sandbox serve: note: the open-files limit (" << limit.rlim_cur
+              << ") is below the about " << needed
+              << " fds these pools and clients may hold; raise it (ulimit -n, or LimitNOFILE= in "
+                 "the systemd unit), or warm sandboxes will fail to build and runs go cold"
+              << std::endl;
+}
+
 }  // namespace
 
 int serve_command(const std::vector<std::string>& args) {
@@ -178,6 +202,7 @@ int serve_command(const std::vector<std::string>& args) {
   const int stop_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
   if (stop_fd < 0) throw Error("signalfd failed");
 
+  raise_open_files_limit(config);
   Server server(std::move(config));
   std::string offered;
   for (const auto& policy : server.config().policies)
