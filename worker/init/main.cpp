@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
   const int signal_fd = signalfd(-1, &supervised, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) return fail(options.report_fd, with_errno("signalfd"));
 
+  // The payload's stack (payload.hpp) is mapped before anyone asks, too.
+  if (!rlm::init::prepare_payload_stack())
+    return fail(options.report_fd, with_errno("mmap of the payload's stack"));
   // Await mode: everything above is done before anyone asked; the message says what to run.
   rlm::init::AwaitedPayload awaited;
   if (options.await_fd >= 0) {
@@ -128,7 +131,7 @@ int main(int argc, char** argv) {
   rlm::init::StartFailure failure;
   int listener_fd = -1;
   const pid_t payload = rlm::init::start_payload(options, filters, failure, listener_fd);
-  if (payload < 0) return fail(options.report_fd, with_errno("fork"));
+  if (payload < 0) return fail(options.report_fd, with_errno("clone of the payload"));
   release_payload_stdio();
   // The payload has its own copies: a reader of its stdout sees EOF when the payload's tree ends.
   for (int& fd : awaited.fds) close(std::exchange(fd, -1));

@@ -1,7 +1,9 @@
 #include "payload.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -106,18 +108,63 @@ bool place_fds(const Options& options, int& error_fd, int& listener_socket) {
   // Last: the filter may deny what the steps above need; only sendmsg and execve follow it.
   if (const int error = install_in_child(filters, listener_socket); error != 0)
     fail_in_child(error_fd, filters.guarded.empty() ? Step::seccomp : Step::guard, error);
-  // Await mode: the message's environment, also for execvp's PATH search.
+  // Await mode: the message's environment, also for execvp's PATH search (init's own is put back
+  // once the child has exec'd: the child shares init's memory until then).
   if (options.payload_envp) environ = options.payload_envp;
   execvp(options.payload_argv[0], options.payload_argv);
   fail_in_child(error_fd, Step::exec, errno);
 }
 
+// What the child needs, on init's stack (the child shares init's memory until its exec).
+struct ChildStart {
+  const Options* options;
+  const std::vector<ResourceLimit>* limits;
+  const Filters* filters;
+  pid_t init_pid;
+  int* error_pipe;     // [read, write]
+  int* listener_pair;  // [init's end, the child's end], -1 when none
+};
+
+int run_child(void* argument) {
+  const ChildStart& start = *static_cast<const ChildStart*>(argument);
+  close(start.error_pipe[0]);
+  if (start.listener_pair[0] >= 0) close(start.listener_pair[0]);
+  apply_in_child(*start.options, *start.limits, *start.filters, start.init_pid, start.error_pipe[1],
+                 start.listener_pair[1]);
+}
+
+// 4 MiB, reserved but only touched as used: the deepest the child goes is glibc's execvp falling
+// back to /bin/sh for a script, which puts argv on the stack (at most kPayloadMaxStrings pointers,
+// 2 MiB).
+constexpr std::size_t kPayloadStack = 4u << 20;
+
+char* payload_stack() {
+  static char* top = []() -> char* {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    void* base = mmap(nullptr, kPayloadStack + page, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (base == MAP_FAILED) return nullptr;
+    if (mprotect(base, page, PROT_NONE) != 0) {  // the guard, below the stack
+      munmap(base, kPayloadStack + page);
+      return nullptr;
+    }
+    return static_cast<char*>(base) + page + kPayloadStack;
+  }();
+  return top;
+}
+
 }  // namespace
+
+bool prepare_payload_stack() {
+  return payload_stack() != nullptr;
+}
 
 pid_t start_payload(const Options& options, const Filters& filters, StartFailure& failure,
                     int& listener) {
   listener = -1;
   const auto limits = clamp_limits(options.limits);
+  char* const stack_top = payload_stack();
+  if (!stack_top) return -1;
   int error_pipe[2];
   if (pipe2(error_pipe, O_CLOEXEC) != 0) return -1;
   // The child hands the notify listener over on this (close-on-exec, so EOF once it exec'd).
@@ -130,14 +177,15 @@ pid_t start_payload(const Options& options, const Filters& filters, StartFailure
     errno = error;
     return -1;
   }
-  const pid_t init_pid = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(error_pipe[0]);
-    if (listener_pair[0] >= 0) close(listener_pair[0]);
-    apply_in_child(options, limits, filters, init_pid, error_pipe[1], listener_pair[1]);
-  }
-  const int fork_error = errno;
+  ChildStart start{&options, &limits, &filters, getpid(), error_pipe, listener_pair};
+  // The child runs in init's memory until it execs, and init waits for that (CLONE_VFORK): no
+  // page tables copied, no copy-on-write faults on either side afterwards. It writes only its
+  // own stack, errno and `environ` (restored below); everything else it does is syscalls on its
+  // own fd table, limits and credentials.
+  char** const own_environment = environ;
+  const pid_t pid = clone(run_child, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
+  const int fork_error = pid < 0 ? errno : 0;
+  environ = own_environment;
   close(error_pipe[1]);
   if (listener_pair[1] >= 0) close(listener_pair[1]);
   if (pid > 0 && listener_pair[0] >= 0) listener = receive_listener(listener_pair[0]);
