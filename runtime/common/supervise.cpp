@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -144,7 +145,8 @@ class Loop {
         // Init's report is one line, written last, after every other process is dead and reaped:
         // with the reap deferred, its newline ends supervision without waiting for init's exit
         // (the PID namespace's teardown, about half a millisecond).
-        if (options_.defer_reap && result_.report.find('\n') != std::string::npos)
+        // Looked for in what was read, not what was kept: a line longer than kReportLimit ends too.
+        if (options_.defer_reap && std::memchr(buffer, '\n', static_cast<std::size_t>(count)))
           report_complete_ = true;
         continue;
       }

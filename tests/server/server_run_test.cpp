@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -166,6 +167,21 @@ TEST_F(ServerRunTest, TimeoutAndTighterLimitsHold) {
   auto outcome =
       cli({"run", "--server", server_->socket(), "--timeout", "300ms", "--", "/bin/sleep", "5"});
   EXPECT_EQ(outcome.exit_code, 124) << outcome.err;
+}
+
+// Init's report line names the path it could not execute (each byte outside ASCII as \u00XX): a
+// long one makes the line longer than the runtime keeps of a report. Its newline must still end
+// the run: a pool's init stays after its report (--hold-after-report), so a run that waits for
+// init's exit instead lasts until its wall-time limit and says "timeout".
+TEST_F(ServerRunTest, AReportLongerThanTheRuntimeKeepsStillEndsTheRun) {
+  std::string path;
+  for (int i = 0; i < 16; ++i) path += "/" + std::string(250, 'a');
+  path += "/" + std::string(70, 'b');  // 4087 bytes: under PATH_MAX, so exec fails with ENOENT
+  const auto start = std::chrono::steady_clock::now();
+  auto outcome = cli({"run", "--server", server_->socket(), "--timeout", "8s", "--", path});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_NE(outcome.exit_code, 124) << outcome.err;
+  EXPECT_LT(took, std::chrono::seconds(4)) << outcome.err;
 }
 
 // Two clients at once: the second run completes while the first is still running.
