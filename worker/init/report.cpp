@@ -39,9 +39,15 @@ std::string field(const char* key, const std::string& value) {
   return quoted(key) + ":" + quoted(value);
 }
 
+constexpr std::size_t kReportPathBytes = 512;
+
 }  // namespace
 
 std::string format_report(const Outcome& outcome) {
+  // The path (argv[0], a directory) is for messages only, and the runtime words an exec failure
+  // from its own copy of argv[0]: at most 512 bytes of it keep the line (each byte outside ASCII
+  // becomes six) well under what the runtime keeps of a report, whatever the path.
+  const std::string path = outcome.path.substr(0, kReportPathBytes);
   std::string body;
   switch (outcome.kind) {
     case Outcome::Kind::exited:
@@ -52,13 +58,11 @@ std::string format_report(const Outcome& outcome) {
       break;
     }
     case Outcome::Kind::exec_failed:
-      body = field(protocol::kExecErrnoKey, outcome.value) + "," +
-             field(protocol::kPathKey, outcome.path);
+      body = field(protocol::kExecErrnoKey, outcome.value) + "," + field(protocol::kPathKey, path);
       break;
     case Outcome::Kind::setup_failed:
       body = field(protocol::kSetupErrnoKey, outcome.value) + "," +
-             field(protocol::kStepKey, outcome.step) + "," +
-             field(protocol::kPathKey, outcome.path);
+             field(protocol::kStepKey, outcome.step) + "," + field(protocol::kPathKey, path);
       break;
     case Outcome::Kind::init_failed:
       body = field(protocol::kInitErrorKey, outcome.message);
