@@ -16,6 +16,16 @@ extern char** environ;
 namespace rlm::init {
 namespace {
 
+// The child runs on a stack of its own inside init's memory, which AddressSanitizer does not
+// know: instrumented code there treats a call of a noreturn function (_exit on a failed step) as
+// leaving init's stack and aborts. The child's own functions are left uninstrumented; what they
+// call (the filter's install) has no noreturn call in it.
+#if defined(__SANITIZE_ADDRESS__)
+#define RLM_PAYLOAD_CHILD __attribute__((no_sanitize_address))
+#else
+#define RLM_PAYLOAD_CHILD
+#endif
+
 enum class Step : int { exec, chdir, setrlimit, seccomp, guard, fds };
 
 // What the child sends back over the CLOEXEC pipe when it fails before (or at) exec.
@@ -41,7 +51,8 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   return clamped;
 }
 
-[[noreturn]] void fail_in_child(int error_fd, Step step, int error, int limit_index = -1) {
+[[noreturn]] RLM_PAYLOAD_CHILD void fail_in_child(int error_fd, Step step, int error,
+                                                  int limit_index = -1) {
   const ChildError message{step, error, limit_index};
   while (write(error_fd, &message, sizeof message) < 0 && errno == EINTR) {
   }
@@ -52,7 +63,7 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
 // First every source, and the two fds the child still needs, move above every number in play, so
 // that no dup2 overwrites a source not yet placed; the moved copies are close-on-exec. False
 // (errno set) when an fcntl or dup2 fails. Syscalls only.
-bool place_fds(const Options& options, int& error_fd, int& listener_socket) {
+RLM_PAYLOAD_CHILD bool place_fds(const Options& options, int& error_fd, int& listener_socket) {
   const int count = options.inherited_count;
   const bool stdio = options.payload_stdio[0] >= 0;
   if (!stdio && count == 0) return true;
@@ -86,9 +97,10 @@ bool place_fds(const Options& options, int& error_fd, int& listener_socket) {
 }
 
 // Runs in the forked child: init is single-threaded, but this still only makes syscalls.
-[[noreturn]] void apply_in_child(const Options& options, const std::vector<ResourceLimit>& limits,
-                                 const Filters& filters, pid_t init_pid, int error_fd,
-                                 int listener_socket) {
+[[noreturn]] RLM_PAYLOAD_CHILD void apply_in_child(const Options& options,
+                                                   const std::vector<ResourceLimit>& limits,
+                                                   const Filters& filters, pid_t init_pid,
+                                                   int error_fd, int listener_socket) {
   // Init ignores SIGPIPE for itself; the payload gets the default, like any program.
   signal(SIGPIPE, SIG_DFL);
   // If init dies without tearing the tree down (it was SIGKILLed), the payload goes with it.
@@ -125,7 +137,7 @@ struct ChildStart {
   int* listener_pair;  // [init's end, the child's end], -1 when none
 };
 
-int run_child(void* argument) {
+RLM_PAYLOAD_CHILD int run_child(void* argument) {
   const ChildStart& start = *static_cast<const ChildStart*>(argument);
   close(start.error_pipe[0]);
   if (start.listener_pair[0] >= 0) close(start.listener_pair[0]);
