@@ -101,8 +101,7 @@ void Pool::State::refill_loop() {
     }
     // Used sandboxes wait for a quiet moment too (tearing one down costs a run's worth of CPU),
     // unless as many have piled up as the pool holds: a pool never keeps more than twice its size.
-    const bool quiet = Clock::now() - last_take >= kRefillQuiet;
-    if (!used.empty() && (quiet || used.size() >= options.sandboxes)) {
+    if (!used.empty() && (since_take >= kRefillQuiet || used.size() >= options.sandboxes)) {
       // Off the callers' path: killing what is left and removing the cgroup waits on the kernel.
       auto batch = std::move(used);
       used.clear();

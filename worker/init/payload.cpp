@@ -59,7 +59,7 @@ std::vector<ResourceLimit> clamp_limits(const std::vector<ResourceLimit>& reques
   _exit(step == Step::exec ? (error == ENOENT ? 127 : 126) : 125);
 }
 
-// In the forked child, await mode: the payload's stdio and inherited fds onto their numbers.
+// In the payload's child, await mode: the payload's stdio and inherited fds onto their numbers.
 // First every source, and the two fds the child still needs, move above every number in play, so
 // that no dup2 overwrites a source not yet placed; the moved copies are close-on-exec. False
 // (errno set) when an fcntl or dup2 fails. Syscalls only.
@@ -96,7 +96,7 @@ RLM_PAYLOAD_CHILD bool place_fds(const Options& options, int& error_fd, int& lis
   return true;
 }
 
-// Runs in the forked child: init is single-threaded, but this still only makes syscalls.
+// Runs in the payload's child, in init's memory until its exec: only syscalls, no allocation.
 [[noreturn]] RLM_PAYLOAD_CHILD void apply_in_child(const Options& options,
                                                    const std::vector<ResourceLimit>& limits,
                                                    const Filters& filters, pid_t init_pid,
@@ -196,7 +196,7 @@ pid_t start_payload(const Options& options, const Filters& filters, StartFailure
   // own fd table, limits and credentials.
   char** const own_environment = environ;
   const pid_t pid = clone(run_child, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
-  const int fork_error = pid < 0 ? errno : 0;
+  const int clone_error = pid < 0 ? errno : 0;
   environ = own_environment;
   close(error_pipe[1]);
   if (listener_pair[1] >= 0) close(listener_pair[1]);
@@ -239,7 +239,7 @@ pid_t start_payload(const Options& options, const Filters& filters, StartFailure
     }
   }
   close(error_pipe[0]);
-  errno = fork_error;
+  errno = clone_error;
   return pid;
 }
 

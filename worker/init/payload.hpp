@@ -25,8 +25,8 @@ struct StartFailure {
 bool prepare_payload_stack();
 
 // Starts the payload. Returns its pid (or -1 with errno set when the clone failed). A failure
-// between fork and exec is filled into `failure`; the child then exits and is reaped like any
-// other. The child installs `filters` last; `listener` receives the notify listener it sent (-1
+// between the clone and the exec is filled into `failure`; the child then exits and is reaped like
+// any other. The child installs `filters` last; `listener` receives the notify listener it sent (-1
 // when none). Returns only once the child has exec'd or failed, so `failure` is final.
 pid_t start_payload(const Options& options, const Filters& filters, StartFailure& failure,
                     int& listener);
