@@ -64,21 +64,24 @@ std::map<pid_t, std::string> descendants() {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
-    char state = 0;
-    pid_t ppid = 0;
-    if (std::sscanf(line.c_str() + line.rfind(')') + 2, "%c %d", &state, &ppid) != 2 ||
-        state == 'Z' || state == 'X')
-      continue;
-    const pid_t pid = std::stoi(name);
-    parent[pid] = ppid;
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string text((std::istreambuf_iterator<char>(cmdline)), {});
-    for (char& c : text)
-      if (c == '\0') c = ' ';
-    command[pid] = text;
+    try {  // a process that ends while it is read (ESRCH from the read) is gone: skipped
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
+      char state = 0;
+      pid_t ppid = 0;
+      if (std::sscanf(line.c_str() + line.rfind(')') + 2, "%c %d", &state, &ppid) != 2 ||
+          state == 'Z' || state == 'X')
+        continue;
+      const pid_t pid = std::stoi(name);
+      parent[pid] = ppid;
+      std::ifstream cmdline(entry.path() / "cmdline");
+      std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+      for (char& c : text)
+        if (c == '\0') c = ' ';
+      command[pid] = text;
+    } catch (const std::exception&) {
+    }
   }
   std::map<pid_t, std::string> found;
   for (const auto& [pid, ppid] : parent) {

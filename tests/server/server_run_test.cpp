@@ -94,7 +94,12 @@ TEST_F(ServerRunTest, ConnectionThreadsAreReusedAndBounded) {
   ASSERT_FALSE(spare.empty()) << "the first connection's thread did not stay as a spare";
   for (int i = 0; i < 20; ++i)
     ASSERT_EQ(cli({"run", "--server", server_->socket(), "--", "/bin/true"}).exit_code, 0);
-  EXPECT_EQ(connection_threads(), spare) << "one after another, the same thread serves each client";
+  // The first spare is still there, serving (a client that connects before the last one's thread
+  // is back waiting gets a thread of its own, which then stays as a spare too: at most four).
+  const auto after = connection_threads();
+  for (const auto& id : spare)
+    EXPECT_EQ(after.count(id), 1u) << "the spare thread " << id << " exited instead of serving";
+  EXPECT_LE(after.size(), 4u);
 
   int outs[6];
   std::vector<pid_t> clients;
