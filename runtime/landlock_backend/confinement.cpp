@@ -101,6 +101,9 @@ Confinement Confinement::prepare(const Policy& policy, const std::string& init_p
         throw Error("cannot make the stand-in for tmpfs " + mount.target + " in " +
                     stand_in_parent() + ": " + sys::errno_text(errno));
       c.tmpfs_.push_back({mount.target, pattern});
+      // mkdtemp's 0700 is less the host process's umask, which is not the sandbox's business.
+      if (chmod(pattern.c_str(), 0700) != 0)
+        throw Error("chmod " + pattern + ": " + sys::errno_text(errno));
       if (root && chown(pattern.c_str(), c.uid_, c.gid_) != 0)
         throw Error("chown " + pattern + ": " + sys::errno_text(errno));
       // Like the namespace backend's tmpfs: nothing executes from it.

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -37,6 +38,10 @@ constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
 }  // namespace
 
 void run_child(const ChildPlan& plan) noexcept {
+  // The sandbox's own file-creation mask, not whatever the host process had at the clone (an
+  // embedding program's choice, or another thread's brief change): the root filesystem gets the
+  // modes its plan names, and init passes the same mask to the payload.
+  umask(init_protocol::kPayloadUmask);
   // Our copies of the parent's ends, so that the parent's exit reads as EOF/POLLHUP here.
   close(plan.release_write);
   close(plan.error_read);

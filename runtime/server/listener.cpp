@@ -62,13 +62,13 @@ Listener listen_at(const std::string& path, mode_t mode, int backlog) {
   listener.fd = UniqueFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!listener.fd) throw Error("socket(): " + sys::errno_text(errno));
   unlink(temporary.c_str());  // a leftover of this pid's own earlier attempt
-  // Made with no permissions, opened up only by the chmod below: no window with the umask's.
-  const mode_t old_mask = umask(0777);
-  const int bound =
-      bind(listener.fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
-  const int bind_errno = errno;
-  umask(old_mask);
-  if (bound != 0) throw Error("bind(" + temporary + "): " + sys::errno_text(bind_errno));
+  // The file is made with no permissions, opened up only by the chmod below: bind() gives it the
+  // socket inode's mode less the umask, so the inode's mode goes to 0 first. Not umask(): it is
+  // the whole process's, and a pool's thread building a sandbox meanwhile would hand the mask to
+  // the sandbox. Were fchmod refused, nothing connects before listen() below all the same.
+  (void)fchmod(listener.fd.get(), 0);
+  if (bind(listener.fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0)
+    throw Error("bind(" + temporary + "): " + sys::errno_text(errno));
   const auto fail = [&](const std::string& message) {
     unlink(temporary.c_str());
     throw Error(message);

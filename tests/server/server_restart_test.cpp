@@ -124,6 +124,28 @@ TEST(ServerLimits, TheOpenFilesLimitIsRaisedAndAShortOneIsSaid) {
   }
 }
 
+// The server's own umask reaches neither its socket nor its sandboxes. It once set the process's
+// mask to 0777 for a moment while binding its socket, and a sandbox its pools built meanwhile took
+// that mask: directories of the root filesystem without search permission, payload files nobody
+// could read. Under a server whose umask is 0777 throughout, every sandbox would show it.
+TEST(ServerUmask, TheServersUmaskReachesNeitherItsSocketNorItsSandboxes) {
+  TempDir dir;
+  ServerUnderTest server(dir, {"--pool", "default=2", "--socket-mode", "0600"},
+                         {"/bin/sh", "-c", "umask 0777 && exec \"$@\"", "sh"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  struct stat socket_status {};
+  ASSERT_EQ(lstat(server.socket().c_str(), &socket_status), 0);
+  EXPECT_EQ(socket_status.st_mode & 07777, 0600u) << "--socket-mode is the socket's mode exactly";
+  // Pooled sandboxes (built before and after the socket) and one built for the run.
+  for (int i = 0; i < 3; ++i) {
+    auto run = cli({"run", "--server", server.socket(), "--", "/bin/sh", "-c",
+                    "umask; stat -c %a /etc /tmp; cd /tmp && mkdir d && echo x > f && "
+                    "stat -c %a d f && cat f"});
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.out, "0022\n755\n1777\n755\n644\nx\n") << "run " << i;
+  }
+}
+
 TEST(ServerRestart, LiveServerSocketIsNotTakenOver) {
   TempDir dir;
   ServerUnderTest first(dir, {"--pool", "default=0"});

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -92,6 +93,9 @@ int main(int argc, char** argv) {
   for (int fd : {options.seccomp_fd, options.seccomp_notify_fd, options.await_fd})
     if (fd >= 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
       return fail(options.report_fd, with_errno("--seccomp-fd/--await-payload"));
+  // The payload's umask is the sandbox's, not the host process's: one a library caller or another
+  // thread of the runtime happened to have at the fork must not reach the payload's files.
+  umask(rlm::init_protocol::kPayloadUmask);
   rlm::init::Filters filters;
   if (auto error = rlm::init::load_filters(options, filters); !error.empty())
     return fail(options.report_fd, error);

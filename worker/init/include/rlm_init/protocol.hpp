@@ -100,6 +100,10 @@ inline constexpr unsigned kPayloadMaxGraceMs = 3'600'000;
 // The fd number the runtime hands the report pipe on (0-2 are the payload's stdio).
 inline constexpr int kReportFd = 3;
 
+// The payload's file-creation mask, whatever the host process's was: init sets it, and the
+// namespace backend's child sets it before it builds the root filesystem.
+inline constexpr unsigned kPayloadUmask = 022;
+
 // Init's exit status when it could not do its job (bad usage, setup failure).
 inline constexpr int kInitFailureExit = 125;
 
