@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,10 @@ struct MountInfo {
   std::string source;
   std::string super_options;  // per-superblock options
 };
+
+// This process's /proc/self/mountinfo, or nullopt when it cannot be read or exceeds 4 MiB.
+// Thread-safe; the text is read again only after the mount table changed (mountinfo.cpp).
+std::optional<std::string> current_mountinfo();
 
 // Every well-formed line of `text` (malformed lines are skipped).
 std::vector<MountInfo> parse_mountinfo(std::string_view text);
