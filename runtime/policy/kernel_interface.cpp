@@ -38,6 +38,20 @@ bool is_at_or_below(std::string_view path, std::string_view directory) {
                                path[directory.size()] == '/');
 }
 
+std::string read_mountinfo() {
+  common::UniqueFd fd(::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC));
+  std::string text;
+  if (!fd) return text;
+  char buffer[8192];
+  for (;;) {
+    const ssize_t count = ::read(fd.get(), buffer, sizeof buffer);
+    if (count < 0 && errno == EINTR) continue;
+    if (count <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(count));
+    if (text.size() > kMaxMountinfoBytes) return {};
+  }
+  return text;
+}
 
 // `path` lexically normal, without a trailing '/'.
 std::string normal(std::string_view path) {
@@ -56,7 +70,7 @@ std::optional<std::string> by_path(const std::string& path) {
 }  // namespace
 
 KernelInterfaces::KernelInterfaces() {
-  for (auto& parsed : sys::parse_mountinfo(sys::current_mountinfo().value_or(""))) {
+  for (auto& parsed : sys::parse_mountinfo(read_mountinfo())) {
     KernelMount mount{std::move(parsed.mount_point), std::move(parsed.fs_type)};
     if (is_kernel_filesystem(mount.type)) kernel_mounts_.push_back(mount);
     all_mounts_.push_back(std::move(mount));

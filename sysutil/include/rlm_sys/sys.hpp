@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,10 +33,6 @@ struct MountInfo {
   std::string source;
   std::string super_options;  // per-superblock options
 };
-
-// This process's /proc/self/mountinfo, or nullopt when it cannot be read or exceeds 4 MiB.
-// Thread-safe; the text is read again only after the mount table changed (mountinfo.cpp).
-std::optional<std::string> current_mountinfo();
 
 // Every well-formed line of `text` (malformed lines are skipped).
 std::vector<MountInfo> parse_mountinfo(std::string_view text);
