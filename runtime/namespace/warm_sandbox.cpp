@@ -422,6 +422,13 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   try {
     common::send_payload_message(p.await_host.get(), message, run.deadline());
   } catch (const Error& error) {
+    // A child that failed before init's exec closed init's end of the socket when it exited, so
+    // the hand-over broke (EPIPE) -- after its own reason reached the error pipe.
+    if (s.exec_pending)
+      if (auto failure = read_setup_failure(p.errors.read.get())) {
+        if (p.cgroup) p.cgroup->kill_all();
+        return run.setup_failed(*failure);
+      }
     return run.setup_failed(error.what());
   }
   pipes.child = {};  // the payload has its own copies now

@@ -174,6 +174,20 @@ TEST(NamespaceBackend, AFailingSetupStepIsASandboxErrorNamingIt) {
   EXPECT_EQ(result.detail, "sandbox setup failed: sethostname: Invalid argument");
 }
 
+// The payload's message is sent while the child still builds the sandbox. A message larger than
+// the socket's buffer is still being sent when the child fails and exits, and the send breaks
+// (EPIPE): the Result names the child's step all the same, not the broken hand-over.
+TEST(NamespaceBackend, AFailingSetupStepIsNamedWhenThePayloadWasStillBeingHandedOver) {
+  Policy policy = ns_policy();
+  policy.hostname = std::string(100, 'h');
+  Request request;
+  for (int i = 0; i < 16; ++i)
+    request.env["FILL" + std::to_string(i)] = std::string(128 << 10, 'x');
+  const auto result = run_ns({"true"}, policy, std::move(request));
+  EXPECT_EQ(result.status, Status::sandbox_error) << describe(result);
+  EXPECT_EQ(result.detail, "sandbox setup failed: sethostname: Invalid argument");
+}
+
 TEST(NamespaceBackend, StreamsOutputToCallbacks) {
   Request request;
   std::string streamed;
