@@ -1,6 +1,7 @@
 #include "cgroup/host.hpp"
 
 #include "cgroup/files.hpp"
+#include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::cgroup {
@@ -83,8 +84,8 @@ std::string cgroup_dir(const CgroupMount& mount, const std::string& path) {
 
 HostCgroups detect_host_cgroups() {
   HostCgroups host;
-  auto mountinfo = cgfs::read_file("/proc/self/mountinfo");
-  auto self = cgfs::read_file("/proc/self/cgroup");
+  const auto mountinfo = sys::self_mountinfo();
+  const auto self = sys::self_cgroup();
   if (!mountinfo || !self) {
     host.note = "cannot read /proc/self/mountinfo or /proc/self/cgroup (is /proc mounted?)";
     return host;

@@ -7,6 +7,7 @@
 
 #include "cgroup/files.hpp"
 #include "cgroup/host.hpp"
+#include "rlm_sys/self_readings.hpp"
 
 namespace rlm::cgroup {
 namespace {
@@ -75,7 +76,7 @@ std::optional<UsageReader> UsageReader::of_process(pid_t pid, std::string_view n
   const auto cpuacct = groups.v1.find("cpuacct");
   if (memory != groups.v1.end() && cpuacct != groups.v1.end() && !host.v1_memory.empty()) {
     if (!names_it(memory->second) || !names_it(cpuacct->second)) return std::nullopt;
-    const auto mountinfo = cgfs::read_file("/proc/self/mountinfo");
+    const auto mountinfo = sys::self_mountinfo();
     if (!mountinfo) return std::nullopt;
     const auto mounts = cgroup_mounts(*mountinfo);
     reader.memory_ = v1_directory(mounts, host.v1_memory, memory->second);

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::common {
@@ -84,8 +85,8 @@ ContainerKind classify_container(const ContainerHints& hints) {
 
 ContainerKind detect_container() {
   static const ContainerKind detected = [] {
-    const std::string cgroup = sys::read_text_file("/proc/self/cgroup", 1 << 20);
-    const std::string mountinfo = sys::read_text_file("/proc/self/mountinfo");
+    const std::string cgroup = sys::self_cgroup().value_or("");
+    const std::string mountinfo = sys::self_mountinfo().value_or("");
     ContainerHints hints;
     hints.dockerenv = access("/.dockerenv", F_OK) == 0;
     hints.containerenv = access("/run/.containerenv", F_OK) == 0;

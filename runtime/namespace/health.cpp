@@ -17,6 +17,7 @@
 #include "namespace/setup_signals.hpp"
 #include "namespace/userns.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/self_readings.hpp"
 #include "seccomp/seccomp.hpp"
 
 namespace rlm::ns {
@@ -139,12 +140,15 @@ const char* mode_name(cgroup::CgroupSupport::Mode mode) {
 }  // namespace
 
 std::string namespace_unavailable_reason(const common::InitLocation& init) {
+  // The setup signals and container detection read the mount table once between them.
+  const sys::SelfReadingScope readings;
   const auto missing = missing_prerequisite(init, /*thorough=*/false);
   if (!missing) return "";
   return missing->detail + (missing->fix.empty() ? "" : "; to fix: " + missing->fix);
 }
 
 Health namespace_health(const common::InitLocation& init) {
+  const sys::SelfReadingScope readings;  // as above
   Health health;
   health.backend = "namespace";
   health.isolated = true;

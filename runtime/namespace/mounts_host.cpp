@@ -10,12 +10,11 @@
 #include <cerrno>
 #include <climits>
 #include <deque>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "namespace/mounts.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
@@ -36,11 +35,10 @@ unsigned long locked_flags_of(const std::string& host_path, const std::string& w
 }
 
 std::map<std::string, unsigned long> read_host_mounts() {
-  std::ifstream in("/proc/self/mountinfo");
-  if (!in) throw Error("cannot read /proc/self/mountinfo: " + sys::errno_text(errno));
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const auto text = sys::self_mountinfo();
+  if (!text) throw Error("cannot read /proc/self/mountinfo: " + sys::errno_text(errno));
   std::map<std::string, unsigned long> mounts;
-  for (const auto& mount : sys::parse_mountinfo(text)) {
+  for (const auto& mount : sys::parse_mountinfo(*text)) {
     unsigned long flags = 0;
     std::istringstream list(mount.options);
     for (std::string option; std::getline(list, option, ',');) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::ns {
@@ -84,7 +85,7 @@ SetupSignals read_setup_signals() {
   SetupSignals signals;
   const std::string status = sys::read_text_file("/proc/self/status");
   signals.seccomp_filter = status_has_seccomp_filter(status);
-  signals.masked_example = first_masked_proc_path(sys::read_text_file("/proc/self/mountinfo"));
+  signals.masked_example = first_masked_proc_path(sys::self_mountinfo().value_or(""));
   signals.masked_proc = !signals.masked_example.empty();
   if (geteuid() == 0) signals.root_missing_caps = missing_root_caps(status);
   std::string profile = sys::read_text_file("/proc/self/attr/apparmor/current", 4096);

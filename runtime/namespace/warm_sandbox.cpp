@@ -31,6 +31,7 @@
 #include "namespace/userns.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 #include "seccomp/seccomp.hpp"
 
@@ -130,6 +131,9 @@ void collect_stale_groups_once() {
 // Throws Error or std::system_error with a message for the Result. Nothing of a request: init
 // starts in await mode and receives its payload from launch().
 void prepare(Preparation& p, const Policy& policy, const std::string& init_path, bool ahead) {
+  // The host mounts under the binds and the cgroup hierarchies (found twice) read the mount
+  // table once between them (self_readings.hpp).
+  const sys::SelfReadingScope readings;
   p.init_fd = common::above_stdio(UniqueFd(open(init_path.c_str(), O_RDONLY | O_CLOEXEC)));
   if (!p.init_fd) throw Error("cannot open " + init_path + ": " + sys::errno_text(errno));
   p.filter = seccomp::prepare_payload_filter(policy.seccomp);
