@@ -145,6 +145,27 @@ TEST_F(SeccompCache, ARepeatedPolicyIsServedFromMemoryWithItsOwnProgram) {
   EXPECT_EQ(cache::stats().misses, before.misses + 1);
 }
 
+// check() (policy validation) answers from the cache: only rules that layered without a problem
+// were ever compiled and stored, so a stored program means nothing to report, and the layering is
+// spared. Shown with a program stored by hand for rules that do have a problem: check() takes the
+// cache's word (the cache is trusted this far already: its program is what the payload runs
+// under), and without the entry it reports the problem.
+TEST_F(SeccompCache, CheckTakesAStoredProgramAsRulesThatLayered) {
+  const auto broken = rules("SCMP_ACT_ALLOW", {rule({"no_such_syscall"}, "SCMP_ACT_ERRNO")});
+  ASSERT_FALSE(seccomp::check(broken).empty()) << "the control: these rules have a problem";
+  const auto fine = rules("SCMP_ACT_ALLOW", {rule({"uname"}, "SCMP_ACT_ERRNO")});
+  expect_own_programs(fine, "compiled");
+  const auto stored = cache::find(cache::program_key(fine));
+  ASSERT_TRUE(stored.has_value());
+
+  cache::store(cache::program_key(broken), *stored);
+  const auto before = cache::stats();
+  EXPECT_TRUE(seccomp::check(broken).empty());
+  EXPECT_EQ(cache::stats().memory_hits, before.memory_hits + 1);
+  cache::clear_memory();
+  EXPECT_FALSE(seccomp::check(broken).empty());
+}
+
 TEST_F(SeccompCache, DifferentPoliciesNeverGetAnothersProgram) {
   const auto all = neighbours();
   // Twice round, so the second round is served from the cache, interleaved.
