@@ -4,12 +4,16 @@
 //   pool_run      Pool::run of /bin/true on the shipped default policy, a warm sandbox ready:
 //                 the payload message, its exec, supervision and the Result (the pool is waited
 //                 for, untimed, to be full again before each sample)
-//   cold_run      the namespace backend's run() of /bin/true: the cold path beside it
+//   cold_run      the namespace backend's run() of /bin/true in this process: the library's cold
+//                 path (no pool, no server), taken while the pool is idle so no refill races it
+//   bwrap         today's bubblewrap line (bwrap_line.hpp) run from here, beside cold_run: the
+//                 baseline of the cold path's target, <= 1.0x
 // Samples are interleaved round by round. Then, honestly, the sustained figure: back-to-back
 // Pool::run calls with no wait between them (the refill thread races the caller; runs that find
 // the pool empty go cold), as runs per second and the share that was warm.
 //
-//   rlm-pool-bench [--samples=N] [--sustained=N] [--sandboxes=N] [Google Benchmark flags...]
+//   rlm-pool-bench [--samples=N] [--sustained=N] [--sandboxes=N] [--bwrap=PATH]
+//                  [Google Benchmark flags...]
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bwrap_line.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/pool.hpp"
@@ -33,6 +38,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 long g_samples = 300;
+std::string g_bwrap = "/usr/bin/bwrap";
 long g_sustained = 300;
 std::size_t g_sandboxes = 4;
 std::map<std::string, std::vector<double>> g_samples_ms;
@@ -52,14 +58,16 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// fork + execve + waitpid of /bin/true; negative when it failed.
-double fork_exec_ms() {
+// fork + execve + waitpid of `command` (/bin/true by default); negative when it failed.
+double fork_exec_ms(const std::vector<std::string>& command = {"/bin/true"}) {
+  std::vector<char*> argv;
+  for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
   const auto start = Clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
-    char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
     char* const envp[] = {nullptr};
-    execve(argv[0], argv, envp);
+    execve(argv[0], argv.data(), envp);
     _exit(127);
   }
   if (pid < 0) return -1;
@@ -81,6 +89,7 @@ void BM_InterleavedPoolRun(benchmark::State& state) {
   auto backend = rlm::make_backend("namespace");
   rlm::Request request;
   request.argv = {"/bin/true"};
+  const auto bwrap_command = rlm::bench::bwrap_true(g_bwrap);
   for (auto _ : state) {
     for (long round = 0; round < g_samples; ++round) {
       const double baseline = fork_exec_ms();
@@ -94,10 +103,13 @@ void BM_InterleavedPoolRun(benchmark::State& state) {
       if (pooled.status == rlm::Status::ok && pool.stats().warm_runs == warm_before + 1)
         g_samples_ms["pool_run"].push_back(pooled_ms);
 
-      if (round % 5 == 0) {  // the cold path is slow: fewer samples, same rounds
+      if (round % 2 == 0) {  // the cold path is slow: fewer samples, same rounds
+        wait_full(pool);     // untimed: no refill beside the cold run
         start = Clock::now();
         const auto cold = backend->run(request, policy);
         if (cold.status == rlm::Status::ok) g_samples_ms["cold_run"].push_back(ms_since(start));
+        if (const double bwrap = fork_exec_ms(bwrap_command); bwrap >= 0)
+          g_samples_ms["bwrap"].push_back(bwrap);
       }
     }
     // Sustained: back to back, no waiting for the refill.
@@ -113,7 +125,7 @@ void BM_InterleavedPoolRun(benchmark::State& state) {
     g_sustained_result.runs = g_sustained;
     g_sustained_result.warm = static_cast<long>(after.warm_runs - before.warm_runs);
   }
-  for (const char* name : {"fork_exec", "pool_run", "cold_run"})
+  for (const char* name : {"fork_exec", "pool_run", "cold_run", "bwrap"})
     state.counters[std::string(name) + "_median_ms"] = percentile(g_samples_ms[name], 0.5);
 }
 BENCHMARK(BM_InterleavedPoolRun)->Iterations(1)->Unit(benchmark::kMillisecond);
@@ -122,7 +134,7 @@ void print_table() {
   std::printf("\n%-10s %10s %10s %10s %8s   %s\n", "step", "median ms", "p99.9 ms", "p99.9/med",
               "samples", "ratio to fork_exec median");
   const double base = percentile(g_samples_ms["fork_exec"], 0.5);
-  for (const char* name : {"fork_exec", "pool_run", "cold_run"}) {
+  for (const char* name : {"fork_exec", "pool_run", "cold_run", "bwrap"}) {
     const auto& samples = g_samples_ms[name];
     if (samples.empty()) {
       std::printf("%-10s no successful samples\n", name);
@@ -139,6 +151,11 @@ void print_table() {
         "%ld failed; pool of %zu)\n",
         s.runs, s.seconds, static_cast<double>(s.runs) / s.seconds, s.warm, s.runs - s.warm,
         s.failed, g_sandboxes);
+  const double cold = percentile(g_samples_ms["cold_run"], 0.5),
+               bwrap = percentile(g_samples_ms["bwrap"], 0.5);
+  if (cold > 0 && bwrap > 0)
+    std::printf("\nthe library's cold path / bwrap median: %.2f  (target <= 1.0: %s)\n",
+                cold / bwrap, cold / bwrap <= 1.0 ? "met" : "NOT met");
   std::printf("targets: pool_run median <= 2x fork_exec; p99.9 <= 5x its median\n");
 }
 
@@ -158,6 +175,11 @@ int main(int argc, char** argv) {
   long sandboxes = static_cast<long>(g_sandboxes);
   std::vector<char*> benchmark_args;
   for (int i = 0; i < argc; ++i) {
+    const std::string_view arg(argv[i]);
+    if (arg.starts_with("--bwrap=")) {
+      g_bwrap = std::string(arg.substr(8));
+      continue;
+    }
     const bool ours = number_flag(argv[i], "samples", 1, g_samples) ||
                       number_flag(argv[i], "sustained", 0, g_sustained) ||
                       number_flag(argv[i], "sandboxes", 1, sandboxes);
