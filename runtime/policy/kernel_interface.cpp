@@ -1,15 +1,13 @@
 #include "policy/kernel_interface.hpp"
 
-#include <fcntl.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
 #include <filesystem>
 
-#include "common/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::policy {
@@ -24,9 +22,6 @@ constexpr std::string_view kKernelFilesystems[] = {
     "cgroup",  "cgroup2",     "bpf",      "configfs", "efivarfs", "pstore",     "selinuxfs",
     "smackfs", "binfmt_misc", "fusectl",  "nsfs",     "mqueue",   "rpc_pipefs", "nfsd"};
 
-// A mount table is a few kilobytes; the cap bounds a pathological one.
-constexpr std::size_t kMaxMountinfoBytes = 4 << 20;
-
 bool is_kernel_filesystem(std::string_view type) {
   return std::find(std::begin(kKernelFilesystems), std::end(kKernelFilesystems), type) !=
          std::end(kKernelFilesystems);
@@ -36,21 +31,6 @@ bool is_at_or_below(std::string_view path, std::string_view directory) {
   if (directory == "/") return true;
   return path == directory || (path.starts_with(directory) && path.size() > directory.size() &&
                                path[directory.size()] == '/');
-}
-
-std::string read_mountinfo() {
-  common::UniqueFd fd(::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC));
-  std::string text;
-  if (!fd) return text;
-  char buffer[8192];
-  for (;;) {
-    const ssize_t count = ::read(fd.get(), buffer, sizeof buffer);
-    if (count < 0 && errno == EINTR) continue;
-    if (count <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(count));
-    if (text.size() > kMaxMountinfoBytes) return {};
-  }
-  return text;
 }
 
 // `path` lexically normal, without a trailing '/'.
@@ -70,7 +50,7 @@ std::optional<std::string> by_path(const std::string& path) {
 }  // namespace
 
 KernelInterfaces::KernelInterfaces() {
-  for (auto& parsed : sys::parse_mountinfo(read_mountinfo())) {
+  for (auto& parsed : sys::parse_mountinfo(sys::self_mountinfo().value_or(""))) {
     KernelMount mount{std::move(parsed.mount_point), std::move(parsed.fs_type)};
     if (is_kernel_filesystem(mount.type)) kernel_mounts_.push_back(mount);
     all_mounts_.push_back(std::move(mount));
