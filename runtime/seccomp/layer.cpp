@@ -1,9 +1,11 @@
 // The mandatory preamble and how a policy's rules are layered on it. docs/seccomp.md explains
 // every preamble rule and the layering rules enforced here.
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/personality.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -48,7 +50,31 @@ constexpr std::string_view kDeniedSyscalls[] = {
 // Syscalls the preamble answers with ENOSYS, as a kernel without them would, so that callers
 // take their fallback: clone3 (see build_preamble), and the mount-listing pair, whose callers fall
 // back to /proc/self/mountinfo (the same view, through code with a long record).
-constexpr std::string_view kAbsentSyscalls[] = {"clone3", "statmount", "listmount"};
+// openat2 too: its mode lives in a struct seccomp cannot read (see the set-id rules below), and
+// its callers (systemd, some runtimes) fall back to openat(2).
+constexpr std::string_view kAbsentSyscalls[] = {"clone3", "statmount", "listmount", "openat2"};
+
+// Set-uid and set-gid mode bits (EPERM). A file the payload makes in a read-write bind outlives the
+// sandbox on the host, where the sandbox's MS_NOSUID no longer applies: set-uid, it would let
+// whoever can run it become the sandbox's host uid -- the uid a later sandbox, another client's,
+// may be given. Each call that sets a mode: its mode argument, and for open/openat only when they
+// create (O_CREAT or O_TMPFILE). mkdir(2) needs no rule: the kernel keeps only the permission and
+// sticky bits of its mode.
+#ifndef __O_TMPFILE
+#define __O_TMPFILE 020000000
+#endif
+constexpr std::uint64_t kSetIdBits = S_ISUID | S_ISGID;
+constexpr std::uint64_t kCreateFlags = O_CREAT | __O_TMPFILE;
+struct ModeSyscall {
+  std::string_view name;
+  unsigned mode_arg;
+  int flags_arg;  // -1: every call sets the mode
+};
+constexpr ModeSyscall kModeSyscalls[] = {
+    {"chmod", 1, -1},     {"fchmod", 1, -1}, {"fchmodat", 2, -1},
+    {"fchmodat2", 2, -1}, {"mknod", 1, -1},  {"mknodat", 2, -1},
+    {"creat", 1, -1},     {"open", 2, 1},    {"openat", 3, 2}};
+constexpr const char* kSetIdDenied = "set-uid or set-gid mode bits";
 
 // The socket families a sandbox may create: those a network namespace isolates and programs
 // need. Every other family fails with EAFNOSUPPORT, what libc callers expect of a kernel without
@@ -81,6 +107,33 @@ struct PreambleEntry {
 
 Comparison low32_is(unsigned arg, std::uint32_t value) {
   return {arg, SCMP_CMP_MASKED_EQ, 0xffffffffu, value};
+}
+
+Comparison bits_set(unsigned arg, std::uint64_t bits) {
+  return {arg, SCMP_CMP_MASKED_EQ, bits, bits};
+}
+
+Comparison bits_clear(unsigned arg, std::uint64_t bits) {
+  return {arg, SCMP_CMP_MASKED_EQ, bits, 0};
+}
+
+// A mode with a set-id bit, (for open/openat) in a call that creates: denied; the rest is exactly
+// a mode without them, or a call that creates nothing.
+PreambleEntry set_id_entry(const ModeSyscall& call) {
+  PreambleEntry entry{std::string(call.name), kEperm, {}, {}, kSetIdDenied};
+  for (const std::uint64_t bit : {std::uint64_t{S_ISUID}, std::uint64_t{S_ISGID}}) {
+    if (call.flags_arg < 0) {
+      entry.denied.push_back({bits_set(call.mode_arg, bit)});
+      continue;
+    }
+    const auto flags = static_cast<unsigned>(call.flags_arg);
+    for (const std::uint64_t create : {std::uint64_t{O_CREAT}, std::uint64_t{__O_TMPFILE}})
+      entry.denied.push_back({bits_set(flags, create), bits_set(call.mode_arg, bit)});
+  }
+  entry.rest.push_back({bits_clear(call.mode_arg, kSetIdBits)});
+  if (call.flags_arg >= 0)
+    entry.rest.push_back({bits_clear(static_cast<unsigned>(call.flags_arg), kCreateFlags)});
+  return entry;
 }
 
 std::vector<PreambleEntry> build_preamble() {
@@ -124,6 +177,8 @@ std::vector<PreambleEntry> build_preamble() {
       family.rest.push_back({low32_is(kSocketDomainArg, value)});
     entries.push_back(std::move(family));
   }
+
+  for (const auto& call : kModeSyscalls) entries.push_back(set_id_entry(call));
   return entries;
 }
 

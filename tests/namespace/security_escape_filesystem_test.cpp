@@ -116,7 +116,7 @@ def append(path):
 print('append:/etc/passwd', outcome(lambda: append('/etc/passwd')))
 print('append:planted', outcome(lambda: append(planted)))
 print('truncate:planted', outcome(lambda: os.truncate(planted, 0)))
-print('chmod:planted', outcome(lambda: os.chmod(planted, 0o4777)))
+print('chmod:planted', outcome(lambda: os.chmod(planted, 0o777)))
 print('rename:planted', outcome(lambda: os.rename(planted, planted + '.moved')))
 print('unlink:planted', outcome(lambda: os.unlink(planted)))
 # Kernel knobs and devices a container escape goes for: opening them is enough to show they

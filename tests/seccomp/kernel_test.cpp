@@ -8,8 +8,11 @@
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 
+#include <sys/stat.h>
+
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -20,6 +23,16 @@
 
 namespace rlm::seccomp::test {
 namespace {
+
+// A directory of its own for probes that make files, removed with what is in it.
+struct TempDirForProbes {
+  std::string path;
+  TempDirForProbes() {
+    char name[] = "/tmp/rlm-seccomp-setid-XXXXXX";
+    path = mkdtemp(name) ? name : "";
+  }
+  ~TempDirForProbes() { std::filesystem::remove_all(path); }
+};
 
 Program allow_all() {
   return compile(policy("SCMP_ACT_ALLOW"));
@@ -230,6 +243,93 @@ TEST(SeccompKernel, Clone3FailsWithEnosysSoThreadsFallBackToClone) {
         return value;
       },
       "std::thread");
+}
+
+// A set-uid or set-gid file made in a read-write bind would outlive the sandbox on the host
+// (issue 24): no call that sets a mode may set those bits, whatever else it does.
+TEST(SeccompKernel, SetIdModeBitsAreRefusedWhereverAModeIsSet) {
+  const Program program = allow_all();
+  TempDirForProbes dir;
+  const std::string file = dir.path + "/f";
+  ASSERT_EQ(close(open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644)), 0);
+  const char* path = file.c_str();
+  const std::string made = dir.path + "/made";
+  const char* new_path = made.c_str();
+  for (const mode_t bits : {mode_t{S_ISUID}, mode_t{S_ISGID}, mode_t{S_ISUID | S_ISGID}}) {
+    const mode_t mode = bits | 0755;
+    const std::string what = " with mode " + std::to_string(mode);
+    expect_exit(
+        program, EPERM, [&] { return errno_of(syscall(SYS_chmod, path, mode)); }, "chmod" + what);
+    expect_exit(
+        program, EPERM, [&] { return errno_of(syscall(SYS_fchmodat, AT_FDCWD, path, mode)); },
+        "fchmodat" + what);
+    expect_exit(
+        program, EPERM, [&] { return errno_of(syscall(452, AT_FDCWD, path, mode, 0)); },
+        "fchmodat2" + what);
+    expect_exit(
+        program, EPERM,
+        [&] {
+          const int fd = open(path, O_RDONLY | O_CLOEXEC);
+          return fd < 0 ? kSetupFailed : errno_of(syscall(SYS_fchmod, fd, mode));
+        },
+        "fchmod" + what);
+    expect_exit(
+        program, EPERM,
+        [&] { return errno_of(syscall(SYS_open, new_path, O_WRONLY | O_CREAT, mode)); },
+        "open(O_CREAT)" + what);
+    expect_exit(
+        program, EPERM,
+        [&] { return errno_of(syscall(SYS_openat, AT_FDCWD, new_path, O_WRONLY | O_CREAT, mode)); },
+        "openat(O_CREAT)" + what);
+    expect_exit(
+        program, EPERM,
+        [&] {
+          return errno_of(
+              syscall(SYS_openat, AT_FDCWD, dir.path.c_str(), O_TMPFILE | O_WRONLY, mode));
+        },
+        "openat(O_TMPFILE)" + what);
+    expect_exit(
+        program, EPERM, [&] { return errno_of(syscall(SYS_creat, new_path, mode)); },
+        "creat" + what);
+    expect_exit(
+        program, EPERM,
+        [&] { return errno_of(syscall(SYS_mknodat, AT_FDCWD, new_path, S_IFREG | mode, 0)); },
+        "mknodat" + what);
+    // Upper bits of the register cannot hide them: the kernel reads the low 16.
+    expect_exit(
+        program, EPERM, [&] { return errno_of(syscall(SYS_chmod, path, 0xffff00000000ul | mode)); },
+        "chmod with upper bits" + what);
+  }
+  // Nothing of the file changed, and the controls work: plain modes, and opening without creating
+  // whatever the (ignored) mode argument holds.
+  struct stat st {};
+  ASSERT_EQ(stat(path, &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  EXPECT_NE(access(new_path, F_OK), 0) << "a refused call made the file";
+  expect_exit(
+      program, 0, [&] { return errno_of(syscall(SYS_chmod, path, 01777)); }, "chmod 1777");
+  expect_exit(
+      program, 0,
+      [&] {
+        const long fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY, 06777);
+        return fd < 0 ? errno : (close(static_cast<int>(fd)), 0);
+      },
+      "openat without O_CREAT, a set-id mode argument ignored");
+  expect_exit(
+      program, 0,
+      [&] {
+        const long fd = syscall(SYS_openat, AT_FDCWD, new_path, O_WRONLY | O_CREAT, 0755);
+        return fd < 0 ? errno : (close(static_cast<int>(fd)), 0);
+      },
+      "openat(O_CREAT, 0755)");
+  // openat2 hides its mode in a struct: absent, so callers fall back to openat.
+  expect_exit(
+      program, ENOSYS, [&] { return errno_of(syscall(SYS_openat2, AT_FDCWD, path, nullptr, 0)); },
+      "openat2");
+  // The control: unfiltered, the same calls succeed (root may set the bits).
+  const ChildEnd control =
+      run_child(nullptr, [&] { return errno_of(syscall(SYS_chmod, path, 04755)); });
+  EXPECT_EQ(control.exit_code, 0);
 }
 
 TEST(SeccompKernel, CloneWithANamespaceFlagIsDeniedButForkWorks) {

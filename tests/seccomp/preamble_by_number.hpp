@@ -91,6 +91,7 @@ inline constexpr DeniedSyscall kPreambleDeniedByNumber[] = {
     {432, "fsmount", EPERM},
     {433, "fspick", EPERM},
     {435, "clone3", ENOSYS},
+    {437, "openat2", ENOSYS},
     {438, "pidfd_getfd", EPERM},
     {442, "mount_setattr", EPERM},
     {443, "quotactl_fd", EPERM},
