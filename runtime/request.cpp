@@ -1,10 +1,16 @@
 #include "rlm_sandbox/request.hpp"
 
+#include <unistd.h>
+
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/units.hpp"
 
 namespace rlm {
+
+HostIds caller_ids() {
+  return {getuid(), getgid()};
+}
 
 std::vector<std::string> resolve_argv(const Request& request) {
   const bool has_code = !request.code.empty() || !request.language.empty();

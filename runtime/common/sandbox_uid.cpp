@@ -1,7 +1,9 @@
 #include "common/sandbox_uid.hpp"
 
-#include <sys/socket.h>
-#include <sys/un.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -15,8 +17,6 @@
 namespace rlm::common {
 namespace {
 
-constexpr char kLockPrefix[] = "rlm-sandbox/uid/";
-
 bool parse_id(std::string_view text, std::uint64_t& value) {
   if (text.empty()) return false;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -27,19 +27,46 @@ bool forbidden_inside(const UidRange& range, std::uint64_t id) {
   return range.first <= id && id <= range.last;
 }
 
-// Binds the slot's abstract name; an fd on success, none when another holder has it.
-UniqueFd try_hold(uid_t uid) {
-  UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw Error("socket(AF_UNIX): " + sys::errno_text(errno));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  const std::string name = kLockPrefix + std::to_string(uid);
-  // Abstract: a leading NUL, no file anywhere, gone with the socket.
-  std::memcpy(address.sun_path + 1, name.data(), name.size());
-  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) == 0) return fd;
-  if (errno == EADDRINUSE) return {};
-  throw Error("bind(@" + name + ") to hold a sandbox uid: " + sys::errno_text(errno));
+std::string lock_dir_path() {
+  const char* value = std::getenv(kUidLockDirVariable);
+  return value && *value ? value : kDefaultUidLockDir;
+}
+
+// The lock directory, made when missing, opened without following a link; refused unless the
+// runtime's uid owns it and nobody else may enter it (else another user could hold, or remove and
+// replace, the files the slots are locked on).
+UniqueFd open_lock_dir() {
+  const std::string path = lock_dir_path();
+  const auto fail = [&](const std::string& why) -> UniqueFd {
+    throw Error("the sandbox uid locks' directory " + path + " " + why + "; to fix: make it a " +
+                "directory of the runtime's user with mode 0700, or set " + kUidLockDirVariable +
+                " to one");
+  };
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+    return fail("cannot be made: " + sys::errno_text(errno));
+  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return fail("cannot be opened: " + sys::errno_text(errno));
+  struct stat st {};
+  if (::fstat(dir.get(), &st) != 0) return fail("cannot be read: " + sys::errno_text(errno));
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
+    return fail("belongs to uid " + std::to_string(st.st_uid) + " with mode " +
+                std::to_string(st.st_mode & 07777) + " (decimal); others could hold its locks");
+  return dir;
+}
+
+// Locks the slot's file; an fd on success, none when another holder has it.
+UniqueFd try_hold(int dir, uid_t uid) {
+  const std::string name = std::to_string(uid);
+  UniqueFd fd(
+      ::openat(dir, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600));
+  if (!fd)
+    throw Error("cannot open the lock of sandbox uid " + name + ": " + sys::errno_text(errno));
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) return {};
+    throw Error("cannot lock sandbox uid " + name + ": " + sys::errno_text(errno));
+  }
+  return fd;
 }
 
 }  // namespace
@@ -78,9 +105,32 @@ UidRange sandbox_uid_range() {
   return parse_uid_range(value, kUidRangeVariable);
 }
 
+HostIds sandbox_write_owner(const HostIds& caller) {
+  if (caller.uid != 0 && caller.gid != 0) return caller;
+  uid_t output = kDefaultOutputUid;
+  if (const char* value = std::getenv(kOutputUidVariable)) {
+    std::uint64_t id = 0;
+    if (!parse_id(value, id) || id == 0 || id == 65534 || id == 65535 || id >= 0xFFFFFFFFu)
+      throw Error(std::string(kOutputUidVariable) + "=\"" + value +
+                  "\": not a uid that may own a sandbox's output (decimal; not 0, 65534, 65535 "
+                  "or 4294967295)");
+    output = static_cast<uid_t>(id);
+  }
+  const UidRange range = sandbox_uid_range();
+  if (forbidden_inside(range, output))
+    throw Error(
+        std::string(kOutputUidVariable) + " " + std::to_string(output) +
+        " lies inside the sandbox uid range " + range.describe() +
+        ": a sandbox would run as the owner of other sandboxes' output; to fix: set it, or " +
+        kUidRangeVariable + ", so that they do not overlap");
+  return {caller.uid == 0 ? output : caller.uid,
+          caller.gid == 0 ? static_cast<gid_t>(output) : caller.gid};
+}
+
 SandboxUid SandboxUid::acquire(const UidRange& range) {
+  const UniqueFd dir = open_lock_dir();
   for (std::uint64_t uid = range.first; uid <= range.last; ++uid) {
-    auto fd = try_hold(static_cast<uid_t>(uid));
+    auto fd = try_hold(dir.get(), static_cast<uid_t>(uid));
     if (!fd) continue;
     SandboxUid slot;
     slot.lock_ = std::move(fd);

@@ -4,10 +4,13 @@
 // epoll watches) are charged to that sandbox alone -- never shared with another sandbox, nor with
 // root. The same number serves as its host gid.
 //
-// A slot is held by binding the abstract unix socket "rlm-sandbox/uid/<uid>" in the runtime's
-// network namespace; the kernel releases it when the last fd of that socket closes, also when the
-// runtime dies, so nothing is left behind and no two live holders (threads or processes) ever get
-// the same uid. The first free slot of the range is taken.
+// A slot is held by an exclusive flock(2) on the file <lock dir>/<uid>, in a directory only root
+// may enter (default /run/rlm-sandbox-uid, RLM_SANDBOX_UID_LOCK_DIR): nobody else -- another local
+// user, a landlock-backend payload -- can take a slot to stop sandboxes or steer the next one onto
+// a uid of its choosing. The kernel releases the lock when the last fd of its open file goes, also
+// when the runtime dies, so no two live holders (threads or processes) ever get the same uid. The
+// files themselves stay (empty, root's): removing one could let two holders lock different files
+// of one name. The first free slot of the range is taken.
 #pragma once
 
 #include <sys/types.h>
@@ -15,12 +18,24 @@
 #include <string>
 
 #include "common/unique_fd.hpp"
+#include "rlm_sandbox/request.hpp"
 
 namespace rlm::common {
 
 // The environment variable of the runtime's process that sets the range: "FIRST-LAST" (inclusive,
 // decimal). Host configuration, never part of a policy.
 inline constexpr const char* kUidRangeVariable = "RLM_SANDBOX_UID_RANGE";
+// Where the slots' lock files are: a directory the runtime's uid owns that nobody else may enter
+// (made 0700 when missing; one that is not the runtime's, is a link or lets others in is refused).
+inline constexpr const char* kUidLockDirVariable = "RLM_SANDBOX_UID_LOCK_DIR";
+inline constexpr const char* kDefaultUidLockDir = "/run/rlm-sandbox-uid";
+
+// The host uid (and gid) that owns what a root caller's sandboxes write through read-write binds
+// (sandbox_write_owner): RLM_SANDBOX_OUTPUT_UID, by default 1879113728, the id right after the
+// default range. No process ever runs as it (it is never a sandbox's, and set-id bits are refused),
+// so what it owns grants nobody anything, and the runtime follows no link it owns.
+inline constexpr const char* kOutputUidVariable = "RLM_SANDBOX_OUTPUT_UID";
+inline constexpr uid_t kDefaultOutputUid = 0x70010000u;
 
 struct UidRange {
   // Default: 65536 ids from 0x70000000 (1879048192-1879113727), in the band systemd's UID/GID
@@ -40,19 +55,31 @@ UidRange sandbox_uid_range();
 // Parses "FIRST-LAST"; throws rlm::Error as above (`origin` names where the text came from).
 UidRange parse_uid_range(const std::string& text, const std::string& origin);
 
+// Whose the files a sandbox writes for `caller` become on the host: the caller's own ids, except
+// that root's become the output uid's. Files a sandbox made that root owned would be trusted as
+// root's own: the runtime follows a link in a bind source only when root or its own user owns it
+// (docs/security.md #27), and so do many host tools. Throws rlm::Error when RLM_SANDBOX_OUTPUT_UID
+// is malformed, 0, 65534, 65535, 4294967295 or inside the sandbox uid range.
+HostIds sandbox_write_owner(const HostIds& caller);
+
 class SandboxUid {
  public:
   // Takes the first free uid of `range`. Throws rlm::Error when every one is held (saying how to
-  // widen the range) or when no socket can be made.
+  // widen the range) or when the lock directory cannot be used (saying why and how to fix it).
   static SandboxUid acquire(const UidRange& range);
 
   SandboxUid() = default;
   uid_t uid() const { return uid_; }
   bool held() const { return static_cast<bool>(lock_); }
   void release() { lock_.reset(); }
+  // Never hands the uid out again while this process lives: for a sandbox that may have left
+  // something of its uid's behind (owned_files.hpp). The lock's fd is kept on purpose.
+  void quarantine() {
+    if (lock_) (void)lock_.release();
+  }
 
  private:
-  UniqueFd lock_;  // the bound abstract socket (close-on-exec)
+  UniqueFd lock_;  // the locked file (close-on-exec)
   uid_t uid_ = 0;
 };
 

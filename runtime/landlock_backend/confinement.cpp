@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "common/owned_files.hpp"
 #include "policy/python_environment.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -71,10 +72,12 @@ const char* step_name(Step step) {
   return "setup";
 }
 
-Confinement Confinement::prepare(const Policy& policy, const std::string& init_path) {
+Confinement Confinement::prepare(const Policy& policy, const std::string& init_path,
+                                 const HostIds& bind_owner) {
   Confinement c;
   const bool root = geteuid() == 0;
   if (root) {
+    c.bind_owner_ = common::sandbox_write_owner(bind_owner);
     c.slot_ = common::SandboxUid::acquire(common::sandbox_uid_range());
     c.uid_ = c.slot_.uid();
     c.gid_ = static_cast<gid_t>(c.slot_.uid());
@@ -115,6 +118,7 @@ Confinement Confinement::prepare(const Policy& policy, const std::string& init_p
     if (path.empty()) continue;
     landlock::allow_beneath(c.ruleset_, path,
                             mount.readonly ? read | execute : read | write | execute);
+    if (!mount.readonly) c.writable_.push_back(path);
   }
   for (const auto& dir : policy::python_dirs(policy))
     if (!dir.bound_by_policy) landlock::allow_beneath(c.ruleset_, dir.path, read | execute);
@@ -134,6 +138,9 @@ Confinement::~Confinement() {
     std::error_code ignored;
     fs::remove_all(dir.host, ignored);
   }
+  if (!slot_.held()) return;
+  for (const auto& path : writable_)
+    if (!common::give_to_owner(path, uid_, gid_, bind_owner_)) slot_.quarantine();
 }
 
 std::string Confinement::payload_path(const std::string& policy_path) const {

@@ -19,6 +19,7 @@
 #include "common/sandbox_uid.hpp"
 #include "landlock/landlock.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
 
 namespace rlm::landlock_backend {
 
@@ -42,13 +43,18 @@ struct ChildFailure {
 class Confinement {
  public:
   // Parent: takes a sandbox uid when the runtime is root, makes the run's directories, builds the
-  // ruleset and the seccomp additions. `init_path` is granted read and execute. Throws rlm::Error.
-  static Confinement prepare(const Policy& policy, const std::string& init_path);
+  // ruleset and the seccomp additions. `init_path` is granted read and execute. What the payload
+  // writes through read-write binds becomes `bind_owner`'s after the run. Throws rlm::Error.
+  static Confinement prepare(const Policy& policy, const std::string& init_path,
+                             const HostIds& bind_owner = caller_ids());
 
   Confinement(Confinement&&) = default;
   Confinement& operator=(Confinement&&) = delete;
   Confinement(const Confinement&) = delete;
-  ~Confinement();  // removes the tmpfs stand-ins
+  // Removes the tmpfs stand-ins and gives what the sandbox uid made in the read-write binds to
+  // their owner (owned_files.hpp); a uid that may still own something there is never handed out
+  // again by this process. Call once nothing of the sandbox runs any more.
+  ~Confinement();
 
   // Child: every step above; {0, 0} on success, else the failing step and its errno. Raw syscalls
   // only (async-signal-safe).
@@ -76,6 +82,8 @@ class Confinement {
   };
   std::vector<TmpfsDir> tmpfs_;  // each removed with its contents
   std::string tmp_dir_;
+  std::vector<std::string> writable_;  // the read-write binds' host paths
+  HostIds bind_owner_;
 };
 
 }  // namespace rlm::landlock_backend

@@ -238,7 +238,8 @@ class LandlockBackend final : public Backend {
     common::Pipe verdict;
     seccomp::PayloadFilter filter;
     try {
-      confinement.emplace(Confinement::prepare(policy, init_.path));
+      confinement.emplace(
+          Confinement::prepare(policy, init_.path, request.bind_owner.value_or(caller_ids())));
       filter = seccomp::prepare_payload_filter(policy.seccomp);
       filter.kill = common::above_stdio(std::move(filter.kill));
       if (filter.notify) filter.notify = common::above_stdio(std::move(filter.notify));

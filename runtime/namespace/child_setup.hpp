@@ -13,6 +13,7 @@
 
 #include "common/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/request.hpp"
 
 namespace rlm::ns {
 
@@ -45,6 +46,13 @@ class RootfsPlan {
   static RootfsPlan prepare(const Policy& policy);
   bool apply(StepFailure& failure) const noexcept;
 
+  // Parent, privileged runtime, after prepare(): each read-write bind of the policy becomes a
+  // mount tree idmapped so that the sandbox's host ids stand for `owner`'s (idmap.hpp), which
+  // apply() attaches in place of the bind. Throws Error naming the mount when one cannot be.
+  void idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid);
+  bool has_writable_binds() const;
+  std::vector<std::string> writable_bind_sources() const;  // their host paths
+
   struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.hpp
 
   // What the finished tree offers the sandbox, by its path there (after pivot_root): each bind
@@ -68,6 +76,7 @@ class RootfsPlan {
  private:
   std::vector<Op> ops_;  // executed in order; each owns the strings it passes to the kernel
   std::vector<Reach> reach_;
+  std::vector<common::UniqueFd> trees_;  // the idmapped binds, until the child has its copies
 
  public:
   RootfsPlan();

@@ -44,6 +44,11 @@ struct RootfsPlan::Op {
   // planted a link in it, and plain path syscalls do what openat2 would (at a fraction of the
   // calls: no descriptor per operation, no magic-link walk through the host procfs).
   bool sandbox_built = false;
+  // A read-write bind of the policy: its JSON path and resolved host source, and, once the parent
+  // idmapped it (idmap_writable_binds), the detached tree apply() attaches instead of binding.
+  std::string writable_bind_at;
+  std::string host_source;
+  int idmapped_tree = -1;
 };
 
 // prepare()'s errors: `where` is the JSON path of what cannot be honoured

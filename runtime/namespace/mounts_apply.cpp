@@ -145,12 +145,24 @@ bool RootfsPlan::apply(StepFailure& failure) const noexcept {
     return rc == 0;
   };
 
+  // An idmapped read-write bind (idmap.hpp): the parent's detached tree attached at the target.
+  auto attach_in_root = [&root](const Op& op) noexcept -> bool {
+    const int target = open_in_root(root, op.path.c_str(), O_PATH);
+    if (target < 0) return false;
+    const long rc = ::syscall(SYS_move_mount, op.idmapped_tree, "", target, "",
+                              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+    close_keeping_errno(target);
+    return rc == 0;
+  };
+
   auto run = [&](const Op& op) noexcept -> bool {
     const char* path = op.path.c_str();
     switch (op.kind) {
       case Op::Kind::mount: {
         bool ok;
-        if (root < 0 || op.path == "/" || op.sandbox_built)
+        if (op.idmapped_tree >= 0 && root >= 0)
+          ok = attach_in_root(op);
+        else if (root < 0 || op.path == "/" || op.sandbox_built)
           ok = ::mount(or_null(op.source), path, or_null(op.fstype), op.flags, or_null(op.data)) ==
                0;
         else

@@ -168,6 +168,12 @@ class Builder {
     add(std::move(op));
   }
 
+  // The last operation (a bind) binds a read-write policy mount.
+  void mark_writable_bind(const std::string& where, const std::string& host_path) {
+    ops_.back().writable_bind_at = where;
+    ops_.back().host_source = host_path;
+  }
+
   void remount(const std::string& target, unsigned long flags, bool unreachable_ok = false) {
     mount("remount " + target + describe(flags), {}, target, {}, MS_REMOUNT | MS_BIND | flags, {},
           unreachable_ok);
@@ -294,6 +300,7 @@ void prepare_bind(Builder& build, const Mount& mount, const std::string& where,
   const std::string from = host_path == "/" ? kOldRoot : kOldRoot + host_path;
   build.mount("bind " + mount.target + (host_path == mount.target ? "" : " from " + host_path),
               from, mount.target, {}, MS_BIND | MS_REC);
+  if (!mount.readonly) build.mark_writable_bind(where, host_path);
   build.reach(mount.target, mount.readonly ? RootfsPlan::Reach::Kind::read_exec
                                            : RootfsPlan::Reach::Kind::writable);
   // A recursive bind copies the host's mounts below the source with their own flags, so each is

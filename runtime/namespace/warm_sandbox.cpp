@@ -22,6 +22,7 @@
 #include "common/init.hpp"
 #include "common/launch.hpp"
 #include "common/outcome.hpp"
+#include "common/owned_files.hpp"
 #include "common/supervise.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
@@ -90,6 +91,8 @@ struct Preparation {
   // carries the payload message and, by closing, tells init its host is gone.
   UniqueFd await_host, await_init;
   ChildPlan plan;
+  std::optional<HostIds>
+      reclaim_to;  // whose the sandbox uid's files in the read-write binds become
 };
 
 // The live counters a caller may read from another thread while run() supervises.
@@ -130,7 +133,8 @@ void collect_stale_groups_once() {
 
 // Throws Error or std::system_error with a message for the Result. Nothing of a request: init
 // starts in await mode and receives its payload from launch().
-void prepare(Preparation& p, const Policy& policy, const std::string& init_path, bool ahead) {
+void prepare(Preparation& p, const Policy& policy, const std::string& init_path, bool ahead,
+             const HostIds& bind_owner) {
   // The host mounts under the binds and the cgroup hierarchies (found twice) read the mount
   // table once between them (self_readings.hpp).
   const sys::SelfReadingScope readings;
@@ -141,6 +145,16 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   p.filter.notify = common::above_stdio(std::move(p.filter.notify));
   p.ids = prepare_id_mapping(policy.user);
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
+  // A root runtime's sandbox uid must own nothing that outlives it (idmap.hpp): its read-write
+  // binds are idmapped to their owner, or, for root's (which must not become root's files, see
+  // sandbox_write_owner), what it wrote is given to the output uid when it ends.
+  if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds()) {
+    const HostIds owner = common::sandbox_write_owner(bind_owner);
+    if (owner == bind_owner)
+      p.rootfs->idmap_writable_binds(owner, p.ids.host_uid, p.ids.host_gid);
+    else
+      p.reclaim_to = owner;
+  }
   if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
   // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
@@ -285,6 +299,8 @@ struct WarmSandbox::State {
   std::string init_path;
   bool launched = false;
   bool exec_pending = false;  // started without waiting for init's exec (run_cold)
+  HostIds bind_owner;         // whose the files written through its read-write binds are
+  bool binds_idmapped = false;
 };
 
 WarmSandbox::WarmSandbox() : state_(std::make_unique<State>()) {}
@@ -299,19 +315,27 @@ WarmSandbox::~WarmSandbox() {
     }
     process.pid = -1;
   }
+  Preparation& p = state_->p;
+  if (p.reclaim_to) {
+    p.cgroup.reset();  // killed and removed: nothing of the sandbox writes any more
+    for (const auto& source : p.rootfs->writable_bind_sources())
+      if (!common::give_to_owner(source, p.ids.host_uid, p.ids.host_gid, *p.reclaim_to))
+        p.ids.slot.quarantine();
+  }
   // The Preparation goes next: the cgroup is killed and removed, then the uid is freed.
 }
 
 std::unique_ptr<WarmSandbox> WarmSandbox::build(const Policy& policy, const std::string& init_path,
                                                 Clock::time_point deadline) {
-  return start(policy, init_path, deadline, true);
+  return start(policy, init_path, deadline, true, caller_ids());
 }
 
 Result WarmSandbox::run_cold(const Request& request, const Policy& policy,
                              const std::string& init_path, common::RunStart& run) {
   std::unique_ptr<WarmSandbox> sandbox;
   try {
-    sandbox = start(policy, init_path, run.deadline(), false);
+    sandbox =
+        start(policy, init_path, run.deadline(), false, request.bind_owner.value_or(caller_ids()));
   } catch (const Error& error) {
     return run.setup_failed(error.what());
   }
@@ -319,7 +343,8 @@ Result WarmSandbox::run_cold(const Request& request, const Policy& policy,
 }
 
 std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std::string& init_path,
-                                                Clock::time_point deadline, bool wait_exec) {
+                                                Clock::time_point deadline, bool wait_exec,
+                                                const HostIds& bind_owner) {
   if (!policy.namespaces.user)
     throw Error(
         "namespaces.user: false is not supported by the namespace backend: its isolation "
@@ -329,13 +354,20 @@ std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std:
   s.built = policy.limits;
   s.init_path = init_path;
   try {
-    prepare(s.p, policy, init_path, wait_exec);
+    prepare(s.p, policy, init_path, wait_exec, bind_owner);
   } catch (const std::exception& error) {
     throw Error(std::string("cannot prepare the sandbox: ") + error.what());
   }
+  s.bind_owner = bind_owner;
+  s.binds_idmapped =
+      s.p.rootfs && s.p.ids.privileged && s.p.rootfs->has_writable_binds() && !s.p.reclaim_to;
   s.process = start_sandbox(s.p, policy, deadline, wait_exec);
   s.exec_pending = !wait_exec;
   return sandbox;
+}
+
+bool WarmSandbox::writes_as(const HostIds& bind_owner) const {
+  return !state_->binds_idmapped || state_->bind_owner == bind_owner;
 }
 
 bool WarmSandbox::can_apply(const Limits& limits) const {

@@ -21,7 +21,8 @@ namespace rlm::ns {
 class WarmSandbox {
  public:
   // Builds a sandbox of `policy` whose init is `init_path`, waiting at most until `deadline` for
-  // init to start. Throws Error saying what failed; nothing is left behind then.
+  // init to start; its read-write binds write as caller_ids(). Throws Error saying what failed;
+  // nothing is left behind then.
   static std::unique_ptr<WarmSandbox> build(const Policy& policy, const std::string& init_path,
                                             std::chrono::steady_clock::time_point deadline);
 
@@ -35,6 +36,11 @@ class WarmSandbox {
   // tmpfs sizes are the built ones, and a CPU bandwidth other than the built one needs a group
   // that has one. (Whether the limits are no looser is the caller's to check.)
   bool can_apply(const Limits& limits) const;
+
+  // Whether files written through its read-write binds become `bind_owner`'s (a root runtime
+  // idmaps them to the owner it was built for, idmap.hpp): a request of another owner needs
+  // another sandbox.
+  bool writes_as(const HostIds& bind_owner) const;
 
   // Whether init still waits for its payload (it may have been killed from outside meanwhile).
   bool waiting() const;
@@ -63,7 +69,7 @@ class WarmSandbox {
   WarmSandbox();
   static std::unique_ptr<WarmSandbox> start(const Policy& policy, const std::string& init_path,
                                             std::chrono::steady_clock::time_point deadline,
-                                            bool wait_exec);
+                                            bool wait_exec, const HostIds& bind_owner);
   struct State;
   std::unique_ptr<State> state_;
 };

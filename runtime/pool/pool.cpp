@@ -220,7 +220,8 @@ Result Pool::run(const Request& request, const Policy& policy) {
   }
   if (state.warm && (&policy == &state.policy || shape_of(policy) == state.shape)) {
     if (auto sandbox = state.take()) {
-      if (sandbox->can_apply(policy.limits)) {
+      if (sandbox->can_apply(policy.limits) &&
+          sandbox->writes_as(request.bind_owner.value_or(caller_ids()))) {
         ++state.warm_runs;
         // A request the sandbox refuses (invalid) throws; the sandbox is destroyed all the same.
         struct GiveBack {

@@ -141,7 +141,14 @@ std::unique_ptr<Session> SessionPool::open(SessionOptions options) {
   // The caller's own errors (an unreadable context file) come before any session is taken.
   auto handover = session::prepare_handover(std::move(options));
   std::unique_ptr<WorkerSession> warm;
-  {
+  // Warm sessions write through read-write binds as caller_ids(): another owner starts cold.
+  const auto& owner = handover.options.bind_owner;
+  const bool owner_fits = !owner || *owner == caller_ids() ||
+                          std::none_of(state_->policy->filesystem.mounts.begin(),
+                                       state_->policy->filesystem.mounts.end(), [](const Mount& m) {
+                                         return m.type == Mount::Type::bind && !m.readonly;
+                                       });
+  if (owner_fits) {
     std::lock_guard lock(state_->mutex);
     const auto now = Clock::now();
     for (auto it = state_->ready.begin(); it != state_->ready.end();) {

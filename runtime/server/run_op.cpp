@@ -126,6 +126,9 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
     throw Refusal("invalid", error.what());
   }
   request.payload_stdio = {fds[0].get(), fds[1].get(), fds[2].get()};
+  // What the payload writes through a read-write bind is the client's on the host, never the
+  // sandbox uid's (request.hpp).
+  request.bind_owner = HostIds{connection.peer.uid, connection.peer.gid};
   // The client's next frame (a stop) or its hangup stops the run.
   request.stop_fd = connection.socket;
 

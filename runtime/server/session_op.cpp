@@ -258,6 +258,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
     throw Refusal("invalid", "\"llm\" must be \"client\" or \"none\"");
 
   const auto end_of_life = Clock::now() + options.lifetime;
+  options.bind_owner = HostIds{connection.peer.uid, connection.peer.gid};  // request.hpp
   UniqueFd context;
   if (!fds.empty()) {
     context = copy_context(fds.front().get(), connection.config.max_context_bytes);

@@ -251,6 +251,7 @@ void WorkerSession::start() {
 
   Request request;
   request.argv = {"python3", "-I", "-S", "-c", std::string(worker_source())};
+  request.bind_owner = options_.bind_owner;
   request.env = {{"RLM_SANDBOX_TOKEN", token},
                  {"RLM_SANDBOX_MAX_FRAME", std::to_string(options_.max_frame_bytes)}};
   if (by_socket) {

@@ -36,6 +36,7 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "support/host_probes.hpp"
 
 namespace rlm {
 namespace {
@@ -458,6 +459,51 @@ TEST(LandlockEscape, SysVSharedMemoryFailsUnderNetworkNone) {
   const Result result = run_python(*backend, landlock_policy(), code);
   ASSERT_EQ(result.status, Status::ok) << describe(result);
   EXPECT_NE(result.stdout_data.find("shmget -1 1\n"), std::string::npos) << describe(result);
+}
+
+// Issue 24, line 1, on this backend: the payload runs in place as the sandbox's own host uid, which
+// the next sandbox may be given. What it made in a read-write bind must not be that uid's after
+// the run (the caller's instead), it may set no set-id bit, and a link it planted is not followed.
+TEST(LandlockEscape, NothingTheSandboxUidMadeOutlivesTheRun) {
+  REQUIRE_BACKEND(backend);
+  if (geteuid() != 0) GTEST_SKIP() << "a sandbox uid of its own needs a root runtime";
+  PlantedDir out, elsewhere;
+  const std::string bystander = elsewhere.plant("bystander", "not the sandbox's");
+  ASSERT_EQ(chown(bystander.c_str(), 65534, 65534), 0);
+  Policy policy = landlock_policy();
+  Mount bind = read_only_bind(out.path());
+  bind.readonly = false;
+  policy.filesystem.mounts.push_back(bind);
+  const std::string code =
+      "import os, shutil\n"
+      "d = '" +
+      out.path() +
+      "'\n"
+      "print('uid', os.getuid())\n"
+      "open(d + '/file', 'w').write('x')\n"
+      "os.mkdir(d + '/dir'); open(d + '/dir/inner', 'w').write('y')\n"
+      "os.symlink('" +
+      bystander +
+      "', d + '/link')\n"
+      "shutil.copy('/bin/true', d + '/px')\n"
+      "for mode in (0o4755, 0o2755):\n"
+      "  try: os.chmod(d + '/px', mode); print('chmod', oct(mode), 'SUCCEEDED')\n"
+      "  except OSError as e: print('chmod', oct(mode), e.errno)\n";
+  const Result result = run_python(*backend, policy, code);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find("chmod 0o4755 1\n"), std::string::npos) << describe(result);
+  EXPECT_NE(result.stdout_data.find("chmod 0o2755 1\n"), std::string::npos) << describe(result);
+  EXPECT_EQ(result.stdout_data.find("uid 0\n"), std::string::npos) << "ran as root";
+  for (const char* name : {"file", "dir", "dir/inner", "link", "px"}) {
+    struct stat st {};
+    ASSERT_EQ(lstat((out.path() + "/" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, rlm::test::written_uid()) << name << " belongs to uid " << st.st_uid;
+    EXPECT_EQ(st.st_gid, rlm::test::written_gid()) << name << " belongs to gid " << st.st_gid;
+    EXPECT_EQ(st.st_mode & 06000, 0u) << name;
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(bystander.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u) << "the walk followed the planted link";
 }
 
 TEST(LandlockHealth, HealthAndEveryResultListTheUnenforcedProperties) {

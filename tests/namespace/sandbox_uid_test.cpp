@@ -102,10 +102,14 @@ for _ in range(1500):
   std::atomic<bool> done_{false};
 };
 
-uid_t owner_of(const std::string& path) {
-  struct stat info {};
-  if (stat(path.c_str(), &info) != 0) return static_cast<uid_t>(-1);
-  return info.st_uid;
+// The host uid a sandbox wrote to `path` (read from its /proc/self/uid_map: what its files would
+// have belonged to before read-write binds were idmapped to their owner).
+uid_t host_uid_in(const TempDir& dir, const std::string& name) {
+  try {
+    return static_cast<uid_t>(std::stoul(dir.read(name)));
+  } catch (const std::exception&) {
+    return static_cast<uid_t>(-1);
+  }
 }
 
 // The "Uid:" line of /proc/PID/status: real, effective, saved, fs.
@@ -120,9 +124,10 @@ std::string status_uids(pid_t pid) {
 
 TEST(SandboxUid, TwoConcurrentSandboxesRunAsDifferentHostUidsThatOwnTheirUserNamespaces) {
   RLM_REQUIRE_ROOT_RUNTIME();
-  HeldSandbox a("open('/out/a', 'w').write('a')\nheld('ok')");
+  HeldSandbox a(
+      "open('/out/a', 'w').write(open('/proc/self/uid_map').read().split()[1])\nheld('ok')");
   ASSERT_EQ(a.wait_held(), "ok") << describe(a.release());
-  const uid_t uid_a = owner_of(a.dir().file("a"));
+  const uid_t uid_a = host_uid_in(a.dir(), "a");
 
   // Seen from the host: every process of A runs as that uid, and A's user namespace is owned by
   // it (so the kernel charges the namespace's per-user counters one level up to it, not to root).
@@ -143,9 +148,10 @@ TEST(SandboxUid, TwoConcurrentSandboxesRunAsDifferentHostUidsThatOwnTheirUserNam
   TempDir dir_b;
   Policy policy_b = ns_policy();
   bind_writable(policy_b, dir_b, "/out");
-  const auto b = run_sh("echo b > /out/b", policy_b);
+  const auto b =
+      run_sh("read inside host count < /proc/self/uid_map; echo $host > /out/b", policy_b);
   ASSERT_EQ(b.status, Status::ok) << describe(b);
-  const uid_t uid_b = owner_of(dir_b.file("b"));
+  const uid_t uid_b = host_uid_in(dir_b, "b");
 
   EXPECT_NE(uid_a, uid_b) << "two live sandboxes share host uid " << uid_a;
   for (uid_t uid : {uid_a, uid_b}) {
@@ -161,14 +167,15 @@ TEST(SandboxUid, AUidIsHandedOutAgainOnlyAfterItsSandboxEnded) {
   ScopedEnv range("RLM_SANDBOX_UID_RANGE", std::to_string(first) + "-" + std::to_string(first + 1));
 
   auto a = std::make_unique<HeldSandbox>(
-      "open('/out/a', 'w').write('a')\n"
+      "open('/out/a', 'w').write(open('/proc/self/uid_map').read().split()[1])\n"
       "held('ok')");
   ASSERT_EQ(a->wait_held(), "ok") << describe(a->release());
-  EXPECT_EQ(owner_of(a->dir().file("a")), first);  // the first free slot
+  EXPECT_EQ(host_uid_in(a->dir(), "a"), first);  // the first free slot
   {
-    HeldSandbox b("open('/out/b', 'w').write('b')\nheld('ok')");
+    HeldSandbox b(
+        "open('/out/b', 'w').write(open('/proc/self/uid_map').read().split()[1])\nheld('ok')");
     ASSERT_EQ(b.wait_held(), "ok") << describe(b.release());
-    EXPECT_EQ(owner_of(b.dir().file("b")), first + 1);
+    EXPECT_EQ(host_uid_in(b.dir(), "b"), first + 1);
 
     // Both uids of the range are held: a third sandbox does not start, and says why and how to fix.
     const auto c = run_sh("true");
@@ -179,15 +186,15 @@ TEST(SandboxUid, AUidIsHandedOutAgainOnlyAfterItsSandboxEnded) {
   TempDir dir;
   Policy policy = ns_policy();
   bind_writable(policy, dir, "/out");
-  auto d = run_sh("echo d > /out/d", policy);
+  auto d = run_sh("read inside host count < /proc/self/uid_map; echo $host > /out/d", policy);
   ASSERT_EQ(d.status, Status::ok) << describe(d);
-  EXPECT_EQ(owner_of(dir.file("d")), first + 1);
+  EXPECT_EQ(host_uid_in(dir, "d"), first + 1);
 
   EXPECT_EQ(a->release().status, Status::ok);
   a.reset();
-  d = run_sh("echo d > /out/d2", policy);
+  d = run_sh("read inside host count < /proc/self/uid_map; echo $host > /out/d2", policy);
   ASSERT_EQ(d.status, Status::ok) << describe(d);
-  EXPECT_EQ(owner_of(dir.file("d2")), first);
+  EXPECT_EQ(host_uid_in(dir, "d2"), first);
 }
 
 // What a held sandbox below reports: how many it took, and the errno name that stopped it.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <set>
@@ -10,6 +11,16 @@
 #include <vector>
 
 namespace rlm::test {
+
+// Whose the files are on the host that a sandbox run by this process writes through a read-write
+// bind (runtime/common/sandbox_uid.hpp, sandbox_write_owner): this process's own ids, except
+// root's, which become the output uid's (RLM_SANDBOX_OUTPUT_UID, unset in the tests).
+inline uid_t written_uid() {
+  return getuid() == 0 ? 0x70010000u : getuid();
+}
+inline gid_t written_gid() {
+  return getgid() == 0 ? 0x70010000u : getgid();
+}
 
 // This process's open file descriptors.
 std::size_t open_fd_count();

@@ -1,6 +1,8 @@
 // One execution: a command (argv) or a piece of code in a language.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -18,6 +20,16 @@ struct LiveCounters {
   std::optional<std::uint64_t> oom_kills;        // processes the kernel killed at the memory limit
   std::optional<std::chrono::microseconds> cpu;  // CPU time of every process in the sandbox
 };
+
+// A host uid and gid.
+struct HostIds {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  friend bool operator==(const HostIds&, const HostIds&) = default;
+};
+
+// The calling process's real uid and gid: whose a run's written files are by default.
+HostIds caller_ids();
 
 struct Request {
   std::vector<std::string> argv;  // either this,
@@ -65,6 +77,13 @@ struct Request {
   // cannot start another thread or process gets the kernel's refusal as an error of its own and is
   // rolled back, while the session goes on.
   bool stop_at_process_limit = true;
+
+  // Whose the files are that the payload writes through read-write binds, on the host: where the
+  // runtime is root, the namespace backend idmaps each such bind to these ids (the sandbox user
+  // reads and writes there as they would, and what it makes belongs to them, never to the
+  // sandbox's own host uid, which a later sandbox may be given). Unset: caller_ids(). A server
+  // sets its client's. Rootless runtimes write as themselves and ignore it.
+  std::optional<HostIds> bind_owner;
 };
 
 // The argv a request runs: `argv` itself, or the interpreter for `language` with `code`.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rlm_sandbox/llm.hpp"
+#include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
 
 namespace rlm {
@@ -57,6 +58,9 @@ struct SessionOptions {
   std::chrono::milliseconds lifetime{std::chrono::hours(24)};
   std::chrono::milliseconds start_timeout{30'000};
   std::uint64_t max_frame_bytes = 16u << 20;  // a larger frame from the sandbox ends the session
+  // Whose the files are that the session writes through read-write binds (Request::bind_owner);
+  // unset: caller_ids(). A server sets its client's.
+  std::optional<HostIds> bind_owner;
 };
 
 struct ExecuteOptions {
