@@ -242,6 +242,10 @@ std::unique_ptr<Session> Pool::open_session(SessionOptions options) {
   return state_->sessions->open(std::move(options));
 }
 
+std::unique_ptr<Session> Pool::open_session(const Policy& policy, SessionOptions options) {
+  return state_->backend->open_session(policy, std::move(options));
+}
+
 PoolStats Pool::stats() const {
   PoolStats stats;
   stats.warm_runs = state_->warm_runs;

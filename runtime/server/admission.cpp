@@ -1,6 +1,9 @@
 // What a client may ask for: an offered policy, only tightened (docs/pools-and-server.md).
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+
+#include <cstdint>
 
 #include "rlm_sandbox/tightening.hpp"
 #include "server/connection.hpp"
@@ -56,16 +59,58 @@ Admitted admit(const Connection& connection, const json& frame) {
   return admitted;
 }
 
-void check_stdio_fd(int fd, const char* which) {
+namespace {
+
+struct RefusedFilesystem {
+  std::uint32_t magic;  // statfs's f_type (linux/magic.h)
+  const char* name;
+};
+
+// Filesystems whose files are checked against the credentials of whoever reads or writes them,
+// at that moment, not of whoever opened them: the server reading a client's fd of one (a
+// context) or a sandbox's payload using it (stdio) would do so with rights the client may lack
+// (procfs shows a root process's stat to root). Plus fusectl, whose files control others' mounts.
+constexpr RefusedFilesystem kCredentialCheckedFilesystems[] = {
+    {0x9fa0, "procfs"},        {0x62656572, "sysfs"},       {0x64626720, "debugfs"},
+    {0x74726163, "tracefs"},   {0x73636673, "securityfs"},  {0x0027e0eb, "cgroupfs"},
+    {0x63677270, "cgroup2fs"}, {0xcafe4a11, "bpffs"},       {0x62656570, "configfs"},
+    {0xde5e81e4, "efivarfs"},  {0x6165676c, "pstore"},      {0xf97cff8c, "selinuxfs"},
+    {0x43415d53, "smackfs"},   {0x42494e4d, "binfmt_misc"}, {0x65735543, "fusectl"},
+};
+
+// Filesystems of fds that are no stream of data: epoll, eventfd, signalfd, timerfd, inotify,
+// fanotify, userfaultfd, io_uring (anon_inodefs), a pidfd (pidfs), a namespace (nsfs).
+constexpr RefusedFilesystem kAnonymousFilesystems[] = {
+    {0x09041934,
+     "an anonymous inode (an epoll, eventfd, signalfd, timerfd, inotify or similar fd)"},
+    {0x50494446, "a pidfd"},
+    {0x6e736673, "a namespace fd"},
+};
+
+}  // namespace
+
+void check_client_fd(int fd, std::string_view which, FdUse use) {
+  const auto refuse = [&](const std::string& why) {
+    throw Refusal("invalid", "the " + std::string(which) + " fd is refused: " + why);
+  };
   const int flags = fcntl(fd, F_GETFL);
   struct stat status {};
-  if (flags < 0 || (flags & O_PATH) || fstat(fd, &status) != 0)
-    throw Refusal("invalid", std::string("the ") + which + " fd is not an open stream");
-  const bool stream = S_ISFIFO(status.st_mode) || S_ISSOCK(status.st_mode) ||
-                      S_ISCHR(status.st_mode) || S_ISREG(status.st_mode);
-  if (!stream)
-    throw Refusal("invalid", std::string("the ") + which +
-                                 " fd must be a pipe, socket, character device or regular file");
+  struct statfs filesystem {};
+  if (flags < 0 || fstat(fd, &status) != 0 || fstatfs(fd, &filesystem) != 0)
+    refuse("it is not an open file");
+  if (flags & O_PATH) refuse("it is an O_PATH handle, not an open stream");
+  const auto magic = static_cast<std::uint32_t>(filesystem.f_type);
+  for (const auto& anonymous : kAnonymousFilesystems)
+    if (anonymous.magic == magic) refuse(std::string("it is ") + anonymous.name + ", not a stream");
+  for (const auto& pseudo : kCredentialCheckedFilesystems)
+    if (pseudo.magic == magic)
+      refuse(std::string("it is a file on ") + pseudo.name +
+             ", which checks each read and write against the credentials of whoever does it "
+             "(the server, or the sandbox's payload), not the client that opened it");
+  const bool data = S_ISFIFO(status.st_mode) || S_ISSOCK(status.st_mode) || S_ISREG(status.st_mode);
+  if (use == FdUse::stdio && !data && !S_ISCHR(status.st_mode))
+    refuse("a payload's stdio must be a pipe, socket, character device or regular file");
+  if (use == FdUse::data && !data) refuse("it must be a pipe, socket, memfd or regular file");
 }
 
 }  // namespace rlm::server

@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,9 +58,15 @@ struct Admitted {
 };
 Admitted admit(const Connection& connection, const nlohmann::json& frame);
 
-// Throws Refusal("invalid") unless `fd` is something a payload may be given as a stdio stream:
-// a pipe, socket, character device or regular file, not a directory or an O_PATH handle.
-void check_stdio_fd(int fd, const char* which);
+// What a client's fd is for: a payload's stdio may also be a character device (/dev/null, a
+// terminal); data the server reads itself (a session's context, add_context's input) may not.
+enum class FdUse { stdio, data };
+// The one check of every fd a client hands the server. Throws Refusal("invalid") naming `which`
+// ("stdin", "context", ...) and why, unless `fd` is open (not O_PATH), is a pipe, socket or
+// regular file (memfds included), or for stdio a character device, and is on no filesystem whose
+// reads are checked against the reader's credentials (procfs, sysfs, ...: admission.cpp) and no
+// anonymous inode (epoll, eventfd, signalfd, timerfd, inotify, pidfd, ...).
+void check_client_fd(int fd, std::string_view which, FdUse use);
 
 // The ops. Each owns the connection until it returns; the caller closes it.
 void serve_run(const Connection& connection, const nlohmann::json& frame,

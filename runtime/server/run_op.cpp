@@ -117,9 +117,9 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
   if (fds.size() != 3)
     throw Refusal("invalid", "a run takes exactly 3 fds (stdin, stdout, stderr); " +
                                  std::to_string(fds.size()) + " came");
-  check_stdio_fd(fds[0].get(), "stdin");
-  check_stdio_fd(fds[1].get(), "stdout");
-  check_stdio_fd(fds[2].get(), "stderr");
+  check_client_fd(fds[0].get(), "stdin", FdUse::stdio);
+  check_client_fd(fds[1].get(), "stdout", FdUse::stdio);
+  check_client_fd(fds[2].get(), "stderr", FdUse::stdio);
   try {
     (void)effective_wall_time(request, policy);
   } catch (const Error& error) {

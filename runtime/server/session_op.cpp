@@ -82,8 +82,8 @@ class ClientHandler final : public LlmHandler {
   bool closed_ = false;
 };
 
-// The context from the client's fd, copied into a memfd of the server's own (never reopened
-// through the client's fd, which might be an O_PATH handle to what the client cannot read).
+// The context from the client's fd (check_client_fd has passed it), copied into a memfd of the
+// server's own; never reopened through the client's fd.
 UniqueFd copy_context(int from, std::uint64_t max_bytes) {
   UniqueFd memfd(memfd_create("rlm-sandbox-server-context", MFD_CLOEXEC));
   if (!memfd) throw Refusal("internal", "memfd_create: " + sys::errno_text(errno));
@@ -191,6 +191,7 @@ class Executor {
 // own first (as the session's context), then handed to the session.
 CellResult add_context(Session& session, const json& op, UniqueFd fd, std::uint64_t max_bytes) {
   if (!fd) throw Error("add_context needs its input as an fd on the frame");
+  check_client_fd(fd.get(), "add_context input", FdUse::data);
   const json kind = op.value("kind", json());
   const json format = op.value("format", json("text"));
   const json index = op.value("index", json());
@@ -261,6 +262,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   options.bind_owner = HostIds{connection.peer.uid, connection.peer.gid};  // request.hpp
   UniqueFd context;
   if (!fds.empty()) {
+    check_client_fd(fds.front().get(), "context", FdUse::data);
     context = copy_context(fds.front().get(), connection.config.max_context_bytes);
     fds.clear();
     options.context_file = "/proc/self/fd/" + std::to_string(context.get());
@@ -271,16 +273,13 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   if (llm == "client") options.llm = client;  // the session wraps it with the limits
   options.llm_limits = limits;
 
-  // A tightened policy has no warm sessions: it starts cold, on a backend of its own.
-  std::unique_ptr<Backend> cold_backend;
+  // A tightened policy has no warm sessions: it starts cold, on the pool's backend as a run does
+  // (the candidate's backend preference is the client's, and may name one that isolates less).
   std::unique_ptr<Session> session;
   try {
-    if (admitted.candidate) {
-      cold_backend = select_backend(*admitted.candidate);
-      session = cold_backend->open_session(*admitted.candidate, std::move(options));
-    } else {
-      session = admitted.offer->pool->open_session(std::move(options));
-    }
+    session = admitted.candidate
+                  ? admitted.offer->pool->open_session(*admitted.candidate, std::move(options))
+                  : admitted.offer->pool->open_session(std::move(options));
   } catch (const Error& error) {
     client->close();
     throw Refusal("unavailable", std::string("the session could not start: ") + error.what());

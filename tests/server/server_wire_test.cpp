@@ -4,11 +4,9 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
-#include <sys/un.h>
-
-#include <cstring>
 
 #include "../cli/cli_test_util.hpp"
+#include "raw_client.hpp"
 #include "server/wire.hpp"
 #include "server_fixture.hpp"
 
@@ -17,34 +15,6 @@ namespace {
 
 using nlohmann::json;
 using server::Clock;
-
-int connect_raw(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  return fd;
-}
-
-// The server's answer: a frame, or null when it closed the connection without one.
-json answer(int fd, std::chrono::seconds wait = std::chrono::seconds(30)) {
-  try {
-    auto frame = server::receive_frame(fd, Clock::now() + wait, std::chrono::seconds(10), 1u << 24);
-    return frame ? frame->message : json();
-  } catch (const Error&) {
-    return json();
-  }
-}
-
-void send_bytes(int fd, const std::string& bytes) {
-  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-}
-
-std::string header(std::uint32_t size) {
-  return {static_cast<char>(size >> 24), static_cast<char>(size >> 16),
-          static_cast<char>(size >> 8), static_cast<char>(size)};
-}
 
 class ServerWireTest : public SharedServerTest<ServerWireTest> {
  public:

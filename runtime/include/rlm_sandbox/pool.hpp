@@ -52,6 +52,10 @@ class Pool {
   // As Backend::open_session with the pool's policy; a warm session is handed over with
   // `options` (its context, its LM handler). Thread-safe.
   std::unique_ptr<Session> open_session(SessionOptions options);
+  // With `policy` instead, always cold, but on the pool's backend: a policy's backend preference
+  // never moves it elsewhere (a server's client must not choose a backend that isolates less).
+  // The caller has checked `policy` may be used (tightening.hpp).
+  std::unique_ptr<Session> open_session(const Policy& policy, SessionOptions options);
 
   PoolStats stats() const;
 
