@@ -69,7 +69,8 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
   const Reader reader(origin);
   reader.only_keys(document, "",
                    {"socket", "socket_mode", "pools", "allow", "permit_binds", "max_clients",
-                    "max_context_bytes"});
+                    "max_clients_per_uid", "max_context_bytes", "max_bytes_in_flight",
+                    "max_bytes_in_flight_per_uid"});
   ServerConfig config;
   if (document.contains("socket")) config.socket_path = reader.text(document["socket"], "socket");
   if (document.contains("socket_mode")) {
@@ -133,6 +134,15 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
   }
   if (document.contains("max_clients"))
     config.max_clients = reader.count(document["max_clients"], "max_clients", 65536);
+  if (document.contains("max_clients_per_uid"))
+    config.max_clients_per_uid =
+        reader.count(document["max_clients_per_uid"], "max_clients_per_uid", 65536);
+  if (document.contains("max_bytes_in_flight"))
+    config.max_bytes_in_flight =
+        reader.size(document["max_bytes_in_flight"], "max_bytes_in_flight");
+  if (document.contains("max_bytes_in_flight_per_uid"))
+    config.max_bytes_in_flight_per_uid =
+        reader.size(document["max_bytes_in_flight_per_uid"], "max_bytes_in_flight_per_uid");
   if (document.contains("max_context_bytes"))
     config.max_context_bytes = reader.size(document["max_context_bytes"], "max_context_bytes");
   return config;

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -32,6 +33,13 @@ struct Connection {
   Peer peer;
   const ServerConfig& config;
   const std::map<std::string, Offer>& offers;
+  FrameBudget& frame_budget;  // the server's: every frame this peer sends counts against it
+
+  // One frame of the client's, within the server's bounds (wire.hpp's receive_frame).
+  std::optional<Frame> receive(Clock::time_point first_byte_deadline) const {
+    return receive_frame(socket, first_byte_deadline, config.frame_timeout, config.max_frame_bytes,
+                         {&frame_budget, peer.uid});
+  }
 
   // Sends with the connection's write deadline (a client that does not read is dropped).
   void send(const nlohmann::json& message) const {

@@ -29,6 +29,15 @@ std::optional<Peer> peer_of(int socket) {
   return peer;  // without supplementary groups: only the uid and primary gid count
 }
 
+std::optional<uid_t> peer_uid(int socket) {
+  ucred credentials{};
+  socklen_t size = sizeof credentials;
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 ||
+      size != sizeof credentials)
+    return std::nullopt;
+  return credentials.uid;
+}
+
 bool peer_allowed(const Peer& peer, uid_t server_uid, const std::vector<uid_t>& allow_uids,
                   const std::vector<gid_t>& allow_gids) {
   const auto listed = [](const auto& list, auto id) {

@@ -20,6 +20,8 @@ struct Peer {
 
 // The peer of a connected unix socket; nullopt when the kernel cannot tell.
 std::optional<Peer> peer_of(int socket);
+// Its uid only (one getsockopt): what the accept loop counts connections by.
+std::optional<uid_t> peer_uid(int socket);
 
 // Whether `peer` may use the server: it runs as the server's own uid, or its uid is in
 // `allow_uids`, or its primary or a supplementary group is in `allow_gids`.

@@ -11,8 +11,9 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <thread>
 
 #include "rlm_sys/sys.hpp"
@@ -31,9 +32,13 @@ struct Server::State {
   server::Listener listener;
   UniqueFd wake;  // an eventfd: stop()
 
+  uid_t own_uid = geteuid();
+  std::unique_ptr<server::FrameBudget> frame_budget;  // every connection's frames count in it
+
   std::mutex mutex;
   std::condition_variable idle;
-  std::set<int> connections;  // sockets being served, shut down on stop
+  std::map<int, uid_t> connections;  // sockets being served (shut down on stop), by peer uid
+  std::map<uid_t, std::size_t> connections_of;  // how many each uid holds
   bool stopping = false;
   // Threads: each serves a connection; a finished one waits (as a spare) for the next accepted
   // socket, which saves starting a thread on a run's path. The destructor waits for all to end.
@@ -44,6 +49,11 @@ struct Server::State {
   void work(UniqueFd first);
   void serve_connection(UniqueFd socket);
   void dispatch(const server::Connection& connection);
+  // Why a connection of `uid` cannot be served now (max_clients, the slots kept for the
+  // server's own uid, max_clients_per_uid); nullopt when it can. With `mutex` held.
+  std::optional<std::string> over_capacity(uid_t uid) const;
+  void add_connection(int socket, uid_t uid);
+  void remove_connection(int socket);  // with `mutex` held
 };
 
 namespace {
@@ -74,6 +84,36 @@ json pool_stats(const std::map<std::string, server::Offer>& offers) {
 
 }  // namespace
 
+std::optional<std::string> Server::State::over_capacity(uid_t uid) const {
+  const std::size_t max = config.max_clients;
+  if (connections.size() >= max)
+    return "the server is serving its maximum of " + std::to_string(max) +
+           " clients; try again later";
+  if (uid == own_uid) return std::nullopt;
+  if (connections.size() >= max - config.owner_reserve())
+    return "the server is serving its maximum of " + std::to_string(max) + " clients (the last " +
+           std::to_string(config.owner_reserve()) + " are kept for its own uid); try again later";
+  const auto held = connections_of.find(uid);
+  if (held != connections_of.end() && held->second >= config.clients_per_uid())
+    return "uid " + std::to_string(uid) + " already holds " + std::to_string(held->second) +
+           " connections, the most one uid may hold at once (max_clients_per_uid, a cap per "
+           "uid); try again when one of them ends";
+  return std::nullopt;
+}
+
+void Server::State::add_connection(int socket, uid_t uid) {
+  connections.emplace(socket, uid);
+  ++connections_of[uid];
+}
+
+void Server::State::remove_connection(int socket) {
+  const auto found = connections.find(socket);
+  if (found == connections.end()) return;
+  const auto held = connections_of.find(found->second);
+  if (held != connections_of.end() && --held->second == 0) connections_of.erase(held);
+  connections.erase(found);
+}
+
 Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
   if (config.policies.empty())
     throw Error("the server offers no policy: give at least one --pool or --session-pool");
@@ -98,6 +138,10 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
     const int backlog = static_cast<int>(std::min<std::size_t>(config.max_clients * 2, 4096));
     state_->listener = server::listen_at(config.socket_path, config.socket_mode, backlog);
   }
+  // A uid's share is at most the whole (lowering max_bytes_in_flight alone lowers both).
+  state_->frame_budget = std::make_unique<server::FrameBudget>(
+      config.max_bytes_in_flight,
+      std::min(config.max_bytes_in_flight, config.max_bytes_in_flight_per_uid));
   state_->config = std::move(config);
 }
 
@@ -106,7 +150,7 @@ Server::~Server() {
   std::unique_lock lock(state_->mutex);
   state_->stopping = true;
   state_->handed_over.notify_all();
-  for (int socket : state_->connections) shutdown(socket, SHUT_RDWR);
+  for (const auto& [socket, uid] : state_->connections) shutdown(socket, SHUT_RDWR);
   state_->idle.wait(lock, [&] { return state_->connections.empty() && state_->workers == 0; });
   lock.unlock();
   server::remove_socket_file(state_->listener);
@@ -134,17 +178,19 @@ void Server::serve(int stop_fd) {
     if (!(fds[0].revents & POLLIN)) continue;
     UniqueFd socket(accept4(state_->listener.fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!socket) continue;  // the peer left already, or fds ran out: go on serving the rest
-    std::unique_lock lock(state_->mutex);
-    if (state_->connections.size() >= state_->config.max_clients) {
-      lock.unlock();
-      server::send_frame_now(
-          socket.get(),
-          server::error_frame("unavailable", "the server is serving its maximum of " +
-                                                 std::to_string(state_->config.max_clients) +
-                                                 " clients; try again later"));
+    const auto uid = server::peer_uid(socket.get());
+    if (!uid) {
+      server::send_frame_now(socket.get(),
+                             server::error_frame("refused", "the peer's credentials are unknown"));
       continue;
     }
-    state_->connections.insert(socket.get());
+    std::unique_lock lock(state_->mutex);
+    if (const auto full = state_->over_capacity(*uid)) {
+      lock.unlock();
+      server::send_frame_now(socket.get(), server::error_frame("unavailable", *full));
+      continue;
+    }
+    state_->add_connection(socket.get(), *uid);
     if (state_->spares > state_->handed.size()) {
       state_->handed.push_back(socket.release());
       lock.unlock();
@@ -161,14 +207,14 @@ void Server::serve(int stop_fd) {
     } catch (const std::system_error&) {  // no thread to be had: refuse this one
       std::lock_guard relock(state_->mutex);
       --state_->workers;
-      state_->connections.erase(socket.get());
+      state_->remove_connection(socket.get());
     }
   }
   // Stopped: no new connections; those being served are ended, their runs stopped.
   std::unique_lock lock(state_->mutex);
   state_->stopping = true;
   state_->handed_over.notify_all();
-  for (int socket : state_->connections) shutdown(socket, SHUT_RDWR);
+  for (const auto& [socket, uid] : state_->connections) shutdown(socket, SHUT_RDWR);
   state_->idle.wait(lock, [&] { return state_->connections.empty() && state_->workers == 0; });
   lock.unlock();
   server::remove_socket_file(state_->listener);
@@ -213,31 +259,52 @@ void Server::State::serve_connection(UniqueFd socket) {
                                                  " is not allowed to use this server "
                                                  "(its --allow-uid / --allow-gid)"));
     } else {
-      dispatch(server::Connection{fd, *peer, config, offers});
+      dispatch(server::Connection{fd, *peer, config, offers, *frame_budget});
     }
   } catch (...) {
   }
   socket.reset();
   std::lock_guard lock(mutex);
-  connections.erase(fd);
+  remove_connection(fd);
   idle.notify_all();
 }
 
-// hello and policy any number of times, then one run or one session; the connection then ends.
+// hello and policy, each within first_frame_timeout of the last, at most max_negotiation_frames
+// of them and all within negotiation_timeout of connecting (no frame moves that deadline, so
+// chatting does not hold a connection); then one run or one session; the connection then ends.
 void Server::State::dispatch(const server::Connection& connection) {
-  auto first_deadline = Clock::now() + config.first_frame_timeout;
+  const auto negotiation_end = Clock::now() + config.negotiation_timeout;
+  std::size_t negotiation_frames = 0;
   for (;;) {
     std::optional<server::Frame> frame;
     try {
-      frame = server::receive_frame(connection.socket, first_deadline, config.frame_timeout,
-                                    config.max_frame_bytes);
+      frame =
+          connection.receive(std::min(Clock::now() + config.first_frame_timeout, negotiation_end));
+    } catch (const server::FrameRefused& refused) {
+      server::send_frame_now(connection.socket, server::error_frame("unavailable", refused.what()));
+      return;
     } catch (const server::WireError& error) {
-      server::send_frame_now(connection.socket, server::error_frame("invalid", error.what()));
+      const std::string message =
+          Clock::now() >= negotiation_end
+              ? "no run or session_open within " +
+                    std::to_string(config.negotiation_timeout.count()) +
+                    " ms of connecting (the negotiation deadline, which hello and policy frames "
+                    "do not move)"
+              : std::string(error.what());
+      server::send_frame_now(connection.socket, server::error_frame("invalid", message));
       return;
     }
     if (!frame) return;
-    first_deadline = Clock::now() + config.first_frame_timeout;
     const std::string op = frame->message["op"].get<std::string>();
+    if ((op == "hello" || op == "policy") && ++negotiation_frames > config.max_negotiation_frames) {
+      server::send_frame_now(
+          connection.socket,
+          server::error_frame("invalid", "more than " +
+                                             std::to_string(config.max_negotiation_frames) +
+                                             " hello and policy frames (the negotiation's "
+                                             "bound) without a run or session_open"));
+      return;
+    }
     try {
       if (op == "hello") {
         connection.send({{"op", "hello"},

@@ -352,8 +352,10 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
       // Short waits, so a close done by the executor is noticed.
       if (!wait_readable(connection.socket, Clock::now() + std::chrono::milliseconds(200)))
         continue;
-      next = receive_frame(connection.socket, Clock::now() + connection.config.frame_timeout,
-                           connection.config.frame_timeout, connection.config.max_frame_bytes);
+      next = connection.receive(Clock::now() + connection.config.frame_timeout);
+    } catch (const FrameRefused& refused) {
+      link->send(error_frame("unavailable", refused.what()));
+      break;
     } catch (const Error&) {
       break;
     }

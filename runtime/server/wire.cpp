@@ -1,12 +1,16 @@
 #include "server/wire.hpp"
 
+#include <malloc.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 #include "rlm_sys/sys.hpp"
 #include "session/frame_decoder.hpp"
@@ -51,6 +55,52 @@ ssize_t send_some(int socket, std::string_view data, std::span<const int> fds) {
   return sys::send_with_fds(socket, data, fds, MSG_DONTWAIT);
 }
 
+// A frame larger than this is received into a mapping of its own, and the heap its parsed value
+// took is given back to the system when it is done.
+constexpr std::uint32_t kLargeFrame = 1u << 20;
+
+// A frame's body, received in place and never initialised. A large one is an anonymous mapping
+// of the announced length: only the pages bytes arrived in become resident (a peer announcing a
+// large frame and sending nothing costs nothing), and munmap gives every one back. (A heap buffer
+// grown as bytes came held up to twice what had arrived, and its thread's arena kept it after it
+// was freed: stalled large frames left the server hundreds of MiB larger.)
+class FrameBody {
+ public:
+  explicit FrameBody(std::size_t length) : length_(length) {
+    if (length <= kLargeFrame) {
+      heap_ = std::make_unique_for_overwrite<char[]>(length);
+      return;
+    }
+    void* mapped =
+        mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED)
+      throw WireError("no memory for a frame of " + std::to_string(length) + " bytes");
+    mapped_ = static_cast<char*>(mapped);
+  }
+  ~FrameBody() {
+    if (mapped_) munmap(mapped_, length_);
+  }
+  FrameBody(const FrameBody&) = delete;
+  FrameBody& operator=(const FrameBody&) = delete;
+  char* data() { return mapped_ ? mapped_ : heap_.get(); }
+
+ private:
+  std::size_t length_;
+  char* mapped_ = nullptr;
+  std::unique_ptr<char[]> heap_;
+};
+
+// After a large frame: what parsing it took from the heap goes back to the system, not kept by
+// the thread's arena.
+struct TrimAfter {
+  bool large;
+  ~TrimAfter() {
+#ifdef __GLIBC__
+    if (large) malloc_trim(0);
+#endif
+  }
+};
+
 std::uint32_t frame_length(const char* header) {
   const auto byte = [&](int i) {
     return static_cast<std::uint32_t>(static_cast<unsigned char>(header[i]));
@@ -88,9 +138,59 @@ bool wait_readable(int socket, Clock::time_point deadline) {
   return wait_for(socket, POLLIN, deadline);
 }
 
+FrameBudget::Reservation::Reservation(Reservation&& other) noexcept
+    : budget_(std::exchange(other.budget_, nullptr)), uid_(other.uid_), bytes_(other.bytes_) {}
+
+FrameBudget::Reservation& FrameBudget::Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    if (budget_) budget_->release(uid_, bytes_);
+    budget_ = std::exchange(other.budget_, nullptr);
+    uid_ = other.uid_;
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+FrameBudget::Reservation::~Reservation() {
+  if (budget_) budget_->release(uid_, bytes_);
+}
+
+FrameBudget::Reservation FrameBudget::reserve(uid_t uid, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  std::uint64_t& own = by_uid_[uid];
+  if (own + bytes > per_uid_) {
+    if (own == 0) by_uid_.erase(uid);
+    throw FrameRefused("a frame of " + std::to_string(bytes) + " bytes would take uid " +
+                       std::to_string(uid) + "'s frames in flight over its share of " +
+                       std::to_string(per_uid_) +
+                       " bytes (max_bytes_in_flight_per_uid, a budget per uid); the server "
+                       "refuses it rather than wait: send it when your other frames are done");
+  }
+  if (in_flight_ + bytes > total_) {
+    if (own == 0) by_uid_.erase(uid);
+    throw FrameRefused("a frame of " + std::to_string(bytes) +
+                       " bytes would take the frames in flight over the server's budget of " +
+                       std::to_string(total_) + " bytes (max_bytes_in_flight); try again later");
+  }
+  own += bytes;
+  in_flight_ += bytes;
+  Reservation reservation;
+  reservation.budget_ = this;
+  reservation.uid_ = uid;
+  reservation.bytes_ = bytes;
+  return reservation;
+}
+
+void FrameBudget::release(uid_t uid, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  in_flight_ -= bytes;
+  const auto own = by_uid_.find(uid);
+  if (own != by_uid_.end() && (own->second -= bytes) == 0) by_uid_.erase(own);
+}
+
 std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_deadline,
-                                   std::chrono::milliseconds frame_timeout,
-                                   std::uint64_t max_bytes) {
+                                   std::chrono::milliseconds frame_timeout, std::uint64_t max_bytes,
+                                   FrameAccount account) {
   Frame frame;
   std::array<char, kHeader> header{};
   std::size_t have = 0;
@@ -122,26 +222,27 @@ std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_dead
   if (length > max_bytes)
     throw WireError("a frame of " + std::to_string(length) + " bytes is over the limit of " +
                     std::to_string(max_bytes));
-  // Received straight into the body, which grows only as bytes arrive (a peer announcing a large
-  // frame and sending nothing costs nothing); no bounce buffer to clear for every small frame.
-  constexpr std::size_t kChunk = 1u << 16;
-  std::string body;
-  body.reserve(std::min<std::size_t>(length, 1u << 20));
-  while (body.size() < length) {
-    const std::size_t have = body.size();
-    const std::size_t want = std::min<std::size_t>(kChunk, length - have);
-    body.resize(have + want);
-    const ssize_t count = recv(socket, body.data() + have, want, MSG_DONTWAIT);
+  // Destroyed last: after the body and the parse's temporaries are freed.
+  const TrimAfter trim{length > kLargeFrame};
+  FrameBudget::Reservation reservation;
+  if (account.budget && length > kUnbudgetedFrameBytes)
+    reservation = account.budget->reserve(account.uid, length);
+  // Received straight into the body; no bounce buffer to clear for every small frame.
+  FrameBody body(length);
+  for (std::size_t received = 0; received < length;) {
+    const ssize_t count = recv(socket, body.data() + received, length - received, MSG_DONTWAIT);
     const int error = errno;
-    body.resize(have + static_cast<std::size_t>(std::max<ssize_t>(count, 0)));
-    if (count > 0) continue;
+    if (count > 0) {
+      received += static_cast<std::size_t>(count);
+      continue;
+    }
     if (count == 0) throw WireError("the connection ended inside a frame");
     if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR)
       throw WireError("the connection broke: " + sys::errno_text(error));
     if (!wait_for(socket, POLLIN, deadline)) throw WireError("a frame did not arrive in time");
   }
   try {
-    frame.message = session::parse_frame_body(body);
+    frame.message = session::parse_frame_body(std::string_view(body.data(), length));
   } catch (const Error& error) {
     throw WireError(error.what());
   }

@@ -5,9 +5,12 @@
 // recursing on the peer's data.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -33,6 +36,57 @@ class WireError : public Error {
   using Error::Error;
 };
 
+// A frame the server will not take now: its bytes do not fit the budget of frames in flight
+// (FrameBudget). The connection is over; the client is told "unavailable".
+class FrameRefused : public WireError {
+ public:
+  using WireError::WireError;
+};
+
+// A frame this small is received without a reservation from a FrameBudget: one per connection at
+// most (4 MiB for 64 connections), so a flood of large frames never refuses a hello.
+inline constexpr std::uint64_t kUnbudgetedFrameBytes = 64u << 10;
+
+// The bytes of frames being received on all of a server's connections, and on each uid's: a
+// frame's announced length is reserved when its header arrives and given back once it is parsed
+// (or fails). A reservation that does not fit is refused at once, never waited for.
+class FrameBudget {
+ public:
+  FrameBudget(std::uint64_t total, std::uint64_t per_uid) : total_(total), per_uid_(per_uid) {}
+  FrameBudget(const FrameBudget&) = delete;
+  FrameBudget& operator=(const FrameBudget&) = delete;
+
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& other) noexcept;
+    Reservation& operator=(Reservation&& other) noexcept;
+    ~Reservation();
+
+   private:
+    friend class FrameBudget;
+    FrameBudget* budget_ = nullptr;
+    uid_t uid_ = 0;
+    std::uint64_t bytes_ = 0;
+  };
+  // Throws FrameRefused, naming the budget (the server's, or the uid's share), when `bytes` more
+  // do not fit.
+  Reservation reserve(uid_t uid, std::uint64_t bytes);
+
+ private:
+  void release(uid_t uid, std::uint64_t bytes);
+  std::mutex mutex_;
+  const std::uint64_t total_, per_uid_;
+  std::uint64_t in_flight_ = 0;
+  std::map<uid_t, std::uint64_t> by_uid_;
+};
+
+// Whose frames a receive counts against which budget.
+struct FrameAccount {
+  FrameBudget* budget = nullptr;
+  uid_t uid = 0;
+};
+
 struct Frame {
   nlohmann::json message;             // an object
   std::vector<common::UniqueFd> fds;  // those that came on its first byte
@@ -48,10 +102,12 @@ bool send_frame_now(int socket, const nlohmann::json& message);
 // Reads one frame, waiting until `first_byte_deadline` for it to begin and `frame_timeout` more
 // for it to end. nullopt on EOF before a frame begins. Throws WireError for a frame over
 // `max_bytes`, not a JSON object, nested too deep, with too many values, a deadline passed, or
-// EOF inside a frame. The frame's "op" must be a string.
+// EOF inside a frame; FrameRefused for one over kUnbudgetedFrameBytes that does not fit
+// `account`'s budget. The frame's "op" must be a string. Memory a large frame took is given back
+// to the system once it is parsed.
 std::optional<Frame> receive_frame(int socket, Clock::time_point first_byte_deadline,
-                                   std::chrono::milliseconds frame_timeout,
-                                   std::uint64_t max_bytes);
+                                   std::chrono::milliseconds frame_timeout, std::uint64_t max_bytes,
+                                   FrameAccount account = {});
 
 // Waits until `socket` has something to read (or EOF) or `deadline` passes; true when readable.
 bool wait_readable(int socket, Clock::time_point deadline);

@@ -31,6 +31,13 @@ groups, SO_PEERCRED) and served only when it runs as the server's own uid or is 
 directories --permit-bind grants its uid. Every refusal is an error frame the client prints
 (`run --server` exits 125 and never runs elsewhere).
 
+Clients share the server and are bounded against each other: one uid holds at most
+--max-clients-per-uid connections; a connection sends its run or session within 10 s of
+connecting, after at most 16 hello/policy frames; frames being received share
+--max-bytes-in-flight and each uid's --max-bytes-in-flight-per-uid, and one that does not fit is
+refused at once. An fd a client passes (stdio, a context) must be a pipe, socket or regular file
+(or, for stdio, a character device), never a procfs/sysfs-like file or an anonymous inode.
+
 The server needs what the namespace backend needs for its policies: as root, cgroups for every
 limit; otherwise, a delegated cgroup v2 subtree (see `rlm-sandbox health`). Stop it with SIGTERM
 or SIGINT: every run and session it holds is stopped and the socket file removed. Killed with
@@ -149,7 +156,15 @@ int serve_command(const std::vector<std::string>& args) {
        "UID:DIR[:rw]: uid UID may bind host paths beneath DIR, read-only unless :rw")       //
       ("config", po::value<std::string>(), "a JSON configuration file (flags add to it)")   //
       ("max-clients", po::value<std::string>(), "connections served at once (default 64)")  //
-      ("max-context", po::value<std::string>(), "largest session context (default 1G)");
+      ("max-clients-per-uid", po::value<std::string>(),
+       "N: connections one uid may hold at once (default a quarter of --max-clients; the "
+       "server's own uid is not capped, and others leave it 1/16 of them)")              //
+      ("max-context", po::value<std::string>(), "largest session context (default 1G)")  //
+      ("max-bytes-in-flight", po::value<std::string>(),
+       "SIZE: bytes of frames being received from all clients at once (default 256M); a frame "
+       "beyond it is refused")  //
+      ("max-bytes-in-flight-per-uid", po::value<std::string>(),
+       "SIZE: the same for one uid's connections together (default 64M)");
 
   auto values = parse_options(args, options, "serve");
   if (values.count("help")) {
@@ -184,8 +199,17 @@ int serve_command(const std::vector<std::string>& args) {
   });
   if (values.count("max-clients"))
     config.max_clients = count_flag("--max-clients", values["max-clients"].as<std::string>());
+  if (values.count("max-clients-per-uid"))
+    config.max_clients_per_uid =
+        count_flag("--max-clients-per-uid", values["max-clients-per-uid"].as<std::string>());
   if (values.count("max-context"))
     config.max_context_bytes = size_flag("--max-context", values["max-context"].as<std::string>());
+  if (values.count("max-bytes-in-flight"))
+    config.max_bytes_in_flight =
+        size_flag("--max-bytes-in-flight", values["max-bytes-in-flight"].as<std::string>());
+  if (values.count("max-bytes-in-flight-per-uid"))
+    config.max_bytes_in_flight_per_uid = size_flag(
+        "--max-bytes-in-flight-per-uid", values["max-bytes-in-flight-per-uid"].as<std::string>());
   config.listen_fd = systemd_listen_fd();
   if (config.listen_fd < 0 && config.socket_path.empty())
     throw UsageError("no socket: give --socket PATH (or start it by systemd socket activation)",

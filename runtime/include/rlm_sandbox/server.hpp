@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -45,11 +46,33 @@ struct ServerConfig {
   // Host directories a peer uid may bind beneath (a policy's new bind mounts).
   std::map<uid_t, std::vector<PermittedBind>> permitted_binds;
 
-  std::size_t max_clients = 64;                // connections served at once; beyond: refused
+  std::size_t max_clients = 64;  // connections served at once; beyond: refused
+  // Connections one uid may hold at once; 0: a quarter of max_clients (at least 1). The server's
+  // own uid has no such cap, and other uids together leave it max_clients / 16 (at least 1) of
+  // max_clients (owner_reserve()).
+  std::size_t max_clients_per_uid = 0;
   std::uint64_t max_context_bytes = 1u << 30;  // a session's context, read from the client's fd
   std::uint64_t max_frame_bytes = 64u << 20;   // one client frame
+  // Bytes of frames being received, reserved when a frame's header announces its length and
+  // released once it is parsed: all clients together, and each uid's share (at most the whole).
+  // A frame that does not fit is refused at once ("unavailable"); frames up to 64 KiB need no
+  // reservation.
+  std::uint64_t max_bytes_in_flight = 256u << 20;
+  std::uint64_t max_bytes_in_flight_per_uid = 64u << 20;
   std::chrono::milliseconds first_frame_timeout{5000};  // silent after connecting: closed
   std::chrono::milliseconds frame_timeout{10'000};      // a frame begun must end within this
+  // hello and policy frames before run or session_open: a deadline from the connection's start
+  // that no frame moves, and a count.
+  std::chrono::milliseconds negotiation_timeout{10'000};
+  std::size_t max_negotiation_frames = 16;
+
+  // max_clients_per_uid with its default applied, and the slots kept for the server's own uid.
+  std::size_t clients_per_uid() const {
+    return max_clients_per_uid ? max_clients_per_uid : std::max<std::size_t>(1, max_clients / 4);
+  }
+  std::size_t owner_reserve() const {
+    return max_clients < 2 ? 0 : std::max<std::size_t>(1, max_clients / 16);
+  }
 };
 
 // A configuration file (JSON; docs/pools-and-server.md):
@@ -57,7 +80,8 @@ struct ServerConfig {
 //    "pools": {NAME: {"policy": SOURCE?, "sandboxes": N, "sessions": N}},
 //    "allow": {"uids": [U...], "gids": [G...]},
 //    "permit_binds": {"UID": [{"beneath": DIR, "writable": BOOL}]},
-//    "max_clients": N, "max_context_bytes": SIZE}
+//    "max_clients": N, "max_clients_per_uid": N, "max_context_bytes": SIZE,
+//    "max_bytes_in_flight": SIZE, "max_bytes_in_flight_per_uid": SIZE}
 // Throws Error naming the key that is wrong.
 ServerConfig server_config_from_json(const nlohmann::json& document, std::string_view origin);
 ServerConfig load_server_config(const std::string& path);
