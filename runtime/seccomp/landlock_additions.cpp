@@ -23,6 +23,13 @@ constexpr std::string_view kAlwaysDenied[] = {
     "ptrace",         "process_vm_readv", "process_vm_writev", "pidfd_getfd",
     "io_uring_setup", "io_uring_enter",   "io_uring_register"};
 
+// Watches: Landlock does not mediate inotify or fanotify (a watch needs only read permission on
+// the inode), so a payload refused listdir(/tmp) could watch the host's /tmp and learn the names
+// of the files other users create there. No watch can be told apart by its path here, so none is
+// allowed: EACCES, as for a path the payload may not read. fanotify_init is refused as it is
+// without CAP_SYS_ADMIN on kernels before 5.13 (EPERM); inotify_init itself stays usable.
+constexpr std::string_view kWatches[] = {"inotify_add_watch", "fanotify_mark"};
+
 // SysV IPC and POSIX message queues: the host's IPC namespace, a channel to any other process on
 // it. Denied under network "none".
 constexpr std::string_view kIpc[] = {
@@ -44,6 +51,8 @@ Filter landlock_additions(bool network_none) {
   Filter filter;
   filter.default_action = {Verdict::allow, 0};
   for (const auto name : kAlwaysDenied) deny(filter, name, {}, kEperm);
+  for (const auto name : kWatches) deny(filter, name, {}, kEacces);
+  deny(filter, "fanotify_init", {}, kEperm);
   if (!network_none) return filter;
   for (const auto name : kIpc) deny(filter, name, {}, kEperm);
   // Every AF_INET and AF_INET6 socket. Landlock's TCP rule checks bind(2) and connect(2) only:

@@ -450,6 +450,71 @@ TEST(LandlockEscape, IoUringSetupFails) {
   EXPECT_NE(result.stdout_data.find("getpid True"), std::string::npos) << describe(result);
 }
 
+// Landlock does not mediate inotify or fanotify: a watch needs only read permission on the
+// inode, so a payload refused listdir(/tmp) could still watch the host's /tmp and learn the
+// names of the files other users create there. The test process creates files in /tmp all
+// through the run (after the payload's watch, whenever that was made).
+TEST(LandlockEscape, WatchingAHostDirectoryFails) {
+  REQUIRE_BACKEND(backend);
+  const std::string marker = "rlm-landlock-watched-" + std::to_string(getpid());
+  const std::string code =
+      "import ctypes, os, select\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "try: os.listdir('/tmp'); print('listed /tmp')\n"
+      "except OSError as e: print('denied listdir', e.errno)\n"
+      "fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)\n"
+      "print('inotify_init1', fd >= 0)\n"
+      "wd = libc.inotify_add_watch(fd, b'/tmp', 0x100)  # IN_CREATE\n"
+      "print('inotify watch', wd, ctypes.get_errno(), flush=True)\n"
+      "seen = b''\n"
+      "if wd >= 0:\n"
+      "  for _ in range(50):\n"
+      "    if select.select([fd], [], [], 0.1)[0]: seen += os.read(fd, 65536)\n"
+      "    if b'" +
+      marker +
+      "' in seen: break\n"
+      "print('seen', seen.count(b'" +
+      marker +
+      "'))\n"
+      "fan = libc.fanotify_init(0x200, 0)  # FAN_REPORT_FID, the unprivileged kind\n"
+      "print('fanotify_init', fan, ctypes.get_errno())\n"
+      "if fan >= 0:\n"
+      "  ctypes.set_errno(0)\n"
+      "  r = libc.fanotify_mark(fan, 1, ctypes.c_uint64(0x100), -100, b'/tmp')  # ADD, "
+      "FAN_CREATE\n"
+      "  print('fanotify mark', r, ctypes.get_errno())\n"
+      "tmp = os.environ['TMPDIR']\n"
+      "open(tmp + '/own', 'w').write('mine')\n"
+      "print('own', os.listdir(tmp), open(tmp + '/own').read())\n";
+  std::atomic<bool> done{false};
+  std::vector<std::string> created;
+  std::thread creator([&] {
+    for (int i = 0; !done; ++i) {
+      const std::string path = "/tmp/" + marker + "-" + std::to_string(i);
+      std::ofstream(path) << "x";
+      created.push_back(path);
+      usleep(20000);
+    }
+  });
+  const Result result = run_python(*backend, landlock_policy(), code);
+  done = true;
+  creator.join();
+  for (const auto& path : created) ::unlink(path.c_str());
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_NE(result.stdout_data.find("denied listdir"), std::string::npos) << describe(result);
+  EXPECT_NE(result.stdout_data.find("inotify watch -1 13\n"), std::string::npos)
+      << describe(result);
+  EXPECT_NE(result.stdout_data.find("seen 0\n"), std::string::npos) << describe(result);
+  // fanotify: refused at init (EPERM), or where a kernel lets it init, at the mark (EACCES).
+  const bool fanotify_refused =
+      result.stdout_data.find("fanotify_init -1 1\n") != std::string::npos ||
+      result.stdout_data.find("fanotify mark -1 13\n") != std::string::npos;
+  EXPECT_TRUE(fanotify_refused) << describe(result);
+  // Control: inotify itself, and the payload's own directory, work.
+  EXPECT_NE(result.stdout_data.find("inotify_init1 True"), std::string::npos) << describe(result);
+  EXPECT_NE(result.stdout_data.find("own ['own'] mine"), std::string::npos) << describe(result);
+}
+
 TEST(LandlockEscape, SysVSharedMemoryFailsUnderNetworkNone) {
   REQUIRE_BACKEND(backend);
   const std::string code =
