@@ -32,8 +32,37 @@ class ServerError(RlmSandboxError):
                             for d in diagnostics if isinstance(d, dict)]
 
 
-def connect(path: str, timeout: Optional[float]) -> socket.socket:
-    """A connection to the server at `path`; ServerError(``unavailable``) when none answers."""
+def server_uid_from_environment() -> Optional[int]:
+    """The uid named by ``$RLM_SANDBOX_SERVER_UID``, or None; ValueError when it is not one."""
+    value = os.environ.get("RLM_SANDBOX_SERVER_UID")
+    if not value:
+        return None
+    if not value.isdigit() or int(value) >= 0xFFFFFFFF:
+        raise ValueError(f"RLM_SANDBOX_SERVER_UID {value!r}: not a uid (a number, e.g. 0 or 1000)")
+    return int(value)
+
+
+def _check_listener(sock: socket.socket, path: str, server_uid: Optional[int]) -> None:
+    """Whoever bound the path first listens there and would receive the payload's stdio fds, and
+    could forge its output: only root, this process's uid or `server_uid` (default
+    ``$RLM_SANDBOX_SERVER_UID``) is sent anything."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    uid &= 0xFFFFFFFF
+    if server_uid is None:
+        server_uid = server_uid_from_environment()
+    if uid in (0, os.geteuid(), os.getuid()) or uid == server_uid:
+        return
+    raise ServerError("unavailable",
+                      f"the process listening at {path} runs as uid {uid}, not root or you; "
+                      f"refusing to send it anything (set RLM_SANDBOX_SERVER_UID={uid} if it "
+                      f"is yours)")
+
+
+def connect(path: str, timeout: Optional[float], server_uid: Optional[int] = None
+            ) -> socket.socket:
+    """A connection to the server at `path`; ServerError(``unavailable``) when none answers, or
+    when the listener runs as a uid other than root, this process's or `server_uid`."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     try:
@@ -42,6 +71,11 @@ def connect(path: str, timeout: Optional[float]) -> socket.socket:
         sock.close()
         raise ServerError("unavailable", f"no rlm-sandbox server at {path}: {error.strerror or error}"
                           ) from error
+    try:
+        _check_listener(sock, os.fspath(path), server_uid)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 

@@ -58,6 +58,9 @@ class Server:
     Args:
         path: the server's socket; default ``$RLM_SANDBOX_SERVER``.
         connect_timeout: seconds to wait for the server to accept and answer a short request.
+        server_uid: a uid the server may run as besides root and this process's own; default
+            ``$RLM_SANDBOX_SERVER_UID``. A listener of any other uid (another tenant who bound
+            the path first) is refused with :class:`ServerError` before anything is sent.
 
     A server that cannot serve (none at the socket, a peer it does not allow, a policy it does
     not offer, a loosened policy, a bind it does not permit) raises :class:`ServerError`; nothing
@@ -65,16 +68,17 @@ class Server:
     """
 
     def __init__(self, path: Optional[Union[str, os.PathLike]] = None, *,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, server_uid: Optional[int] = None) -> None:
         if path is None:
             path = server_from_environment()
         if not path:
             raise RlmSandboxError("no server: pass path= or set RLM_SANDBOX_SERVER")
         self.path = os.fspath(path)
         self.connect_timeout = connect_timeout
+        self.server_uid = server_uid
 
     def _connect(self) -> Wire:
-        return Wire(connect(self.path, self.connect_timeout))
+        return Wire(connect(self.path, self.connect_timeout, self.server_uid))
 
     def hello(self) -> Dict[str, Any]:
         """The server's greeting: ``policies`` it offers, its ``pid``, its pools' counters."""

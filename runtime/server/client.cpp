@@ -1,6 +1,8 @@
 // The server's client: connections, the "server" Backend, and $RLM_SANDBOX_SERVER.
 #include <unistd.h>
 
+#include <charconv>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/context_fd.hpp"
@@ -13,10 +15,10 @@ using common::UniqueFd;
 using nlohmann::json;
 using server::Clock;
 
-ServerConnection::ServerConnection(const std::string& socket_path)
+ServerConnection::ServerConnection(const std::string& socket_path, std::optional<uid_t> server_uid)
     : state_(std::make_unique<State>()) {
   state_->path = socket_path;
-  state_->socket = server::connect_to_server(socket_path);
+  state_->socket = server::connect_to_server(socket_path, server_uid);
 }
 
 ServerConnection::~ServerConnection() = default;
@@ -85,7 +87,8 @@ namespace {
 
 class ServerBackend final : public Backend {
  public:
-  explicit ServerBackend(std::string path) : path_(std::move(path)) {}
+  ServerBackend(std::string path, std::optional<uid_t> server_uid)
+      : path_(std::move(path)), server_uid_(server_uid) {}
 
   std::string_view name() const override { return "server"; }
   bool isolated() const override { return true; }
@@ -94,7 +97,7 @@ class ServerBackend final : public Backend {
     health.backend = "server";
     health.isolated = true;
     try {
-      ServerConnection connection(path_);
+      ServerConnection connection(path_, server_uid_);
       const json hello = connection.hello();
       health.available = true;
       health.detail = "rlm-sandbox serve at " + path_ + " (pid " +
@@ -109,35 +112,53 @@ class ServerBackend final : public Backend {
   }
   std::string unavailable_reason() const override {
     try {
-      ServerConnection connection(path_);
+      ServerConnection connection(path_, server_uid_);
       return "";
     } catch (const Error& error) {
       return error.what();
     }
   }
   Result run(const Request& request, const Policy& policy) override {
-    ServerConnection connection(path_);
+    ServerConnection connection(path_, server_uid_);
     return connection.run(request, policy.name, &policy);
   }
   std::unique_ptr<Session> open_session(const Policy& policy, SessionOptions options) override {
-    ServerConnection connection(path_);
+    ServerConnection connection(path_, server_uid_);
     return connection.open_session(policy.name, &policy, std::move(options));
   }
 
  private:
   std::string path_;
+  std::optional<uid_t> server_uid_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_server_client(std::string socket_path) {
-  return std::make_unique<ServerBackend>(std::move(socket_path));
+std::unique_ptr<Backend> make_server_client(std::string socket_path,
+                                            std::optional<uid_t> server_uid) {
+  return std::make_unique<ServerBackend>(std::move(socket_path), server_uid);
 }
 
 std::optional<std::string> server_from_environment() {
   const char* value = std::getenv("RLM_SANDBOX_SERVER");
   if (!value || !*value) return std::nullopt;
   return std::string(value);
+}
+
+uid_t parse_server_uid(const std::string& text, const std::string& what) {
+  std::uint64_t value = 0;
+  const auto end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end ||
+      value >= static_cast<std::uint64_t>(static_cast<uid_t>(-1)))
+    throw Error(what + " '" + text + "': not a uid (a number, e.g. 0 or 1000)");
+  return static_cast<uid_t>(value);
+}
+
+std::optional<uid_t> server_uid_from_environment() {
+  const char* value = std::getenv("RLM_SANDBOX_SERVER_UID");
+  if (!value || !*value) return std::nullopt;
+  return parse_server_uid(value, "RLM_SANDBOX_SERVER_UID");
 }
 
 }  // namespace rlm

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -17,7 +18,32 @@ ServerRefused::ServerRefused(std::string kind, const std::string& message,
 
 namespace server {
 
-common::UniqueFd connect_to_server(const std::string& path) {
+namespace {
+
+// Whoever listens first at a socket path receives what a client sends -- the payload's stdin fd,
+// its output pipes -- and may answer with forged output. A server another tenant could have
+// bound is used only when it runs as root, as this process's uid, or as the uid the caller names.
+void check_listener(int socket, const std::string& path, std::optional<uid_t> server_uid) {
+  ucred credentials{};
+  socklen_t size = sizeof credentials;
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 ||
+      size != sizeof credentials)
+    throw ServerRefused("unavailable", "cannot tell who listens at " + path +
+                                           " (SO_PEERCRED: " + sys::errno_text(errno) +
+                                           "); refusing to send it anything");
+  if (!server_uid) server_uid = server_uid_from_environment();
+  const uid_t uid = credentials.uid;
+  if (uid == 0 || uid == geteuid() || uid == getuid() || (server_uid && uid == *server_uid)) return;
+  const std::string text = std::to_string(uid);
+  throw ServerRefused("unavailable", "the process listening at " + path + " runs as uid " + text +
+                                         ", not root or you; refusing to send it anything (set "
+                                         "RLM_SANDBOX_SERVER_UID=" +
+                                         text + " if it is yours)");
+}
+
+}  // namespace
+
+common::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> server_uid) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof address.sun_path)
@@ -29,6 +55,7 @@ common::UniqueFd connect_to_server(const std::string& path) {
     if (errno == EINTR) continue;
     throw ServerRefused("unavailable", "no server at " + path + ": " + sys::errno_text(errno));
   }
+  check_listener(socket.get(), path, server_uid);
   return socket;
 }
 

@@ -2,6 +2,9 @@
 // error frame.
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -17,8 +20,11 @@ inline constexpr std::uint64_t kMaxServerFrame = 1ull << 30;
 inline constexpr std::chrono::seconds kServerFrameTimeout{60};
 inline constexpr std::chrono::seconds kReplyTimeout{60};
 
-// Connects to the server at `path`; throws ServerRefused ("unavailable") naming why not.
-common::UniqueFd connect_to_server(const std::string& path);
+// Connects to the server at `path` and checks who listens there before anything is sent: the
+// listener's uid (SO_PEERCRED) must be root, this process's, or `server_uid` (default
+// $RLM_SANDBOX_SERVER_UID). Throws ServerRefused ("unavailable") naming why not.
+common::UniqueFd connect_to_server(const std::string& path,
+                                   std::optional<uid_t> server_uid = std::nullopt);
 
 // The next frame from the server, waiting until `deadline` for it; throws ServerRefused for an
 // error frame, and for the end of the connection (the server died or dropped us).

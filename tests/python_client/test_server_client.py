@@ -179,6 +179,119 @@ class RefusalTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(PERMITTED, "x")))
 
 
+# An interpreter uid 65534 may run (this one may live in root's home).
+_NOBODY_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+# A process as uid 65534 listening at argv[1] (bound before any real server): for each connection
+# it reads until the client sent one whole frame or hung up, closes it, and prints "BYTES FDS".
+_IMPOSTOR = r"""
+import os, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(8)
+print("ready", flush=True)
+while True:
+    conn, _ = listener.accept()
+    data, fds = b"", 0
+    while True:
+        chunk, passed, _flags, _addr = socket.recv_fds(conn, 65536, 16)
+        for fd in passed:
+            os.close(fd)
+        fds += len(passed)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+            break
+    conn.close()
+    print(len(data), fds, flush=True)
+"""
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to start a process as uid 65534")
+class ImpostorTest(unittest.TestCase):
+    """A listener of another uid at the socket path (another tenant who bound it first) would get
+    the payload's stdio fds and could forge its output: the client refuses it, sending nothing."""
+
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rlm-impostor-")
+        os.chmod(self.dir, 0o777)  # where uid 65534 may bind
+        self.path = os.path.join(self.dir, "s.sock")
+        self.proc = subprocess.Popen(
+            [_NOBODY_PYTHON, "-c", _IMPOSTOR, self.path], user=65534, group=65534,
+            extra_groups=[], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        self.addCleanup(self._stop)
+        self.assertEqual(self.proc.stdout.readline(), b"ready\n")
+        self.saved_uid = os.environ.pop("RLM_SANDBOX_SERVER_UID", None)
+
+    def _stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        if self.saved_uid is not None:
+            os.environ["RLM_SANDBOX_SERVER_UID"] = self.saved_uid
+        else:
+            os.environ.pop("RLM_SANDBOX_SERVER_UID", None)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def received(self) -> List[int]:
+        """[bytes, fds] the impostor received on its next connection."""
+        return [int(word) for word in self.proc.stdout.readline().split()]
+
+    def refusal(self) -> str:
+        return (f"the process listening at {self.path} runs as uid 65534, not root or you; "
+                f"refusing to send it anything (set RLM_SANDBOX_SERVER_UID=65534 if it is yours)")
+
+    def test_a_listener_of_another_uid_is_refused(self) -> None:
+        with self.assertRaises(ServerError) as caught:
+            Server(self.path).run(["echo", "hi"], stdin="input")
+        self.assertEqual(caught.exception.kind, "unavailable")
+        self.assertEqual(str(caught.exception), self.refusal())
+        self.assertEqual(self.received(), [0, 0])
+        with self.assertRaises(ServerError) as caught:
+            RlmSandbox(server=self.path)
+        self.assertEqual(str(caught.exception), self.refusal())
+        self.assertEqual(self.received(), [0, 0])
+
+    def test_a_server_uid_the_client_is_told_to_expect_is_used(self) -> None:
+        with self.assertRaises(ServerError) as caught:
+            Server(self.path, server_uid=65534).run(["echo", "hi"])
+        self.assertIn("closed the connection", str(caught.exception))
+        sent, fds = self.received()
+        self.assertGreater(sent, 4)
+        self.assertEqual(fds, 3)  # the payload's stdin, stdout and stderr
+        os.environ["RLM_SANDBOX_SERVER_UID"] = "65534"
+        with self.assertRaises(ServerError) as caught:
+            Server(self.path).hello()
+        self.assertNotIn("refusing", str(caught.exception))
+        self.assertGreater(self.received()[0], 4)
+
+    def test_a_root_server_is_used_by_a_client_of_another_uid(self) -> None:
+        sock = os.path.join(self.dir, "root.sock")
+        server = subprocess.Popen(
+            [BINARY, "serve", "--socket", sock, "--pool", "default=0", "--socket-mode", "0666",
+             "--allow-uid", "65534"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _wait_for_socket(sock, server, 60)
+            package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+            client = subprocess.run(
+                [_NOBODY_PYTHON, "-c",
+                 "import sys; sys.path.insert(0, sys.argv[1]); from rlm_sandbox import Server; "
+                 "print(Server(sys.argv[2]).hello()['policies'])", package, sock],
+                user=65534, group=65534, extra_groups=[], capture_output=True, timeout=120,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+            self.assertIn("default", client.stdout.decode(), client.stderr.decode())
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+            server.stderr.close()
+
+
 class SessionTest(unittest.TestCase):
     def session(self, **options) -> ServerSession:
         session = Server(SOCKET).session("python-repl", **options)

@@ -403,8 +403,9 @@ int repl_command(const std::vector<std::string>& args) {
       ("tools", po::value<std::string>(),
        "host-side tools the cells may call: a JSON array of {\"name\", \"description\", "
        "\"value\"}; a tool without a value is a function the orchestrator answers (events of "
-       "kind \"tool\"), one with a value is that value")  //
-      ("server", po::value<std::string>(), kServerFlagHelp);
+       "kind \"tool\"), one with a value is that value")     //
+      ("server", po::value<std::string>(), kServerFlagHelp)  //
+      ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
 
   auto values = parse_options(args, options, "repl");
   if (values.count("help")) {
@@ -464,7 +465,7 @@ int repl_command(const std::vector<std::string>& args) {
   std::unique_ptr<Backend> backend;
   Policy policy;
   if (auto socket = server_socket(values)) {
-    server = std::make_unique<ServerConnection>(*socket);
+    server = std::make_unique<ServerConnection>(*socket, server_uid(values));
     policy = server->policy(policy_name);
   } else {
     policy = load_policy(policy_name);

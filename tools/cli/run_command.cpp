@@ -199,7 +199,8 @@ std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
   if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
   request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
   request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
-  const Result result = run_on_server(*socket, policy.value_or("default"), request, {});
+  const Result result =
+      run_on_server(*socket, std::nullopt, policy.value_or("default"), request, {});
   report_outcome(result);
   report_stand_ins(result, false);
   return exit_status(result);
@@ -247,6 +248,7 @@ int run_command(const std::vector<std::string>& args) {
       ("result-file", po::value<std::string>(),
        "stream the output live and write the Result JSON to this file")  //
       ("server", po::value<std::string>(), kServerFlagHelp)              //
+      ("server-uid", po::value<std::string>(), kServerUidFlagHelp)       //
       ("args", po::value<std::vector<std::string>>(), "");
 
   po::options_description visible("options");
@@ -329,7 +331,8 @@ int run_command(const std::vector<std::string>& args) {
         tighten(policy, overrides);
         return apply_policy_flags(std::move(policy), mounts, values);
       };
-    result = run_on_server(*server, values["policy"].as<std::string>(), request, change);
+    result = run_on_server(*server, server_uid(values), values["policy"].as<std::string>(), request,
+                           change);
   } else {
     Policy policy = load_policy(values["policy"].as<std::string>());
     tighten(policy, overrides);

@@ -22,9 +22,15 @@ std::optional<std::string> server_socket(const boost::program_options::variables
   return socket;
 }
 
-Result run_on_server(const std::string& socket, const std::string& policy_name,
-                     const Request& request, const std::function<Policy(Policy)>& change) {
-  ServerConnection connection(socket);
+std::optional<uid_t> server_uid(const boost::program_options::variables_map& values) {
+  if (!values.count("server-uid")) return std::nullopt;
+  return parse_server_uid(values["server-uid"].as<std::string>(), "--server-uid");
+}
+
+Result run_on_server(const std::string& socket, std::optional<uid_t> server_uid,
+                     const std::string& policy_name, const Request& request,
+                     const std::function<Policy(Policy)>& change) {
+  ServerConnection connection(socket, server_uid);
   if (!change) return connection.run(request, policy_name);
   const Policy policy = change(connection.policy(policy_name));
   return connection.run(request, policy_name, &policy);

@@ -5,6 +5,8 @@
 // docs/pools-and-server.md.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,10 +40,17 @@ class ServerRefused : public Error {
 };
 
 // One connection to a server. Each run or session takes a connection of its own.
+//
+// Whoever binds a socket path first listens there, so before anything is sent the client checks
+// the listener's uid (SO_PEERCRED): root, this process's own uid, or `server_uid` (default
+// $RLM_SANDBOX_SERVER_UID, server_uid_from_environment()). Any other uid is refused: it could be
+// another tenant waiting for the payload's stdin fd, answering with forged output.
 class ServerConnection {
  public:
-  // Connects; throws ServerRefused when nobody listens at `socket_path`.
-  explicit ServerConnection(const std::string& socket_path);
+  // Connects; throws ServerRefused when nobody listens at `socket_path`, or when the listener runs
+  // as a uid not accepted above.
+  explicit ServerConnection(const std::string& socket_path,
+                            std::optional<uid_t> server_uid = std::nullopt);
   ~ServerConnection();
   ServerConnection(const ServerConnection&) = delete;
   ServerConnection& operator=(const ServerConnection&) = delete;
@@ -68,10 +77,18 @@ class ServerConnection {
 
 // A Backend named "server" over the server at `socket_path`: run(request, policy) asks the server
 // for policy.name with `policy` as the tightened candidate (the server refuses anything looser
-// than what it offers), and open_session likewise.
-std::unique_ptr<Backend> make_server_client(std::string socket_path);
+// than what it offers), and open_session likewise. `server_uid` as for ServerConnection.
+std::unique_ptr<Backend> make_server_client(std::string socket_path,
+                                            std::optional<uid_t> server_uid = std::nullopt);
 
 // The socket named by $RLM_SANDBOX_SERVER, or nullopt when it is unset or empty.
 std::optional<std::string> server_from_environment();
+
+// The server uid named by $RLM_SANDBOX_SERVER_UID (accepted besides root and this process's own),
+// or nullopt when it is unset or empty; throws Error when it is not a uid.
+std::optional<uid_t> server_uid_from_environment();
+
+// `text` as a uid (decimal digits only, not (uid_t)-1); throws Error naming `what` otherwise.
+uid_t parse_server_uid(const std::string& text, const std::string& what);
 
 }  // namespace rlm
