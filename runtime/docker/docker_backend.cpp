@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "cgroup/usage.hpp"
@@ -51,6 +54,42 @@ std::optional<std::string> start_or_not_found(const EngineApi& api, const std::s
       return message;
     throw;
   }
+}
+
+// How long a running container's cgroup may stay unreadable before this process concludes it
+// cannot see the daemon's containers (another PID namespace, a remote host).
+constexpr std::chrono::seconds kCgroupVisibilityWait{2};
+
+// The usage reader of the container's cgroup, found through its PID 1 `pid`. Reading
+// /proc/<pid>/cgroup races a payload that exits at once, so a failed read sets `unwatched` only
+// while Docker still reports the same process running, for kCgroupVisibilityWait: a container
+// that ended meanwhile has no cgroup left, and nothing left to bound. A daemon found unwatchable
+// once is not waited for again.
+std::optional<cgroup::UsageReader> container_cgroup(const EngineApi& api,
+                                                    const std::string& container, int pid,
+                                                    bool& unwatched) {
+  static std::mutex mutex;
+  static std::set<std::string> unwatchable;  // the daemons' socket paths
+  unwatched = false;
+  if (pid <= 0) return std::nullopt;
+  bool known_unwatchable;
+  {
+    std::lock_guard lock(mutex);
+    known_unwatchable = unwatchable.contains(api.socket_path());
+  }
+  const auto give_up =
+      Clock::now() + (known_unwatchable ? Clock::duration{} : kCgroupVisibilityWait);
+  for (;;) {
+    if (auto reader = cgroup::UsageReader::of_process(pid, container)) return reader;
+    const auto state = inspect_state(api, container);
+    if (!state.running || state.pid != pid) return std::nullopt;
+    if (Clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  unwatched = true;
+  std::lock_guard lock(mutex);
+  unwatchable.insert(api.socket_path());
+  return std::nullopt;
 }
 
 // The Result the other backends give for a command that is not there: exit 127.
@@ -203,11 +242,10 @@ class DockerBackend final : public Backend {
         return run.finish();  // the remover takes the container
       }
       // A payload that is already gone has no cgroup left to read: its usage is not available.
-      const auto running = inspect_state(api, container);
-      auto cgroup = cgroup::UsageReader::of_process(running.pid, container);
       // A daemon whose containers this process cannot see (another PID namespace, a remote
       // host): only Ulimits' RLIMIT_CPU, per process, holds the CPU time.
-      cpu_unwatched = !cgroup && running.pid > 0;
+      const auto running = inspect_state(api, container);
+      auto cgroup = container_cgroup(api, container, running.pid, cpu_unwatched);
       // A session asks before and after each cell how many OOM kills its container has seen, to
       // tell a cell the OOM killer took (memory_limit) from one that crashed. The files are read
       // by path: once the container is gone they simply answer nothing.
@@ -247,6 +285,9 @@ class DockerBackend final : public Backend {
     }
     const auto caller_error = stream.caller_error;
     run.fill_from(run_end(std::move(stream), termination, usage, policy, run.wall_limit));
+    // Without userns-remap the payload runs as a uid of the daemon's host (health says so too).
+    if (policy.namespaces.user && !info.traits.remaps_users)
+      run.result.unenforced.push_back("namespaces.user");
     if (cpu_unwatched) {
       run.result.unenforced.push_back("limits.cpu_time_ms");
       common::add_note(run.result,

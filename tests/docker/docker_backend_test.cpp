@@ -5,6 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "common/unique_fd.hpp"
 #include "docker_test_util.hpp"
 #include "exit_status.hpp"
@@ -169,6 +173,35 @@ TEST(DockerBackend, TheContainerIsRemovedAfterEveryRun) {
     EXPECT_NE(result.status, Status::sandbox_error) << describe(result);
   }
   EXPECT_TRUE(containers_of_this_process().empty());
+}
+
+bool lists(const std::vector<std::string>& fields, const std::string& field) {
+  return std::find(fields.begin(), fields.end(), field) != fields.end();
+}
+
+// A Result says what health says of the user namespace (a daemon without userns-remap runs the
+// payload as a host uid), and a payload that exits at once is not taken for one whose cgroup
+// this process cannot read: here it can, so limits.cpu_time_ms is enforced on every run.
+TEST(DockerBackend, ResultsListWhatTheDaemonCannotEnforceAndNothingElse) {
+  REQUIRE_DOCKER();
+  const Health health = docker::make_docker_backend()->health();
+  ASSERT_TRUE(health.available) << health.detail;
+  const bool no_userns = lists(health.unenforced, "namespaces.user");
+  ASSERT_TRUE(no_userns || lists(health.enforced, "namespaces.user")) << health.detail;
+  const Policy policy = busybox_policy();
+  ASSERT_TRUE(policy.namespaces.user);
+  for (int run = 0; run < 6; ++run) {
+    const auto result = run_docker_sh(run % 2 ? "exit 0" : "echo quick", policy);
+    EXPECT_EQ(result.status, Status::ok) << describe(result);
+    EXPECT_EQ(lists(result.unenforced, "namespaces.user"), no_userns) << describe(result);
+    EXPECT_FALSE(lists(result.unenforced, "limits.cpu_time_ms")) << run << describe(result);
+  }
+  // A policy without a user namespace asks for none: nothing to report.
+  Policy without = policy;
+  without.namespaces.user = false;
+  const auto result = run_docker_sh("true", without);
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_FALSE(lists(result.unenforced, "namespaces.user")) << describe(result);
 }
 
 }  // namespace
