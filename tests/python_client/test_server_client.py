@@ -214,7 +214,13 @@ class ImpostorTest(unittest.TestCase):
     the payload's stdio fds and could forge its output: the client refuses it, sending nothing."""
 
     def setUp(self) -> None:
+        saved_uid = os.environ.pop("RLM_SANDBOX_SERVER_UID", None)
+        if saved_uid is not None:
+            self.addCleanup(os.environ.__setitem__, "RLM_SANDBOX_SERVER_UID", saved_uid)
+        else:
+            self.addCleanup(os.environ.pop, "RLM_SANDBOX_SERVER_UID", None)
         self.dir = tempfile.mkdtemp(prefix="rlm-impostor-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
         os.chmod(self.dir, 0o777)  # where uid 65534 may bind
         self.path = os.path.join(self.dir, "s.sock")
         self.proc = subprocess.Popen(
@@ -222,17 +228,11 @@ class ImpostorTest(unittest.TestCase):
             extra_groups=[], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         self.addCleanup(self._stop)
         self.assertEqual(self.proc.stdout.readline(), b"ready\n")
-        self.saved_uid = os.environ.pop("RLM_SANDBOX_SERVER_UID", None)
 
     def _stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
         self.proc.stdout.close()
-        if self.saved_uid is not None:
-            os.environ["RLM_SANDBOX_SERVER_UID"] = self.saved_uid
-        else:
-            os.environ.pop("RLM_SANDBOX_SERVER_UID", None)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def received(self) -> List[int]:
         """[bytes, fds] the impostor received on its next connection."""
