@@ -27,16 +27,10 @@ bool forbidden_inside(const UidRange& range, std::uint64_t id) {
   return range.first <= id && id <= range.last;
 }
 
-std::string lock_dir_path() {
-  const char* value = std::getenv(kUidLockDirVariable);
-  return value && *value ? value : kDefaultUidLockDir;
-}
-
 // The lock directory, made when missing, opened without following a link; refused unless the
 // runtime's uid owns it and nobody else may enter it (else another user could hold, or remove and
 // replace, the files the slots are locked on).
-UniqueFd open_lock_dir() {
-  const std::string path = lock_dir_path();
+UniqueFd open_lock_dir(const std::string& path) {
   const auto fail = [&](const std::string& why) -> UniqueFd {
     throw Error("the sandbox uid locks' directory " + path + " " + why + "; to fix: make it a " +
                 "directory of the runtime's user with mode 0700, or set " + kUidLockDirVariable +
@@ -52,6 +46,18 @@ UniqueFd open_lock_dir() {
     return fail("belongs to uid " + std::to_string(st.st_uid) + " with mode " +
                 std::to_string(st.st_mode & 07777) + " (decimal); others could hold its locks");
   return dir;
+}
+
+// RLM_SANDBOX_UID_LOCK_DIR when set; else the first of /run, /dev/shm and /tmp that exists and is
+// writable (a container's root may have no /run). Every runtime of one mount namespace picks the
+// same one.
+UniqueFd open_lock_dir() {
+  if (const char* value = std::getenv(kUidLockDirVariable); value && *value)
+    return open_lock_dir(value);
+  for (const char* parent : {"/run", "/dev/shm", "/tmp"})
+    if (::access(parent, W_OK | X_OK) == 0)
+      return open_lock_dir(std::string(parent) + "/" + kUidLockDirName);
+  return open_lock_dir(kDefaultUidLockDir);  // fails, saying why
 }
 
 // Locks the slot's file; an fd on success, none when another holder has it.

@@ -27,7 +27,9 @@ namespace rlm::common {
 inline constexpr const char* kUidRangeVariable = "RLM_SANDBOX_UID_RANGE";
 // Where the slots' lock files are: a directory the runtime's uid owns that nobody else may enter
 // (made 0700 when missing; one that is not the runtime's, is a link or lets others in is refused).
+// Unset: /run/rlm-sandbox-uid, or beneath /dev/shm or /tmp where /run is missing or read-only.
 inline constexpr const char* kUidLockDirVariable = "RLM_SANDBOX_UID_LOCK_DIR";
+inline constexpr const char* kUidLockDirName = "rlm-sandbox-uid";
 inline constexpr const char* kDefaultUidLockDir = "/run/rlm-sandbox-uid";
 
 // The host uid (and gid) that owns what a root caller's sandboxes write through read-write binds
