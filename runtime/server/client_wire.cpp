@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "rlm_sys/sys.hpp"
+#include "server/peer.hpp"
 
 namespace rlm {
 
@@ -24,15 +25,13 @@ namespace {
 // its output pipes -- and may answer with forged output. A server another tenant could have
 // bound is used only when it runs as root, as this process's uid, or as the uid the caller names.
 void check_listener(int socket, const std::string& path, std::optional<uid_t> server_uid) {
-  ucred credentials{};
-  socklen_t size = sizeof credentials;
-  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 ||
-      size != sizeof credentials)
+  const auto credentials = peer_credentials(socket);
+  if (!credentials)
     throw ServerRefused("unavailable", "cannot tell who listens at " + path +
                                            " (SO_PEERCRED: " + sys::errno_text(errno) +
                                            "); refusing to send it anything");
   if (!server_uid) server_uid = server_uid_from_environment();
-  const uid_t uid = credentials.uid;
+  const uid_t uid = credentials->uid;
   if (uid == 0 || uid == geteuid() || uid == getuid() || (server_uid && uid == *server_uid)) return;
   const std::string text = std::to_string(uid);
   throw ServerRefused("unavailable", "the process listening at " + path + " runs as uid " + text +

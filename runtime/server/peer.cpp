@@ -7,13 +7,21 @@
 
 namespace rlm::server {
 
-std::optional<Peer> peer_of(int socket) {
+std::optional<ucred> peer_credentials(int socket) {
   ucred credentials{};
   socklen_t size = sizeof credentials;
-  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 ||
-      size != sizeof credentials)
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) return std::nullopt;
+  if (size != sizeof credentials) {
+    errno = EPROTO;
     return std::nullopt;
-  Peer peer{credentials.pid, credentials.uid, credentials.gid, {}};
+  }
+  return credentials;
+}
+
+std::optional<Peer> peer_of(int socket) {
+  const auto credentials = peer_credentials(socket);
+  if (!credentials) return std::nullopt;
+  Peer peer{credentials->pid, credentials->uid, credentials->gid, {}};
   // The supplementary groups: at most NGROUPS_MAX (65536); asked with room for 64 first.
   std::vector<gid_t> groups(64);
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -30,12 +38,9 @@ std::optional<Peer> peer_of(int socket) {
 }
 
 std::optional<uid_t> peer_uid(int socket) {
-  ucred credentials{};
-  socklen_t size = sizeof credentials;
-  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 ||
-      size != sizeof credentials)
-    return std::nullopt;
-  return credentials.uid;
+  const auto credentials = peer_credentials(socket);
+  if (!credentials) return std::nullopt;
+  return credentials->uid;
 }
 
 bool peer_allowed(const Peer& peer, uid_t server_uid, const std::vector<uid_t>& allow_uids,

@@ -3,6 +3,7 @@
 // before anything the peer sent is read.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <optional>
@@ -17,6 +18,11 @@ struct Peer {
   gid_t gid = 0;
   std::vector<gid_t> groups;  // supplementary groups
 };
+
+// The kernel's SO_PEERCRED of a connected unix socket (pid, uid, gid at connect or listen time);
+// nullopt with errno set when it cannot tell. The server's check of its clients and a client's
+// check of whoever listens (client_wire.cpp) both read it here.
+std::optional<ucred> peer_credentials(int socket);
 
 // The peer of a connected unix socket; nullopt when the kernel cannot tell.
 std::optional<Peer> peer_of(int socket);
