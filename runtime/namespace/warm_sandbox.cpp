@@ -298,9 +298,9 @@ struct WarmSandbox::State {
   Limits built;  // the limits the cgroup and the root filesystem were made with
   std::string init_path;
   bool launched = false;
-  bool exec_pending = false;  // started without waiting for init's exec (run_cold)
-  HostIds bind_owner;         // whose the files written through its read-write binds are
-  bool binds_idmapped = false;
+  bool exec_pending = false;        // started without waiting for init's exec (run_cold)
+  HostIds bind_owner;               // whose the files written through its read-write binds are
+  bool has_writable_binds = false;  // built for `bind_owner` (idmapped, or reclaimed for root)
 };
 
 WarmSandbox::WarmSandbox() : state_(std::make_unique<State>()) {}
@@ -359,15 +359,14 @@ std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std:
     throw Error(std::string("cannot prepare the sandbox: ") + error.what());
   }
   s.bind_owner = bind_owner;
-  s.binds_idmapped =
-      s.p.rootfs && s.p.ids.privileged && s.p.rootfs->has_writable_binds() && !s.p.reclaim_to;
+  s.has_writable_binds = s.p.rootfs && s.p.ids.privileged && s.p.rootfs->has_writable_binds();
   s.process = start_sandbox(s.p, policy, deadline, wait_exec);
   s.exec_pending = !wait_exec;
   return sandbox;
 }
 
 bool WarmSandbox::writes_as(const HostIds& bind_owner) const {
-  return !state_->binds_idmapped || state_->bind_owner == bind_owner;
+  return !state_->has_writable_binds || state_->bind_owner == bind_owner;
 }
 
 bool WarmSandbox::can_apply(const Limits& limits) const {

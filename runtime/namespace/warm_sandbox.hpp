@@ -38,8 +38,8 @@ class WarmSandbox {
   bool can_apply(const Limits& limits) const;
 
   // Whether files written through its read-write binds become `bind_owner`'s (a root runtime
-  // idmaps them to the owner it was built for, idmap.hpp): a request of another owner needs
-  // another sandbox.
+  // idmaps them to the owner it was built for, or reclaims root's for the output uid, idmap.hpp): a
+  // request of another owner needs another sandbox.
   bool writes_as(const HostIds& bind_owner) const;
 
   // Whether init still waits for its payload (it may have been killed from outside meanwhile).

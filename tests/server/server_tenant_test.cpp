@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "rlm_sandbox/policy.hpp"
 #include "server_fixture.hpp"
 
 namespace rlm::test {
@@ -84,6 +85,43 @@ TEST(ServerTenant, ASandboxMakesNoSetIdFileAndWhatItWritesThroughABindIsTheClien
   ASSERT_EQ(lstat(out.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 06000, 0u);
   EXPECT_EQ(read("roots-file"), "root's");
+}
+
+// A policy the server offers with a read-write bind has warm sandboxes built for the server's own
+// uid (root's output is given to the inert output uid). A client of another uid must not be served
+// from them: its sandbox writes as the client, so it can write the client's own directory, and
+// what it writes is the client's.
+TEST(ServerTenant, AWarmSandboxBuiltForTheServerIsNotAnotherClientsWriter) {
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const std::string out = dir.file("out");
+  ASSERT_EQ(mkdir(out.c_str(), 0700), 0);
+  ASSERT_EQ(chown(out.c_str(), 65534, 65534), 0);
+  // The default policy with the bind added (a child policy's mounts replace its parent's).
+  const std::string policy = dir.file("shared-out.json");
+  {
+    Policy offered = load_policy("default");
+    Mount bind;
+    bind.source = out;
+    bind.target = "/out";
+    bind.readonly = false;
+    offered.filesystem.mounts.push_back(bind);
+    FILE* file = fopen(policy.c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    const std::string text = offered.to_json().dump();
+    fwrite(text.data(), 1, text.size(), file);
+    fclose(file);
+  }
+  ServerUnderTest server(
+      dir, {"--pool", policy + "=2", "--socket-mode", "0666", "--allow-uid", "65534"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  const int code = cli_as_nobody({"run", "--server", server.socket(), "--policy", policy, "--",
+                                  "/bin/sh", "-c", "echo made > /out/warm"});
+  EXPECT_EQ(code, 0) << server.log();
+  struct stat st {};
+  ASSERT_EQ(lstat((out + "/warm").c_str(), &st), 0) << "the client's sandbox could not write";
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_gid, 65534u);
 }
 
 }  // namespace
