@@ -15,14 +15,14 @@
 
 #include "broker/command_guard.hpp"
 #include "broker/handlers.hpp"
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
 namespace rlm::broker {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/llm.hpp"
 
 namespace rlm::broker {
@@ -87,7 +87,7 @@ class AnswerQueue {
  private:
   std::mutex mutex_;
   std::deque<Item> items_;
-  common::UniqueFd event_;
+  host::UniqueFd event_;
   std::atomic<std::uint64_t> at_handler_{0};
   std::uint64_t generations_ = 0;
 };

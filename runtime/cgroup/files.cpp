@@ -13,12 +13,12 @@
 #include <charconv>
 #include <thread>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::cgroup::cgfs {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using Clock = std::chrono::steady_clock;
 
 // True when a /proc/<pid>/cgroup line's path names the group or one of its descendants.

@@ -11,7 +11,7 @@
 
 #include "cgroup/files.hpp"
 #include "cgroup/group.hpp"
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -32,7 +32,7 @@ class V1Cgroup final : public GroupDirs {
   std::vector<int> self_join_fds() override {
     if (join_fds_.empty()) {
       for (const auto& dir : dirs()) {
-        common::UniqueFd fd(::open((dir + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
+        host::UniqueFd fd(::open((dir + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd) throw Error("cannot open " + dir + "/tasks: " + sys::errno_text(errno));
         join_fds_.push_back(std::move(fd));
       }
@@ -84,7 +84,7 @@ class V1Cgroup final : public GroupDirs {
   }
 
  private:
-  std::vector<common::UniqueFd> join_fds_;
+  std::vector<host::UniqueFd> join_fds_;
   std::string memory_, pids_, cpu_;
 };
 

@@ -10,7 +10,7 @@
 
 #include "cgroup/files.hpp"
 #include "cgroup/group.hpp"
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -19,7 +19,7 @@ namespace {
 
 class V2Cgroup final : public GroupDirs {
  public:
-  V2Cgroup(const RunId& id, std::string dir, common::UniqueFd fd)
+  V2Cgroup(const RunId& id, std::string dir, host::UniqueFd fd)
       : GroupDirs(id, {dir}, UsageReader::v2(dir)), dir_(std::move(dir)), fd_(std::move(fd)) {}
 
   ~V2Cgroup() override {
@@ -72,7 +72,7 @@ class V2Cgroup final : public GroupDirs {
 
  private:
   std::string dir_;
-  common::UniqueFd fd_;
+  host::UniqueFd fd_;
 };
 
 // One attempt at <parent>/<id> with its limits. ENOENT anywhere means the parent was removed by
@@ -104,7 +104,7 @@ std::unique_ptr<GroupDirs> make_group(const std::string& parent, const RunId& id
   if (int err = cgfs::write_file(dir + "/pids.max", std::to_string(limits.pids))) {
     return fail("cannot set " + dir + "/pids.max", err);
   }
-  common::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  host::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) {
     const int err = errno;
     return fail("cannot open " + dir, err);

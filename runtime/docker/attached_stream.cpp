@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <vector>
 
-#include "common/payload_io.hpp"
 #include "rlm_sys/sys.hpp"
+#include "supervisor/payload_io.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -133,8 +133,8 @@ StreamSettings stream_settings(const Request& request, const Policy& policy,
 
 StreamOutcome pump_stream(HijackedConnection& connection, const StreamSettings& settings) {
   StreamOutcome outcome;
-  common::CappedOutput out(settings.output_cap, settings.on_stdout, outcome.stdout_data);
-  common::CappedOutput err(settings.output_cap, settings.on_stderr, outcome.stderr_data);
+  supervisor::CappedOutput out(settings.output_cap, settings.on_stdout, outcome.stdout_data);
+  supervisor::CappedOutput err(settings.output_cap, settings.on_stderr, outcome.stderr_data);
   bool stop = false;
 
   FrameDemuxer demuxer([&](StreamKind kind, std::string_view data) {

@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/rlimits.hpp"
 #include "docker/ownership.hpp"
 #include "policy/python_environment.hpp"
 #include "seccomp/seccomp.hpp"
+#include "supervisor/rlimits.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -74,9 +74,9 @@ nlohmann::json mount_entry(const Mount& mount, const Policy& policy) {
 // dumps), but RLIMIT_AS: the container's cgroup holds the memory.
 nlohmann::json ulimits(const Limits& limits) {
   auto entries = nlohmann::json::array();
-  for (const auto& limit : common::policy_rlimits(limits))
-    if (limit.resource != common::Resource::as)
-      entries.push_back({{"Name", common::resource_name(limit.resource)},
+  for (const auto& limit : supervisor::policy_rlimits(limits))
+    if (limit.resource != supervisor::Resource::as)
+      entries.push_back({{"Name", supervisor::resource_name(limit.resource)},
                          {"Soft", limit.soft},
                          {"Hard", limit.hard}});
   return entries;

@@ -2,7 +2,7 @@
 // body: everything that may fail with a message, before any container exists), create and attach
 // before start (so no output is missed and stdin is connected), stream until the payload's output
 // closes or a limit or the deadline hits, stop the container as a whole when needed, read its
-// state and record how the run ended (common/outcome.hpp classifies it), remove it -- whatever
+// state and record how the run ended (supervisor/outcome.hpp classifies it), remove it -- whatever
 // happened.
 #include "docker/docker_backend.hpp"
 
@@ -18,8 +18,6 @@
 #include <thread>
 
 #include "cgroup/usage.hpp"
-#include "common/outcome.hpp"
-#include "common/run_start.hpp"
 #include "docker/attached_stream.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
@@ -29,6 +27,8 @@
 #include "docker/stats_sampler.hpp"
 #include "http/http_client.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/run_start.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -94,11 +94,11 @@ std::optional<cgroup::UsageReader> container_cgroup(const EngineApi& api,
 
 // The Result the other backends give for a command that is not there: exit 127.
 void fill_not_found(Result& result, const std::string& message) {
-  common::RunEnd end;
-  end.ending = common::Ending::cannot_execute;
+  supervisor::RunEnd end;
+  end.ending = supervisor::Ending::cannot_execute;
   end.exit_code = 127;
   end.problem = message;
-  common::classify(std::move(end), result);
+  supervisor::classify(std::move(end), result);
 }
 
 // How the container ended, as the daemon reported it.
@@ -109,27 +109,28 @@ struct Termination {
   std::chrono::milliseconds cpu_budget{0};
 };
 
-common::Stop stop_of(StreamEnd end) {
+supervisor::Stop stop_of(StreamEnd end) {
   switch (end) {
     case StreamEnd::deadline:
-      return common::Stop::timeout;
+      return supervisor::Stop::timeout;
     case StreamEnd::output_limit:
-      return common::Stop::output_limit;
+      return supervisor::Stop::output_limit;
     case StreamEnd::cpu_limit:
-      return common::Stop::cpu_time;
+      return supervisor::Stop::cpu_time;
     case StreamEnd::cancelled:
-      return common::Stop::cancelled;
+      return supervisor::Stop::cancelled;
     case StreamEnd::caller_error:
-      return common::Stop::caller_error;
+      return supervisor::Stop::caller_error;
     case StreamEnd::closed:
       break;
   }
-  return common::Stop::none;
+  return supervisor::Stop::none;
 }
 
 // How the payload ended, from what the stream and the daemon said.
-void fill_ending(common::RunEnd& end, const StreamOutcome& stream, const Termination& termination) {
-  using common::Ending;
+void fill_ending(supervisor::RunEnd& end, const StreamOutcome& stream,
+                 const Termination& termination) {
+  using supervisor::Ending;
   if (termination.exit_code) {
     const int code = *termination.exit_code;
     if (code > 128 && code <= 128 + 64)
@@ -156,16 +157,16 @@ void fill_ending(common::RunEnd& end, const StreamOutcome& stream, const Termina
 }
 
 // What the stream, the daemon and the container's cgroup said about how the run ended, as the
-// RunEnd every backend fills (common/outcome.hpp classifies it). Docker reports a payload killed by
-// signal N as exit status 128+N (its init does the same for its child), so 128+N for N in 1..64 is
-// read as that signal: a payload that itself exits with 130 is indistinguishable from one killed by
-// SIGINT. Docker learns of an OOM kill from an asynchronous event, so the container's OOM kill
-// explains only a death by SIGKILL (GroupAccount::kills_only).
-common::RunEnd run_end(StreamOutcome stream, const Termination& termination,
-                       const CgroupReading& usage, const Policy& policy,
-                       std::chrono::milliseconds wall_limit) {
-  common::RunEnd end;
-  common::set_limits(end, policy.limits, wall_limit);
+// RunEnd every backend fills (supervisor/outcome.hpp classifies it). Docker reports a payload
+// killed by signal N as exit status 128+N (its init does the same for its child), so 128+N for N
+// in 1..64 is read as that signal: a payload that itself exits with 130 is indistinguishable from
+// one killed by SIGINT. Docker learns of an OOM kill from an asynchronous event, so the container's
+// OOM kill explains only a death by SIGKILL (GroupAccount::kills_only).
+supervisor::RunEnd run_end(StreamOutcome stream, const Termination& termination,
+                           const CgroupReading& usage, const Policy& policy,
+                           std::chrono::milliseconds wall_limit) {
+  supervisor::RunEnd end;
+  supervisor::set_limits(end, policy.limits, wall_limit);
   if (termination.cpu_budget.count() > 0) end.cpu_budget = termination.cpu_budget;
   end.stop = stop_of(stream.end);
   end.stdout_data = std::move(stream.stdout_data);
@@ -174,7 +175,7 @@ common::RunEnd run_end(StreamOutcome stream, const Termination& termination,
   end.stderr_truncated = stream.stderr_truncated;
   fill_ending(end, stream, termination);
 
-  end.account = common::GroupAccount::kills_only;
+  end.account = supervisor::GroupAccount::kills_only;
   end.oom_killed = termination.oom_killed;
   if (usage.cpu_nanoseconds)
     end.group_cpu = std::chrono::microseconds(*usage.cpu_nanoseconds / 1000);
@@ -200,7 +201,7 @@ class DockerBackend final : public Backend {
   Result run(const Request& request, const Policy& policy) override {
     require_runnable(request);
     // An invalid request throws here, before anything starts.
-    common::RunStart run("docker", request, policy);
+    supervisor::RunStart run("docker", request, policy);
     const auto deadline = run.deadline();
 
     const auto endpoint = endpoint_from_environment();
@@ -290,12 +291,13 @@ class DockerBackend final : public Backend {
       run.result.unenforced.push_back("namespaces.user");
     if (cpu_unwatched) {
       run.result.unenforced.push_back("limits.cpu_time_ms");
-      common::add_note(run.result,
-                       "note: the container's cgroup is not readable from here, so "
-                       "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the container");
+      supervisor::add_note(
+          run.result,
+          "note: the container's cgroup is not readable from here, so "
+          "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the container");
     }
     if (auto problem = remover.remove(); !problem.empty())
-      common::add_note(run.result, "the container could not be removed: " + problem);
+      supervisor::add_note(run.result, "the container could not be removed: " + problem);
     // Rethrown only now: the container is removed first.
     if (caller_error) std::rethrow_exception(caller_error);
     return run.finish();

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <system_error>
 
-#include "common/container.hpp"
-#include "common/unique_fd.hpp"
+#include "host/container.hpp"
+#include "host/unique_fd.hpp"
 #include "http/http_client.hpp"
 
 namespace rlm::docker {
@@ -23,9 +23,9 @@ constexpr std::string_view kStartFix =
 // Inside a container the daemon to use is the host's: installing one in the container would not
 // help (a daemon there needs a privileged container).
 std::string start_fix() {
-  const auto container = common::detect_container();
+  const auto container = host::detect_container();
   if (!container.confirmed) return std::string(kStartFix);
-  return std::string("rlm-sandbox runs inside a ") + common::container_name(container.kind) +
+  return std::string("rlm-sandbox runs inside a ") + host::container_name(container.kind) +
          " container (" + container.evidence +
          "), where the host's Docker daemon is the one to use: mount its socket into the "
          "container (docker run -v /var/run/docker.sock:/var/run/docker.sock; in Kubernetes a "
@@ -52,7 +52,7 @@ std::string socket_problem(const std::string& socket_path) {
   if (socket_path.size() >= sizeof address.sun_path)
     return "the Docker socket path " + socket_path + " is too long for a unix socket";
   socket_path.copy(address.sun_path, socket_path.size());
-  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  host::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return "cannot create a unix socket: " + std::generic_category().message(errno);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0)
     return "";

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <utility>
 
-#include "common/health_fields.hpp"
 #include "http/http_client.hpp"
+#include "supervisor/health_fields.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -38,7 +38,7 @@ std::vector<std::string> enforced_fields() {
       "limits.tmpfs_bytes",  "limits.cpus",         "namespaces.pid",         "namespaces.net",
       "namespaces.mount",    "namespaces.ipc",      "namespaces.uts",         "namespaces.cgroup",
   };
-  common::append_sandbox_fields(fields);
+  supervisor::append_sandbox_fields(fields);
   fields.push_back("docker.image");
   return fields;
 }

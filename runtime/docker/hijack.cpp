@@ -81,7 +81,7 @@ HijackedConnection open_hijacked(const std::string& socket_path, std::string_vie
   if (socket_path.size() >= sizeof address.sun_path)
     throw DaemonError("the Docker socket path " + socket_path + " is too long");
   socket_path.copy(address.sun_path, socket_path.size());
-  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  host::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw DaemonError("cannot create a unix socket: " + sys::errno_text(errno));
   // A unix-socket connect does not block on the network; only the exchange after it is timed.
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {

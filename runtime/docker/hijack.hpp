@@ -10,12 +10,12 @@
 #include <string>
 #include <string_view>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::docker {
 
 struct HijackedConnection {
-  common::UniqueFd fd;      // nonblocking, close-on-exec
+  host::UniqueFd fd;        // nonblocking, close-on-exec
   std::string early_bytes;  // stream bytes that came in the same read as the response headers
 };
 

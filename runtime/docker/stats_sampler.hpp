@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "cgroup/usage.hpp"
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::docker {
 
@@ -45,7 +45,7 @@ class StatsSampler {
 
   std::optional<cgroup::UsageReader> cgroup_;
   std::uint64_t cpu_budget_ns_;
-  common::UniqueFd limit_;
+  host::UniqueFd limit_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -131,7 +131,7 @@ Ruleset prepare_ruleset(const RulesetOptions& options) {
   if (what.scope_signals) attr.scoped |= kScopeSignal;
   const long fd = syscall(SYS_landlock_create_ruleset, &attr, attr_size(abi), 0u);
   if (fd < 0) throw Error("landlock_create_ruleset: " + sys::errno_text(errno));
-  return Ruleset(common::UniqueFd(static_cast<int>(fd)), attr.handled_access_fs);
+  return Ruleset(host::UniqueFd(static_cast<int>(fd)), attr.handled_access_fs);
 }
 
 unsigned long long access_bits(unsigned access) {
@@ -147,7 +147,7 @@ unsigned long long access_bits(unsigned access) {
 
 void allow_beneath(Ruleset& ruleset, const std::string& host_path, unsigned access) {
   if (!ruleset) throw Error("allow_beneath(" + host_path + "): no ruleset");
-  const common::UniqueFd path(open(host_path.c_str(), O_PATH | O_CLOEXEC | O_NOFOLLOW));
+  const host::UniqueFd path(open(host_path.c_str(), O_PATH | O_CLOEXEC | O_NOFOLLOW));
   if (!path)
     throw Error("cannot open " + host_path + " for a Landlock rule: " + sys::errno_text(errno));
   const int result =

@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::landlock {
 
@@ -45,14 +45,14 @@ RulesetOptions enforced(const RulesetOptions& wanted);
 class Ruleset {
  public:
   Ruleset() = default;
-  explicit Ruleset(common::UniqueFd fd, unsigned long long handled_fs)
+  explicit Ruleset(host::UniqueFd fd, unsigned long long handled_fs)
       : fd_(std::move(fd)), handled_fs_(handled_fs) {}
   int fd() const { return fd_.get(); }
   explicit operator bool() const { return static_cast<bool>(fd_); }
   unsigned long long handled_fs() const { return handled_fs_; }
 
  private:
-  common::UniqueFd fd_;
+  host::UniqueFd fd_;
   unsigned long long handled_fs_ = 0;
 };
 

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "common/owned_files.hpp"
+#include "host/owned_files.hpp"
 #include "policy/python_environment.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -77,8 +77,8 @@ Confinement Confinement::prepare(const Policy& policy, const std::string& init_p
   Confinement c;
   const bool root = geteuid() == 0;
   if (root) {
-    c.bind_owner_ = common::sandbox_write_owner(bind_owner);
-    c.slot_ = common::SandboxUid::acquire(common::sandbox_uid_range());
+    c.bind_owner_ = host::sandbox_write_owner(bind_owner);
+    c.slot_ = host::SandboxUid::acquire(host::sandbox_uid_range());
     c.uid_ = c.slot_.uid();
     c.gid_ = static_cast<gid_t>(c.slot_.uid());
   } else {
@@ -140,7 +140,7 @@ Confinement::~Confinement() {
   }
   if (!slot_.held()) return;
   for (const auto& path : writable_)
-    if (!common::give_to_owner(path, uid_, gid_, bind_owner_)) slot_.quarantine();
+    if (!host::give_to_owner(path, uid_, gid_, bind_owner_)) slot_.quarantine();
 }
 
 std::string Confinement::payload_path(const std::string& policy_path) const {

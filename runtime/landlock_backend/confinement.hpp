@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sandbox_uid.hpp"
+#include "host/sandbox_uid.hpp"
 #include "landlock/landlock.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
@@ -72,7 +72,7 @@ class Confinement {
  private:
   Confinement() = default;
 
-  common::SandboxUid slot_;
+  host::SandboxUid slot_;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
   landlock::Ruleset ruleset_;

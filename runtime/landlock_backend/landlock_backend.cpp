@@ -10,22 +10,22 @@
 #include <optional>
 #include <system_error>
 
-#include "common/init.hpp"
-#include "common/launch.hpp"
-#include "common/rlimits.hpp"
-#include "common/run_start.hpp"
-#include "common/sandbox_uid.hpp"
-#include "common/supervise.hpp"
+#include "host/sandbox_uid.hpp"
 #include "landlock/landlock.hpp"
 #include "landlock_backend/confinement.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 #include "seccomp/seccomp.hpp"
+#include "supervisor/init.hpp"
+#include "supervisor/launch.hpp"
+#include "supervisor/rlimits.hpp"
+#include "supervisor/run_start.hpp"
+#include "supervisor/supervise.hpp"
 
 namespace rlm::landlock_backend {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 
 constexpr const char* kFix =
     "run on a kernel with Landlock (5.13 or later, CONFIG_SECURITY_LANDLOCK=y, \"landlock\" in the "
@@ -99,7 +99,7 @@ std::string describe(const ChildFailure& failure) {
 // Forks a child that applies `confinement` and then runs `then` (exec); a failing step is
 // written to a pipe the parent reads. Every signal stays blocked in the child.
 template <typename Then>
-pid_t fork_confined(const Confinement& confinement, const common::Pipe& verdict, Then then) {
+pid_t fork_confined(const Confinement& confinement, const supervisor::Pipe& verdict, Then then) {
   sigset_t all, previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
@@ -130,7 +130,7 @@ std::string probe(const std::string& init_path) {
     Policy empty;
     empty.filesystem.mounts = {};
     const Confinement confinement = Confinement::prepare(empty, init_path);
-    common::Pipe verdict = common::make_pipe();
+    supervisor::Pipe verdict = supervisor::make_pipe();
     const pid_t pid = fork_confined(confinement, verdict, [] { _exit(0); });
     verdict.write.reset();
     const ChildFailure failure = read_verdict(verdict.read.get());
@@ -171,13 +171,13 @@ std::optional<std::string> variable(const std::vector<std::string>& environment,
 
 class LandlockBackend final : public Backend {
  public:
-  LandlockBackend() : init_(common::locate_init()) {}
+  LandlockBackend() : init_(supervisor::locate_init()) {}
 
   std::string_view name() const override { return "landlock"; }
   bool isolated() const override { return true; }
 
   std::string unavailable_reason() const override {
-    if (init_.path.empty()) return init_.problem() + "; to fix: " + common::InitLocation::fix();
+    if (init_.path.empty()) return init_.problem() + "; to fix: " + supervisor::InitLocation::fix();
     if (landlock::abi_version() < 1)
       return "Landlock is not available here (landlock_create_ruleset fails); to fix: " +
              std::string(kFix);
@@ -202,13 +202,13 @@ class LandlockBackend final : public Backend {
         "RLIMIT_CPU per process: a chain of short-lived processes is not bounded as a whole";
     if (own_uid)
       health.fallbacks["limits.pids"] = "RLIMIT_NPROC of the sandbox's own host uid (from " +
-                                        common::sandbox_uid_range().describe() + ")";
+                                        host::sandbox_uid_range().describe() + ")";
     health.host = {{"landlock_abi", abi}, {"runtime_uid", geteuid()}, {"own_uid", own_uid}};
     const std::string why = unavailable_reason();
     health.available = why.empty();
     if (!health.available) {
       health.detail = why;
-      health.fix = init_.path.empty() ? common::InitLocation::fix() : kFix;
+      health.fix = init_.path.empty() ? supervisor::InitLocation::fix() : kFix;
       return health;
     }
     health.detail =
@@ -227,22 +227,22 @@ class LandlockBackend final : public Backend {
   }
 
   Result run(const Request& request, const Policy& policy) override {
-    common::RunStart run("landlock", request, policy);
+    supervisor::RunStart run("landlock", request, policy);
     run.result.unenforced = unenforced_here(runtime_is_root(), landlock::abi_version());
     if (policy.limits.cpus) run.result.unenforced.push_back("limits.cpus");
     if (auto why = unavailable_reason(); !why.empty()) return run.setup_failed(why);
 
     std::optional<Confinement> confinement;
-    common::InitProcess process;
-    std::optional<common::InitLaunch> launch;
-    common::Pipe verdict;
+    supervisor::InitProcess process;
+    std::optional<supervisor::InitLaunch> launch;
+    supervisor::Pipe verdict;
     seccomp::PayloadFilter filter;
     try {
       confinement.emplace(
           Confinement::prepare(policy, init_.path, request.bind_owner.value_or(caller_ids())));
       filter = seccomp::prepare_payload_filter(policy.seccomp);
-      filter.kill = common::above_stdio(std::move(filter.kill));
-      if (filter.notify) filter.notify = common::above_stdio(std::move(filter.notify));
+      filter.kill = supervisor::above_stdio(std::move(filter.kill));
+      if (filter.notify) filter.notify = supervisor::above_stdio(std::move(filter.notify));
     } catch (const std::exception& error) {
       return run.setup_failed(error.what());
     }
@@ -258,15 +258,16 @@ class LandlockBackend final : public Backend {
                               ? confinement->tmp_dir()
                               : confinement->payload_path(policy.filesystem.workdir);
 
-    auto options = common::supervision_options(request, policy, run.deadline());
+    auto options = supervisor::supervision_options(request, policy, run.deadline());
     const auto context =
-        common::run_context(policy, run.argv.front(), workdir, init_.path, run.wall_limit);
-    common::InitSettings settings;
+        supervisor::run_context(policy, run.argv.front(), workdir, init_.path, run.wall_limit);
+    supervisor::InitSettings settings;
     settings.grace = policy.limits.kill_grace;
-    settings.rlimits = common::policy_rlimits(policy.limits);
+    settings.rlimits = supervisor::policy_rlimits(policy.limits);
     // Its own uid: RLIMIT_NPROC counts that uid's processes, which are this sandbox's alone.
     if (confinement->own_uid())
-      settings.rlimits.push_back({common::Resource::nproc, policy.limits.pids, policy.limits.pids});
+      settings.rlimits.push_back(
+          {supervisor::Resource::nproc, policy.limits.pids, policy.limits.pids});
     settings.workdir = workdir;
     settings.seccomp_fd = filter.kill.get();
     settings.seccomp_notify_fd = filter.notify ? filter.notify.get() : -1;
@@ -274,16 +275,16 @@ class LandlockBackend final : public Backend {
     settings.payload_argv = std::move(run.argv);
 
     try {
-      common::InitStdio stdio;
-      if (common::uses_payload_stdio(request))
-        stdio = {common::InitStdio::Kind::given, request.payload_stdio};
-      launch.emplace(init_.path, common::init_arguments(init_.path, std::move(settings)),
+      supervisor::InitStdio stdio;
+      if (supervisor::uses_payload_stdio(request))
+        stdio = {supervisor::InitStdio::Kind::given, request.payload_stdio};
+      launch.emplace(init_.path, supervisor::init_arguments(init_.path, std::move(settings)),
                      std::move(run.environment), stdio);
       launch->inherit(request.inherit_fds);
       launch->keep_for_init(filter.kill.get());
       if (filter.notify) launch->keep_for_init(filter.notify.get());
-      verdict = common::make_pipe();
-      const common::InitLaunch& ready = *launch;
+      verdict = supervisor::make_pipe();
+      const supervisor::InitLaunch& ready = *launch;
       const pid_t pid = fork_confined(*confinement, verdict, [&ready] { ready.exec_in_child(); });
       verdict.write.reset();
       process = launch->finish(pid);
@@ -295,16 +296,16 @@ class LandlockBackend final : public Backend {
     const ChildFailure failure = read_verdict(verdict.read.get());
     if (failure.step != 0 || failure.error != 0) {
       // The child exited before init: supervision reaps it; the Result is the setup's failure.
-      common::supervise_init(process, std::move(options));
+      supervisor::supervise_init(process, std::move(options));
       return run.setup_failed(describe(failure));
     }
     if (request.on_started) request.on_started([] { return LiveCounters{}; });
-    run.fill_from(common::supervise_init(process, std::move(options)), context);
+    run.fill_from(supervisor::supervise_init(process, std::move(options)), context);
     return run.finish();
   }
 
  private:
-  const common::InitLocation init_;
+  const supervisor::InitLocation init_;
 };
 
 }  // namespace

@@ -4,11 +4,11 @@
 
 #include <system_error>
 
-#include "common/init.hpp"
-#include "common/launch.hpp"
-#include "common/rlimits.hpp"
-#include "common/run_start.hpp"
-#include "common/supervise.hpp"
+#include "supervisor/init.hpp"
+#include "supervisor/launch.hpp"
+#include "supervisor/rlimits.hpp"
+#include "supervisor/run_start.hpp"
+#include "supervisor/supervise.hpp"
 
 namespace rlm::local {
 namespace {
@@ -46,10 +46,10 @@ constexpr const char* kCpuTimeStandIn =
     "RLIMIT_CPU per process: each process may use the whole budget, so a chain of short-lived "
     "processes is not bounded as a whole (no cgroup counts them together)";
 
-common::InitSettings init_settings(const Policy& policy, std::vector<std::string> argv) {
-  common::InitSettings settings;
+supervisor::InitSettings init_settings(const Policy& policy, std::vector<std::string> argv) {
+  supervisor::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
-  settings.rlimits = common::policy_rlimits(policy.limits);
+  settings.rlimits = supervisor::policy_rlimits(policy.limits);
   settings.workdir = policy.filesystem.workdir;  // "" = the caller's directory
   settings.payload_argv = std::move(argv);
   return settings;
@@ -59,7 +59,7 @@ class LocalBackend final : public Backend {
  public:
   // Init is looked for once, when the backend is made: selection's availability check (health),
   // health itself and every run use what was found then.
-  LocalBackend() : init_(common::locate_init()) {}
+  LocalBackend() : init_(supervisor::locate_init()) {}
 
   std::string_view name() const override { return "local"; }
   bool isolated() const override { return false; }
@@ -80,49 +80,49 @@ class LocalBackend final : public Backend {
           init_.path + ")";
     } else {
       health.detail = init_.problem();
-      health.fix = common::InitLocation::fix();
+      health.fix = supervisor::InitLocation::fix();
     }
     return health;
   }
 
   Result run(const Request& request, const Policy& policy) override {
     // Prepare: an invalid request throws here, before anything starts.
-    common::RunStart run("local", request, policy);
+    supervisor::RunStart run("local", request, policy);
     // No isolation means no process or tmpfs cap and no CPU total: say so in every Result.
     run.result.unenforced = kUnenforcedLimits;
     if (policy.limits.cpus) run.result.unenforced.push_back("limits.cpus");
 
     if (init_.path.empty())
-      return run.setup_failed(init_.problem() + "; to fix: " + common::InitLocation::fix());
+      return run.setup_failed(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
     // Built before the launch, so nothing that can throw sits between launch and supervision.
-    auto options = common::supervision_options(request, policy, run.deadline());
-    const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
-                                             init_.path, run.wall_limit);
+    auto options = supervisor::supervision_options(request, policy, run.deadline());
+    const auto context = supervisor::run_context(
+        policy, run.argv.front(), policy.filesystem.workdir, init_.path, run.wall_limit);
     auto settings = init_settings(policy, std::move(run.argv));
 
     // Launch.
-    common::InitProcess process;
+    supervisor::InitProcess process;
     try {
       // The caller's fds as the payload's stdio (payload_stdio): they are init's, which the
       // payload inherits; no pipes pass through this process.
-      common::InitStdio stdio;
-      if (common::uses_payload_stdio(request))
-        stdio = {common::InitStdio::Kind::given, request.payload_stdio};
-      process =
-          common::launch_init(init_.path, common::init_arguments(init_.path, std::move(settings)),
-                              std::move(run.environment), request.inherit_fds, stdio);
+      supervisor::InitStdio stdio;
+      if (supervisor::uses_payload_stdio(request))
+        stdio = {supervisor::InitStdio::Kind::given, request.payload_stdio};
+      process = supervisor::launch_init(init_.path,
+                                        supervisor::init_arguments(init_.path, std::move(settings)),
+                                        std::move(run.environment), request.inherit_fds, stdio);
     } catch (const std::system_error& error) {
       return run.setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
     }
     if (request.on_started) request.on_started([] { return LiveCounters{}; });
 
     // Supervise until everything is gone, then finish.
-    run.fill_from(common::supervise_init(process, std::move(options)), context);
+    run.fill_from(supervisor::supervise_init(process, std::move(options)), context);
     return run.finish();
   }
 
  private:
-  const common::InitLocation init_;
+  const supervisor::InitLocation init_;
 };
 
 }  // namespace

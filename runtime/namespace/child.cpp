@@ -14,11 +14,11 @@
 
 #include <string>
 
-#include "common/launch.hpp"
 #include "namespace/setup_fix.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
+#include "supervisor/launch.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -75,14 +75,14 @@ void run_child(const ChildPlan& plan) noexcept {
   if (plan.loopback && !plan.loopback->apply(failure)) fail(plan, failure);
 
   if (!plan.launch->install_stdio()) fail(plan, "dup2 (stdio and report pipe)");
-  common::KeptFds keep = plan.launch->inherited();  // the request's fds, then ours
-  keep[common::kMaxInheritedFds] = plan.pass_fds[0];
-  keep[common::kMaxInheritedFds + 1] = plan.pass_fds[1];
-  if (!common::clear_cloexec(keep)) fail(plan, "fcntl (inherited fds)");
-  keep[common::kMaxInheritedFds + 2] = plan.error_write;
-  keep[common::kMaxInheritedFds + 3] = plan.init_fd;
-  keep[common::kMaxInheritedFds + 4] = plan.landlock ? plan.landlock->ruleset_fd() : -1;
-  common::close_fds_except(kFirstFreeFd, keep, plan.max_fd);
+  supervisor::KeptFds keep = plan.launch->inherited();  // the request's fds, then ours
+  keep[supervisor::kMaxInheritedFds] = plan.pass_fds[0];
+  keep[supervisor::kMaxInheritedFds + 1] = plan.pass_fds[1];
+  if (!supervisor::clear_cloexec(keep)) fail(plan, "fcntl (inherited fds)");
+  keep[supervisor::kMaxInheritedFds + 2] = plan.error_write;
+  keep[supervisor::kMaxInheritedFds + 3] = plan.init_fd;
+  keep[supervisor::kMaxInheritedFds + 4] = plan.landlock ? plan.landlock->ruleset_fd() : -1;
+  supervisor::close_fds_except(kFirstFreeFd, keep, plan.max_fd);
 
   if (plan.privileges && !plan.privileges->apply(failure)) fail(plan, failure);
   // Last: no_new_privs is set, and nothing after it mounts or opens a path but init's exec.

@@ -9,9 +9,9 @@
 #include <array>
 #include <cstddef>
 
-#include "common/launch.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/userns.hpp"
+#include "supervisor/launch.hpp"
 
 namespace rlm::ns {
 
@@ -30,7 +30,7 @@ struct ChildPlan {
   const char* hostname = nullptr;      // null: no UTS namespace
   std::size_t hostname_length = 0;
   const LoopbackPlan* loopback = nullptr;  // null: no network namespace
-  const common::InitLaunch* launch = nullptr;
+  const supervisor::InitLaunch* launch = nullptr;
   std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
   const PrivilegePlan* privileges = nullptr;
   const LandlockPlan* landlock = nullptr;  // null: no Landlock (ABI 0, or no mount namespace)

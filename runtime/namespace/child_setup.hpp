@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 
@@ -76,7 +76,7 @@ class RootfsPlan {
  private:
   std::vector<Op> ops_;  // executed in order; each owns the strings it passes to the kernel
   std::vector<Reach> reach_;
-  std::vector<common::UniqueFd> trees_;  // the idmapped binds, until the child has its copies
+  std::vector<host::UniqueFd> trees_;  // the idmapped binds, until the child has its copies
 
  public:
   RootfsPlan();
@@ -133,7 +133,7 @@ class LandlockPlan {
 
  private:
   LandlockPlan() = default;
-  common::UniqueFd fd_;  // the ruleset
+  host::UniqueFd fd_;  // the ruleset
   std::vector<Rule> rules_;
 };
 

@@ -7,13 +7,13 @@
 
 #include <cstdint>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::ns {
 
 struct CloneResult {
   pid_t pid = -1;            // 0 in the child, the child's pid in the parent, -1 on failure (errno)
-  common::UniqueFd pidfd;    // parent only; empty when the kernel could not give one
+  host::UniqueFd pidfd;      // parent only; empty when the kernel could not give one
   bool into_cgroup = false;  // the child started inside `cgroup_fd` (else attach it yourself)
 };
 

@@ -8,9 +8,7 @@
 #include <optional>
 
 #include "cgroup/cgroup.hpp"
-#include "common/health_fields.hpp"
-#include "common/init.hpp"
-#include "common/sandbox_uid.hpp"
+#include "host/sandbox_uid.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/limits.hpp"
 #include "namespace/probe.hpp"
@@ -19,6 +17,8 @@
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/self_readings.hpp"
 #include "seccomp/seccomp.hpp"
+#include "supervisor/health_fields.hpp"
+#include "supervisor/init.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -32,7 +32,7 @@ std::vector<std::string> always_enforced() {
       "limits.open_files",   "limits.tmpfs_bytes",
       "namespaces",
   };
-  common::append_sandbox_fields(fields);
+  supervisor::append_sandbox_fields(fields);
   return fields;
 }
 
@@ -67,7 +67,7 @@ struct Missing {
 };
 
 // The real setup probe (probe.hpp): nothing when a sandbox could be built.
-std::optional<Missing> probe_failure(const common::InitLocation& init) {
+std::optional<Missing> probe_failure(const supervisor::InitLocation& init) {
   if (auto failure = probe_setup(init.path)) return Missing{failure->detail, failure->fix};
   return std::nullopt;
 }
@@ -78,8 +78,8 @@ std::optional<Missing> probe_failure(const common::InitLocation& init) {
 // runtime, masked /proc, root without the capabilities it needs, a container -- or the sysctls do
 // not clearly allow user namespaces, so that selection never contradicts health there. Where every
 // signal is clear (a plain host), the cheap checks stand in for the probe.
-std::optional<Missing> missing_prerequisite(const common::InitLocation& init, bool thorough) {
-  if (init.path.empty()) return Missing{init.problem(), common::InitLocation::fix()};
+std::optional<Missing> missing_prerequisite(const supervisor::InitLocation& init, bool thorough) {
+  if (init.path.empty()) return Missing{init.problem(), supervisor::InitLocation::fix()};
   // A switch that forbids user namespaces outright: its own fix, whatever else would fail too.
   if (const std::string fix = user_namespace_fix();
       fix.starts_with("sysctl") && !sysctls_allow_user_namespaces())
@@ -139,7 +139,7 @@ const char* mode_name(cgroup::CgroupSupport::Mode mode) {
 
 }  // namespace
 
-std::string namespace_unavailable_reason(const common::InitLocation& init) {
+std::string namespace_unavailable_reason(const supervisor::InitLocation& init) {
   // The setup signals and container detection read the mount table once between them.
   const sys::SelfReadingScope readings;
   const auto missing = missing_prerequisite(init, /*thorough=*/false);
@@ -147,14 +147,14 @@ std::string namespace_unavailable_reason(const common::InitLocation& init) {
   return missing->detail + (missing->fix.empty() ? "" : "; to fix: " + missing->fix);
 }
 
-Health namespace_health(const common::InitLocation& init) {
+Health namespace_health(const supervisor::InitLocation& init) {
   const sys::SelfReadingScope readings;  // as above
   Health health;
   health.backend = "namespace";
   health.isolated = true;
 
   const SetupSignals signals = read_setup_signals();
-  const nlohmann::json container = {{"kind", common::container_name(signals.container.kind)},
+  const nlohmann::json container = {{"kind", host::container_name(signals.container.kind)},
                                     {"evidence", signals.container.evidence},
                                     {"signals", signals.describe()}};
   if (const auto missing = missing_prerequisite(init, /*thorough=*/true)) {

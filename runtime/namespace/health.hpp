@@ -3,15 +3,15 @@
 // comes to here.
 #pragma once
 
-#include "common/init.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "supervisor/init.hpp"
 
 namespace rlm::ns {
 
 // `init`: where the backend found rlm-sandbox-init.
-Health namespace_health(const common::InitLocation& init);
+Health namespace_health(const supervisor::InitLocation& init);
 // Why no run can start here, or "" when one can: what selection asks before every run
 // (Backend::unavailable_reason).
-std::string namespace_unavailable_reason(const common::InitLocation& init);
+std::string namespace_unavailable_reason(const supervisor::InitLocation& init);
 
 }  // namespace rlm::ns

@@ -22,7 +22,7 @@
 namespace rlm::ns {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 
 // The helper process, killed and reaped when the object goes (it only waits to be killed).
 class Helper {

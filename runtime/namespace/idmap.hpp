@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/request.hpp"
 
 namespace rlm::ns {
@@ -23,10 +23,10 @@ namespace rlm::ns {
 // Parent: a user namespace whose maps make `owner` the sandbox's host ids ("OWNER HOST 1" in
 // uid_map and gid_map), as an fd for MOUNT_ATTR_IDMAP. Its one process is gone on return.
 // Throws SetupError naming the step.
-common::UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid);
+host::UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid);
 
 // Parent: `host_path`'s mount tree cloned (detached, recursive), idmapped with `userns`, nosuid and
 // nodev. Throws Error at `where` with the fix when the kernel or the filesystem cannot idmap it.
-common::UniqueFd idmapped_tree(const std::string& host_path, int userns, const std::string& where);
+host::UniqueFd idmapped_tree(const std::string& host_path, int userns, const std::string& where);
 
 }  // namespace rlm::ns

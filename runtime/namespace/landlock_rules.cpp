@@ -67,7 +67,7 @@ std::optional<LandlockPlan> LandlockPlan::prepare(const Policy& policy, const Ro
   const int fd = fcntl(ruleset.fd(), F_DUPFD_CLOEXEC, init_protocol::kReportFd + 1);
   if (fd < 0) throw Error("cannot keep the Landlock ruleset: " + sys::errno_text(errno));
   LandlockPlan plan;
-  plan.fd_ = common::UniqueFd(fd);
+  plan.fd_ = host::UniqueFd(fd);
   for (const auto& reach : rootfs.reach())
     plan.rules_.push_back({reach.path, access_for(reach), "landlock rule for " + reach.path});
   return plan;

@@ -18,28 +18,28 @@ bool nproc_rlimit_is_per_user_namespace() {
   return per_namespace;
 }
 
-std::vector<common::ResourceLimit> init_rlimits(const Limits& limits, bool have_cgroup) {
-  using common::Resource;
-  auto rlimits = common::policy_rlimits(limits);
+std::vector<supervisor::ResourceLimit> init_rlimits(const Limits& limits, bool have_cgroup) {
+  using supervisor::Resource;
+  auto rlimits = supervisor::policy_rlimits(limits);
   if (have_cgroup) {
     std::erase_if(rlimits,
-                  [](const common::ResourceLimit& r) { return r.resource == Resource::as; });
+                  [](const supervisor::ResourceLimit& r) { return r.resource == Resource::as; });
   } else if (nproc_rlimit_is_per_user_namespace()) {
     rlimits.push_back({Resource::nproc, limits.pids, limits.pids});
   }
   return rlimits;
 }
 
-void add_cgroup_account(common::RunEnd& end, const cgroup::CgroupUsage& usage,
+void add_cgroup_account(supervisor::RunEnd& end, const cgroup::CgroupUsage& usage,
                         std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at) {
-  end.account = common::GroupAccount::whole_run;
+  end.account = supervisor::GroupAccount::whole_run;
   end.oom_killed = usage.oom_killed;
   end.pids_limit_hit = usage.pids_limit_hit;
   end.group_cpu = usage.cpu;
   end.group_peak_memory = usage.peak_memory_bytes;
   end.cpu_budget = cpu_budget;
-  if (stopped_at == CgroupLimit::cpu_time) end.stop = common::Stop::cpu_time;
-  if (stopped_at == CgroupLimit::pids) end.stop = common::Stop::pids;
+  if (stopped_at == CgroupLimit::cpu_time) end.stop = supervisor::Stop::cpu_time;
+  if (stopped_at == CgroupLimit::pids) end.stop = supervisor::Stop::pids;
 }
 
 std::vector<LimitFallback> cgroup_limit_fallbacks() {
@@ -72,19 +72,19 @@ void note_limit_fallbacks(Result& result, const std::string& why, const Limits& 
     if (!fallback.enforced) result.unenforced.push_back(fallback.field);
     note += ", " + fallback.field + ": " + fallback.how;
   }
-  common::add_note(result, note);
+  supervisor::add_note(result, note);
 }
 
 void note_cpu_time_per_process(Result& result) {
   result.unenforced.push_back("limits.cpu_time_ms");
-  common::add_note(result,
-                   "note: the run's cgroup counts no CPU time (no cpuacct hierarchy), so "
-                   "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the sandbox");
+  supervisor::add_note(result,
+                       "note: the run's cgroup counts no CPU time (no cpuacct hierarchy), so "
+                       "limits.cpu_time_ms bounded each process (RLIMIT_CPU), not the sandbox");
 }
 
 void note_cpu_bandwidth_missing(Result& result, const std::string& why) {
   result.unenforced.push_back("limits.cpus");
-  common::add_note(result, "note: limits.cpus was not enforced: " + why);
+  supervisor::add_note(result, "note: limits.cpus was not enforced: " + why);
 }
 
 }  // namespace rlm::ns

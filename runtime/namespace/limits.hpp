@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "cgroup/usage.hpp"
-#include "common/outcome.hpp"
-#include "common/rlimits.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/rlimits.hpp"
 
 namespace rlm::ns {
 
@@ -27,17 +27,17 @@ bool nproc_rlimit_is_per_user_namespace();
 // rlm-sandbox-init's rlimits for a run: the policy's, with RLIMIT_AS only when no cgroup limits
 // memory (address space is a poor proxy: runtimes reserve far more than they use), and
 // RLIMIT_NPROC for limits.pids when no cgroup does and the kernel counts it per namespace.
-std::vector<common::ResourceLimit> init_rlimits(const Limits& limits, bool have_cgroup);
+std::vector<supervisor::ResourceLimit> init_rlimits(const Limits& limits, bool have_cgroup);
 
 // ---- The cgroup's account ---------------------------------------------------------------------
 
 // Which of the cgroup's limits the runtime stopped the run for.
 enum class CgroupLimit { none, pids, cpu_time };
 
-// Puts what the run's cgroup saw into `end` (a whole-run account: common/outcome.hpp): the OOM
+// Puts what the run's cgroup saw into `end` (a whole-run account: supervisor/outcome.hpp): the OOM
 // killer, a refused fork, the whole tree's CPU time against `cpu_budget` and its peak memory.
 // `stopped_at`: the runtime stopped the run because the cgroup showed that limit reached.
-void add_cgroup_account(common::RunEnd& end, const cgroup::CgroupUsage& usage,
+void add_cgroup_account(supervisor::RunEnd& end, const cgroup::CgroupUsage& usage,
                         std::chrono::milliseconds cpu_budget, CgroupLimit stopped_at);
 
 // ---- Without a cgroup -------------------------------------------------------------------------

@@ -4,11 +4,11 @@
 
 #include <chrono>
 
-#include "common/init.hpp"
-#include "common/run_start.hpp"
 #include "namespace/health.hpp"
 #include "namespace/warm_sandbox.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "supervisor/init.hpp"
+#include "supervisor/run_start.hpp"
 
 namespace rlm::ns {
 namespace {
@@ -17,7 +17,7 @@ class NamespaceBackend final : public Backend {
  public:
   // Init is looked for once, when the backend is made: selection's availability check, health
   // and every run use what was found then.
-  NamespaceBackend() : init_(common::locate_init()) {}
+  NamespaceBackend() : init_(supervisor::locate_init()) {}
 
   std::string_view name() const override { return "namespace"; }
   bool isolated() const override { return true; }
@@ -26,23 +26,23 @@ class NamespaceBackend final : public Backend {
 
   Result run(const Request& request, const Policy& policy) override {
     // An invalid request throws here, before anything starts.
-    common::RunStart run("namespace", request, policy);
+    supervisor::RunStart run("namespace", request, policy);
     if (init_.path.empty())
-      return run.setup_failed(init_.problem() + "; to fix: " + common::InitLocation::fix());
+      return run.setup_failed(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
     // The cold path is the warm one without the waits: build the sandbox now, then launch.
     return WarmSandbox::run_cold(request, policy, init_.path, run);
   }
 
   std::unique_ptr<WarmSandbox> build_warm(const Policy& policy) const {
     if (init_.path.empty())
-      throw Error(init_.problem() + "; to fix: " + common::InitLocation::fix());
+      throw Error(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
     // Built ahead of any request: the policy's wall time bounds how long setting up may take.
     return WarmSandbox::build(policy, init_.path,
                               std::chrono::steady_clock::now() + policy.limits.wall_time);
   }
 
  private:
-  const common::InitLocation init_;
+  const supervisor::InitLocation init_;
 };
 
 }  // namespace

@@ -76,7 +76,7 @@ std::string SetupSignals::describe() const {
   if (!root_missing_caps.empty()) add("root without " + root_missing_caps);
   if (!apparmor_profile.empty()) add("the AppArmor profile " + apparmor_profile);
   if (in_container())
-    add(std::string("a ") + common::container_name(container.kind) + " container (" +
+    add(std::string("a ") + host::container_name(container.kind) + " container (" +
         container.evidence + ")");
   return parts;
 }
@@ -92,7 +92,7 @@ SetupSignals read_setup_signals() {
   while (!profile.empty() && (profile.back() == '\n' || profile.back() == '\0')) profile.pop_back();
   if (!profile.empty() && profile != "unconfined")
     signals.apparmor_profile = profile.substr(0, 200);
-  signals.container = common::detect_container();
+  signals.container = host::detect_container();
   return signals;
 }
 

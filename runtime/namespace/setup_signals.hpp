@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/container.hpp"
+#include "host/container.hpp"
 
 namespace rlm::ns {
 
@@ -27,12 +27,12 @@ struct SetupSignals {
   // An AppArmor profile confining the runtime (/proc/self/attr/apparmor/current other than
   // "unconfined"), as Docker's docker-default, which denies mount: e.g. "docker-default (enforce)".
   std::string apparmor_profile;
-  common::ContainerKind container;
+  host::ContainerKind container;
 
   // A confirmed container (container.hpp: not /.dockerenv alone, which images built from
   // exported containers carry, this project's build machines among them).
   bool in_container() const {
-    return container.kind != common::ContainerKind::none && container.confirmed;
+    return container.kind != host::ContainerKind::none && container.confirmed;
   }
   bool any() const {
     return seccomp_filter || masked_proc || !root_missing_caps.empty() ||

@@ -15,17 +15,17 @@
 #include <string>
 #include <vector>
 
-#include "common/sandbox_uid.hpp"
+#include "host/sandbox_uid.hpp"
 #include "namespace/child_setup.hpp"
 #include "rlm_sandbox/policy.hpp"
 
 namespace rlm::ns {
 
-// The allocator lives in runtime/common (the landlock backend uses it too).
-using common::kUidRangeVariable;
-using common::sandbox_uid_range;
-using common::SandboxUid;
-using common::UidRange;
+// The allocator lives in runtime/host (the landlock backend uses it too).
+using host::kUidRangeVariable;
+using host::sandbox_uid_range;
+using host::SandboxUid;
+using host::UidRange;
 
 struct IdMapping {
   uid_t uid = 0, host_uid = 0;  // inside -> host

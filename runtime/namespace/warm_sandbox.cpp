@@ -19,11 +19,7 @@
 #include <optional>
 
 #include "cgroup/cgroup.hpp"
-#include "common/init.hpp"
-#include "common/launch.hpp"
-#include "common/outcome.hpp"
-#include "common/owned_files.hpp"
-#include "common/supervise.hpp"
+#include "host/owned_files.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/clone.hpp"
@@ -35,12 +31,16 @@
 #include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 #include "seccomp/seccomp.hpp"
+#include "supervisor/init.hpp"
+#include "supervisor/launch.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/supervise.hpp"
 
 namespace rlm::ns {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using common::UniqueFd;
+using host::UniqueFd;
 
 std::uint64_t clone_flags(const Policy& policy) {
   std::uint64_t flags = CLONE_NEWUSER;
@@ -85,8 +85,8 @@ struct Preparation {
   std::optional<LandlockPlan> landlock;
   std::unique_ptr<cgroup::RunCgroup> cgroup;
   std::string cgroup_problem;  // why there is no cgroup
-  std::optional<common::InitLaunch> launch;
-  common::Pipe release, errors;
+  std::optional<supervisor::InitLaunch> launch;
+  supervisor::Pipe release, errors;
   // Init's await socket: its end crosses into the sandbox (closed here once init runs); ours
   // carries the payload message and, by closing, tells init its host is gone.
   UniqueFd await_host, await_init;
@@ -138,18 +138,18 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   // The host mounts under the binds and the cgroup hierarchies (found twice) read the mount
   // table once between them (self_readings.hpp).
   const sys::SelfReadingScope readings;
-  p.init_fd = common::above_stdio(UniqueFd(open(init_path.c_str(), O_RDONLY | O_CLOEXEC)));
+  p.init_fd = supervisor::above_stdio(UniqueFd(open(init_path.c_str(), O_RDONLY | O_CLOEXEC)));
   if (!p.init_fd) throw Error("cannot open " + init_path + ": " + sys::errno_text(errno));
   p.filter = seccomp::prepare_payload_filter(policy.seccomp);
-  p.filter.kill = common::above_stdio(std::move(p.filter.kill));
-  p.filter.notify = common::above_stdio(std::move(p.filter.notify));
+  p.filter.kill = supervisor::above_stdio(std::move(p.filter.kill));
+  p.filter.notify = supervisor::above_stdio(std::move(p.filter.notify));
   p.ids = prepare_id_mapping(policy.user);
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
   // A root runtime's sandbox uid must own nothing that outlives it (idmap.hpp): its read-write
   // binds are idmapped to their owner, or, for root's (which must not become root's files, see
   // sandbox_write_owner), what it wrote is given to the output uid when it ends.
   if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds()) {
-    const HostIds owner = common::sandbox_write_owner(bind_owner);
+    const HostIds owner = host::sandbox_write_owner(bind_owner);
     if (owner == bind_owner)
       p.rootfs->idmap_writable_binds(owner, p.ids.host_uid, p.ids.host_gid);
     else
@@ -169,10 +169,10 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   int await[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, await) != 0)
     throw Error("cannot make init's await socket: " + sys::errno_text(errno));
-  p.await_host = common::above_stdio(UniqueFd(await[0]));
-  p.await_init = common::above_stdio(UniqueFd(await[1]));
+  p.await_host = supervisor::above_stdio(UniqueFd(await[0]));
+  p.await_init = supervisor::above_stdio(UniqueFd(await[1]));
 
-  common::InitSettings settings;
+  supervisor::InitSettings settings;
   settings.grace = policy.limits.kill_grace;
   settings.seccomp_fd = p.filter.kill.get();
   settings.seccomp_notify_fd = p.filter.notify.get();
@@ -184,12 +184,12 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   settings.hold_after_report = ahead && p.cgroup != nullptr;
   // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's. Init's own
   // environment is empty and its stdio /dev/null: the payload's come with its message.
-  auto args = common::init_arguments(init_protocol::kBinaryName, std::move(settings));
+  auto args = supervisor::init_arguments(init_protocol::kBinaryName, std::move(settings));
   p.launch.emplace(init_path, std::move(args), std::vector<std::string>{},
-                   common::InitStdio{common::InitStdio::Kind::null, {}});
+                   supervisor::InitStdio{supervisor::InitStdio::Kind::null, {}});
   p.launch->inherit({p.await_init.get()});
-  p.release = common::make_pipe();
-  p.errors = common::make_pipe();
+  p.release = supervisor::make_pipe();
+  p.errors = supervisor::make_pipe();
 
   ChildPlan& plan = p.plan;
   if (p.cgroup) {
@@ -224,8 +224,8 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
 // building the sandbox on return: p.errors.read then says later whether it failed (read_setup_
 // failure), and p.release.write stays open until the sandbox is destroyed (the child's check that
 // its parent is alive after PR_SET_PDEATHSIG reads it).
-common::InitProcess start_sandbox(Preparation& p, const Policy& policy, Clock::time_point deadline,
-                                  bool wait_exec) {
+supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
+                                      Clock::time_point deadline, bool wait_exec) {
   CloneResult child;
   int clone_error = 0;
   {
@@ -294,7 +294,7 @@ bool same_cgroup_limits(const Limits& a, const Limits& b) {
 
 struct WarmSandbox::State {
   Preparation p;  // first: destroyed last, after init is gone
-  common::InitProcess process;
+  supervisor::InitProcess process;
   Limits built;  // the limits the cgroup and the root filesystem were made with
   std::string init_path;
   bool launched = false;
@@ -319,7 +319,7 @@ WarmSandbox::~WarmSandbox() {
   if (p.reclaim_to) {
     p.cgroup.reset();  // killed and removed: nothing of the sandbox writes any more
     for (const auto& source : p.rootfs->writable_bind_sources())
-      if (!common::give_to_owner(source, p.ids.host_uid, p.ids.host_gid, *p.reclaim_to))
+      if (!host::give_to_owner(source, p.ids.host_uid, p.ids.host_gid, *p.reclaim_to))
         p.ids.slot.quarantine();
   }
   // The Preparation goes next: the cgroup is killed and removed, then the uid is freed.
@@ -331,7 +331,7 @@ std::unique_ptr<WarmSandbox> WarmSandbox::build(const Policy& policy, const std:
 }
 
 Result WarmSandbox::run_cold(const Request& request, const Policy& policy,
-                             const std::string& init_path, common::RunStart& run) {
+                             const std::string& init_path, supervisor::RunStart& run) {
   std::unique_ptr<WarmSandbox> sandbox;
   try {
     sandbox =
@@ -385,18 +385,19 @@ bool WarmSandbox::waiting() const {
 }
 
 Result WarmSandbox::run(const Request& request, const Policy& policy) {
-  common::RunStart run("namespace", request, policy);
+  supervisor::RunStart run("namespace", request, policy);
   return launch(request, policy, run);
 }
 
-Result WarmSandbox::launch(const Request& request, const Policy& policy, common::RunStart& run) {
+Result WarmSandbox::launch(const Request& request, const Policy& policy,
+                           supervisor::RunStart& run) {
   State& s = *state_;
   Preparation& p = s.p;
   if (s.launched) throw Error("a warm sandbox runs one payload only");
   s.launched = true;
-  const auto context = common::run_context(policy, run.argv.front(), policy.filesystem.workdir,
-                                           s.init_path, run.wall_limit);
-  const bool caller_stdio = common::uses_payload_stdio(request);
+  const auto context = supervisor::run_context(policy, run.argv.front(), policy.filesystem.workdir,
+                                               s.init_path, run.wall_limit);
+  const bool caller_stdio = supervisor::uses_payload_stdio(request);
 
   // The request's limits, written before the payload exists.
   if (p.cgroup && !same_cgroup_limits(policy.limits, s.built)) {
@@ -406,7 +407,7 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
       return run.setup_failed(std::string("cannot apply the request's limits: ") + error.what());
     }
   }
-  common::PayloadMessage message;
+  supervisor::PayloadMessage message;
   message.argv = std::move(run.argv);
   message.environment = std::move(run.environment);
   message.workdir = policy.filesystem.workdir;
@@ -414,19 +415,19 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   message.guard_signals = request.guard_signals;
   message.grace = policy.limits.kill_grace;
   message.inherit_fds = request.inherit_fds;
-  common::StdioPipes pipes;
+  supervisor::StdioPipes pipes;
   try {
-    common::check_inherit_fds(request.inherit_fds);
+    supervisor::check_inherit_fds(request.inherit_fds);
     if (caller_stdio) {
       message.stdio = request.payload_stdio;
     } else {
-      pipes = common::make_stdio_pipes();
+      pipes = supervisor::make_stdio_pipes();
       for (std::size_t i = 0; i < 3; ++i) message.stdio[i] = pipes.child[i].get();
     }
   } catch (const std::system_error& error) {
     return run.setup_failed(std::string("cannot make the payload's pipes: ") + error.what());
   }
-  auto options = common::supervision_options(request, policy, run.deadline());
+  auto options = supervisor::supervision_options(request, policy, run.deadline());
   // The CPU time of the sandbox, counted over every process it ever had (RLIMIT_CPU, which init
   // still sets, counts each process alone: a chain of short-lived ones escapes it).
   const auto cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);
@@ -452,10 +453,10 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   }
 
   // The release: the wall time is the payload's from here.
-  run.start = common::RunStart::Clock::now();
+  run.start = supervisor::RunStart::Clock::now();
   options.deadline = run.deadline();
   try {
-    common::send_payload_message(p.await_host.get(), message, run.deadline());
+    supervisor::send_payload_message(p.await_host.get(), message, run.deadline());
   } catch (const Error& error) {
     // A child that failed before init's exec closed init's end of the socket when it exited, so
     // the hand-over broke (EPIPE) -- after its own reason reached the error pipe.
@@ -467,7 +468,7 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
     return run.setup_failed(error.what());
   }
   pipes.child = {};  // the payload has its own copies now
-  if (!caller_stdio) common::attach_stdio(s.process, std::move(pipes.host));
+  if (!caller_stdio) supervisor::attach_stdio(s.process, std::move(pipes.host));
 
   // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
   auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get());
@@ -476,7 +477,7 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
   // teardown, milliseconds): init reports only once every other process is dead and reaped, and
   // this sandbox's destructor reaps init and removes the cgroup.
   options.defer_reap = p.cgroup != nullptr;
-  auto supervision = common::supervise_init(s.process, std::move(options));
+  auto supervision = supervisor::supervise_init(s.process, std::move(options));
   const bool init_exiting = s.process.pid > 0;
   probe_target->detach();
   if (s.exec_pending) {
@@ -487,7 +488,7 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
       return run.setup_failed(*failure);
     }
   }
-  if (supervision.stop != common::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
+  if (supervision.stop != supervisor::StopReason::limit_reached) *stopped_at = CgroupLimit::none;
 
   cgroup::CgroupUsage usage;
   std::string bandwidth_problem;
@@ -500,7 +501,7 @@ Result WarmSandbox::launch(const Request& request, const Policy& policy, common:
     if (policy.limits.cpus && !p.cgroup->cpu_bandwidth_limited())
       bandwidth_problem = p.cgroup->cpu_bandwidth_problem();
   }
-  auto end = common::init_run_end(std::move(supervision), context);
+  auto end = supervisor::init_run_end(std::move(supervision), context);
   add_cgroup_account(end, usage, cpu_budget, *stopped_at);
   run.fill_from(std::move(end));
   if (!p.cgroup_problem.empty()) note_limit_fallbacks(run.result, p.cgroup_problem, policy.limits);

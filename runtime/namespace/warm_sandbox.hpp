@@ -11,10 +11,10 @@
 #include <memory>
 #include <string>
 
-#include "common/run_start.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "supervisor/run_start.hpp"
 
 namespace rlm::ns {
 
@@ -52,7 +52,7 @@ class WarmSandbox {
   // side); `run` is the request resolved (its argv and environment are moved into the message),
   // and its clock restarts when the payload is released. Supervises until everything in the
   // sandbox is gone, and returns the Result (a payload that could not start is a sandbox_error).
-  Result launch(const Request& request, const Policy& policy, common::RunStart& run);
+  Result launch(const Request& request, const Policy& policy, supervisor::RunStart& run);
 
   // launch() with a RunStart of its own: a Pool's run. Throws Error for an invalid request.
   Result run(const Request& request, const Policy& policy);
@@ -63,7 +63,7 @@ class WarmSandbox {
   // from the release until the report. A failure before the exec is read after supervision.
   // The payload's wall time counts from the release (before init's exec).
   static Result run_cold(const Request& request, const Policy& policy, const std::string& init_path,
-                         common::RunStart& run);
+                         supervisor::RunStart& run);
 
  private:
   WarmSandbox();

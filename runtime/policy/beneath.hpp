@@ -5,13 +5,13 @@
 
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::policy {
 
 // Opens `relative` (not starting with '/') beneath the directory `dir` with `flags` (O_CLOEXEC is
 // added). On failure the result is empty and errno says why: EXDEV or ELOOP when the path leads
 // out of `dir`, ENOSYS when the kernel has no openat2 (before Linux 5.6).
-common::UniqueFd open_beneath(int dir, const std::string& relative, int flags);
+host::UniqueFd open_beneath(int dir, const std::string& relative, int flags);
 
 }  // namespace rlm::policy

@@ -14,7 +14,7 @@
 #include <memory>
 #include <set>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "policy/beneath.hpp"
 #include "policy/did_you_mean.hpp"
 #include "policy/json_reader.hpp"
@@ -34,7 +34,7 @@ constexpr std::size_t kMaxExtendsDepth = 16;
 // Policies are a few kilobytes; the cap keeps a mistaken path such as /dev/zero from hanging us.
 constexpr std::size_t kMaxPolicyFileBytes = 1 << 20;
 
-using SharedFd = std::shared_ptr<const common::UniqueFd>;
+using SharedFd = std::shared_ptr<const host::UniqueFd>;
 
 // One policy document and where it came from.
 struct Source {
@@ -88,13 +88,13 @@ std::optional<std::string> read_all(int fd, std::string& error) {
 // or by $RLM_SANDBOX_POLICY_PATH are the caller's own choice, so they are opened as given).
 void open_base_dir(Source& source, const std::string& directory) {
   source.base_dir = directory;
-  common::UniqueFd fd(::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  host::UniqueFd fd(::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!fd) {
     source.base_dir_error =
         "cannot open the policy's directory '" + directory + "': " + std::strerror(errno);
     return;
   }
-  source.dir = std::make_shared<const common::UniqueFd>(std::move(fd));
+  source.dir = std::make_shared<const host::UniqueFd>(std::move(fd));
 }
 
 // A file the caller named (on the command line, or found on $RLM_SANDBOX_POLICY_PATH).
@@ -103,7 +103,7 @@ Located read_policy_file(const fs::path& path) {
   const auto failure = [&](const std::string& reason) {
     return Located{std::nullopt, "cannot read policy file '" + shown + "': " + reason};
   };
-  common::UniqueFd fd(::open(shown.c_str(), O_RDONLY | O_CLOEXEC));
+  host::UniqueFd fd(::open(shown.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return failure(std::strerror(errno));
   std::string error;
   auto text = read_all(fd.get(), error);
@@ -238,8 +238,8 @@ Located locate_beneath(std::string_view reference, const Source& including) {
   const auto relative = inside(reference, *including.base_dir);
   if (!relative) return outside("is");
   if (!including.dir) return failure(including.base_dir_error);
-  common::UniqueFd fd = policy::open_beneath(including.dir->get(), relative->string(),
-                                             O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  host::UniqueFd fd = policy::open_beneath(including.dir->get(), relative->string(),
+                                           O_RDONLY | O_NONBLOCK | O_NOCTTY);
   if (!fd) {
     if (errno == EXDEV || errno == ELOOP) return outside("leads through a symbolic link");
     if (errno == ENOSYS)
@@ -262,7 +262,7 @@ Located locate_beneath(std::string_view reference, const Source& including) {
     source.dir = including.dir;
   } else if (auto dir = policy::open_beneath(including.dir->get(), relative_parent.string(),
                                              O_PATH | O_DIRECTORY)) {
-    source.dir = std::make_shared<const common::UniqueFd>(std::move(dir));
+    source.dir = std::make_shared<const host::UniqueFd>(std::move(dir));
   } else {
     source.base_dir_error =
         "cannot open the policy's directory '" + *source.base_dir + "': " + std::strerror(errno);

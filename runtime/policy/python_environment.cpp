@@ -10,7 +10,7 @@
 #include <climits>
 #include <optional>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "policy/kernel_interface.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -77,7 +77,7 @@ std::optional<std::string> changeable_by_others(const std::string& dir) {
 // or nullopt with the reason.
 std::optional<std::string> venv_version(const std::string& venv, std::string& why) {
   const std::string config = venv + "/pyvenv.cfg";
-  common::UniqueFd fd(::open(config.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  host::UniqueFd fd(::open(config.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   struct stat info {};
   if (!fd) {
     why = errno == ENOENT ? "is not a virtual environment (it has no pyvenv.cfg); name its "

@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::seccomp::cache {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 
 constexpr char kMagic[8] = {'R', 'L', 'M', 'B', 'P', 'F', '0', '1'};
 // A file holds its key (a policy's rules: bounded by what a policy file may hold) and two programs

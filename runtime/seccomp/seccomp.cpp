@@ -75,8 +75,8 @@ bool has_kill_actions(const Seccomp& rules) {
   return false;
 }
 
-common::UniqueFd new_memfd() {
-  common::UniqueFd fd(memfd_create("rlm-sandbox-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+host::UniqueFd new_memfd() {
+  host::UniqueFd fd(memfd_create("rlm-sandbox-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw system_failure("memfd_create");
   return fd;
 }
@@ -116,8 +116,8 @@ std::vector<sock_filter> read_program(int fd) {
 }
 
 // A run's own sealed memfd holding a cached program.
-common::UniqueFd sealed_copy(const std::vector<sock_filter>& instructions) {
-  common::UniqueFd fd = new_memfd();
+host::UniqueFd sealed_copy(const std::vector<sock_filter>& instructions) {
+  host::UniqueFd fd = new_memfd();
   const auto* data = reinterpret_cast<const char*>(instructions.data());
   const std::size_t size = instructions.size() * sizeof(sock_filter);
   for (std::size_t done = 0; done < size;) {
@@ -168,7 +168,7 @@ SealedProgram compile_filter(const Filter& filter, const CompileOptions& options
   }
 
   // libseccomp 2.5 exports BPF only to a file descriptor: straight into the memfd init reads.
-  common::UniqueFd fd = new_memfd();
+  host::UniqueFd fd = new_memfd();
   check_rc(seccomp_export_bpf(ctx.get(), fd.get()), "exporting BPF");
   seal(fd.get());
   return {std::move(fd), notifies};

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/seccomp_profile.hpp"
@@ -35,7 +35,7 @@ struct Program {
 // The same program in a memfd sealed against every change (F_SEAL_SHRINK, _GROW, _WRITE, _SEAL),
 // close-on-exec: at most BPF_MAXINSNS instructions, at least one.
 struct SealedProgram {
-  common::UniqueFd fd;
+  host::UniqueFd fd;
   bool notifies = false;
 };
 
@@ -61,11 +61,11 @@ Program compile(const Seccomp& policy_rules, const CompileOptions& options = {})
 
 // The payload's programs as rlm-sandbox-init receives them.
 struct PayloadFilter {
-  common::UniqueFd kill;    // --seccomp-fd (always): the policy as written
-  common::UniqueFd notify;  // --seccomp-notify-fd: its kill actions as user notifications, so init
-                            // names the denied syscall; empty when the policy kills nothing, when
-                            // it denies what the payload must call after installing it (sendmsg,
-                            // execve, write, exit_group), or where libseccomp cannot notify
+  host::UniqueFd kill;    // --seccomp-fd (always): the policy as written
+  host::UniqueFd notify;  // --seccomp-notify-fd: its kill actions as user notifications, so init
+                          // names the denied syscall; empty when the policy kills nothing, when
+                          // it denies what the payload must call after installing it (sendmsg,
+                          // execve, write, exit_group), or where libseccomp cannot notify
 };
 
 // Throws like compile_sealed().

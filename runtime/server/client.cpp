@@ -5,13 +5,13 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "common/context_fd.hpp"
+#include "host/context_fd.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/client_state.hpp"
 
 namespace rlm {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 using server::Clock;
 
@@ -47,7 +47,7 @@ namespace {
 UniqueFd context_fd(const SessionOptions& options) {
   if (options.context_file.empty() && options.context.empty() && !options.context_is_json)
     return {};
-  return common::open_context_fd(options.context_file, options.context);
+  return host::open_context_fd(options.context_file, options.context);
 }
 
 }  // namespace

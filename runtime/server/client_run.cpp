@@ -9,17 +9,17 @@
 #include <array>
 #include <memory>
 
-#include "common/payload_io.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/client_state.hpp"
+#include "supervisor/payload_io.hpp"
 
 namespace rlm {
 
-using common::CappedOutput;
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 using server::Clock;
+using supervisor::CappedOutput;
 
 namespace {
 
@@ -68,7 +68,7 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
   Pipe out, err, in;
   UniqueFd devnull;
   std::array<int, 3> stdio = request.payload_stdio;
-  std::optional<common::StdinPump> pump;
+  std::optional<supervisor::StdinPump> pump;
   if (!caller_stdio) {
     out = make_pipe();
     err = make_pipe();

@@ -2,13 +2,13 @@
 // frames are answered by the caller's LlmHandler, from whatever thread it answers on.
 #include <atomic>
 
-#include "common/context_fd.hpp"
+#include "host/context_fd.hpp"
 #include "server/client_state.hpp"
 
 namespace rlm::server {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 
 class RelayedSession final : public Session {
@@ -33,7 +33,7 @@ class RelayedSession final : public Session {
 
   CellResult add_context(ContextKind kind, const ContextInput& input,
                          std::optional<std::size_t> index) override {
-    const UniqueFd fd = common::open_context_fd(input.file, input.data);
+    const UniqueFd fd = host::open_context_fd(input.file, input.data);
     const int number = fd.get();
     json frame{{"op", "add_context"},
                {"kind", kind == ContextKind::context ? "context" : "history"},

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "server/client_wire.hpp"
 
@@ -12,13 +12,13 @@ namespace rlm {
 
 struct ServerConnection::State {
   std::string path;
-  common::UniqueFd socket;
+  host::UniqueFd socket;
 };
 
 namespace server {
 
 // The session relayed over `socket` (already opened: session_opened received).
-std::unique_ptr<Session> make_relayed_session(common::UniqueFd socket, SessionOptions options);
+std::unique_ptr<Session> make_relayed_session(host::UniqueFd socket, SessionOptions options);
 
 }  // namespace server
 }  // namespace rlm

@@ -42,13 +42,13 @@ void check_listener(int socket, const std::string& path, std::optional<uid_t> se
 
 }  // namespace
 
-common::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> server_uid) {
+host::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> server_uid) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof address.sun_path)
     throw ServerRefused("unavailable", "server socket '" + path + "': not a usable socket path");
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  common::UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  host::UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!socket) throw ServerRefused("unavailable", "socket(): " + sys::errno_text(errno));
   while (connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     if (errno == EINTR) continue;

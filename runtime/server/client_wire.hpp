@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "server/wire.hpp"
 
@@ -23,8 +23,8 @@ inline constexpr std::chrono::seconds kReplyTimeout{60};
 // Connects to the server at `path` and checks who listens there before anything is sent: the
 // listener's uid (SO_PEERCRED) must be root, this process's, or `server_uid` (default
 // $RLM_SANDBOX_SERVER_UID). Throws ServerRefused ("unavailable") naming why not.
-common::UniqueFd connect_to_server(const std::string& path,
-                                   std::optional<uid_t> server_uid = std::nullopt);
+host::UniqueFd connect_to_server(const std::string& path,
+                                 std::optional<uid_t> server_uid = std::nullopt);
 
 // The next frame from the server, waiting until `deadline` for it; throws ServerRefused for an
 // error frame, and for the end of the connection (the server died or dropped us).

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/pool.hpp"
@@ -78,8 +78,8 @@ void check_client_fd(int fd, std::string_view which, FdUse use);
 
 // The ops. Each owns the connection until it returns; the caller closes it.
 void serve_run(const Connection& connection, const nlohmann::json& frame,
-               std::vector<common::UniqueFd> fds);
+               std::vector<host::UniqueFd> fds);
 void serve_session(const Connection& connection, const nlohmann::json& frame,
-                   std::vector<common::UniqueFd> fds);
+                   std::vector<host::UniqueFd> fds);
 
 }  // namespace rlm::server

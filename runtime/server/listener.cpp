@@ -15,7 +15,7 @@
 namespace rlm::server {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 
 sockaddr_un address_of(const std::string& path) {
   sockaddr_un address{};

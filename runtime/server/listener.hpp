@@ -8,12 +8,12 @@
 
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::server {
 
 struct Listener {
-  common::UniqueFd fd;
+  host::UniqueFd fd;
   std::string path;  // "" for an inherited socket (nothing to remove)
   ino_t inode = 0;   // the socket file's, so only our own file is removed
   dev_t device = 0;

@@ -10,7 +10,7 @@
 namespace rlm::server {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 
 constexpr std::size_t kMaxArgs = 65536;

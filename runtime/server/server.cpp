@@ -22,7 +22,7 @@
 
 namespace rlm {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 using server::Clock;
 
@@ -54,6 +54,9 @@ struct Server::State {
   std::optional<std::string> over_capacity(uid_t uid) const;
   void add_connection(int socket, uid_t uid);
   void remove_connection(int socket);  // with `mutex` held
+  // Stops handing out connections, ends those being served (their runs stop) and waits until
+  // every worker is gone; then removes the socket file.
+  void end_connections();
 };
 
 namespace {
@@ -106,6 +109,16 @@ void Server::State::add_connection(int socket, uid_t uid) {
   ++connections_of[uid];
 }
 
+void Server::State::end_connections() {
+  std::unique_lock lock(mutex);
+  stopping = true;
+  handed_over.notify_all();
+  for (const auto& [socket, uid] : connections) shutdown(socket, SHUT_RDWR);
+  idle.wait(lock, [&] { return connections.empty() && workers == 0; });
+  lock.unlock();
+  server::remove_socket_file(listener);
+}
+
 void Server::State::remove_connection(int socket) {
   const auto found = connections.find(socket);
   if (found == connections.end()) return;
@@ -147,13 +160,7 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
 
 Server::~Server() {
   stop();
-  std::unique_lock lock(state_->mutex);
-  state_->stopping = true;
-  state_->handed_over.notify_all();
-  for (const auto& [socket, uid] : state_->connections) shutdown(socket, SHUT_RDWR);
-  state_->idle.wait(lock, [&] { return state_->connections.empty() && state_->workers == 0; });
-  lock.unlock();
-  server::remove_socket_file(state_->listener);
+  state_->end_connections();
 }
 
 const ServerConfig& Server::config() const {
@@ -211,13 +218,7 @@ void Server::serve(int stop_fd) {
     }
   }
   // Stopped: no new connections; those being served are ended, their runs stopped.
-  std::unique_lock lock(state_->mutex);
-  state_->stopping = true;
-  state_->handed_over.notify_all();
-  for (const auto& [socket, uid] : state_->connections) shutdown(socket, SHUT_RDWR);
-  state_->idle.wait(lock, [&] { return state_->connections.empty() && state_->workers == 0; });
-  lock.unlock();
-  server::remove_socket_file(state_->listener);
+  state_->end_connections();
 }
 
 void Server::State::work(UniqueFd first) {

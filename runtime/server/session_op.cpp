@@ -16,7 +16,7 @@
 namespace rlm::server {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 
 constexpr std::chrono::hours kMaxLifetime{24};

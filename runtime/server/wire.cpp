@@ -18,7 +18,7 @@
 namespace rlm::server {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 
 constexpr std::size_t kHeader = 4;

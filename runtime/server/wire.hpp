@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 
 namespace rlm::server {
@@ -88,8 +88,8 @@ struct FrameAccount {
 };
 
 struct Frame {
-  nlohmann::json message;             // an object
-  std::vector<common::UniqueFd> fds;  // those that came on its first byte
+  nlohmann::json message;           // an object
+  std::vector<host::UniqueFd> fds;  // those that came on its first byte
 };
 
 // Sends one frame with `fds` attached, waiting at most until `deadline` for room. Throws

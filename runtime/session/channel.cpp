@@ -27,7 +27,7 @@ constexpr std::size_t kMaxHeldFds = 4;
 
 }  // namespace
 
-Channel::Channel(common::UniqueFd fd, std::uint64_t max_frame)
+Channel::Channel(host::UniqueFd fd, std::uint64_t max_frame)
     : fd_(std::move(fd)), decoder_(max_frame) {
   const int flags = fcntl(fd_.get(), F_GETFL);
   if (flags >= 0) fcntl(fd_.get(), F_SETFL, flags | O_NONBLOCK);
@@ -121,7 +121,7 @@ bool Channel::receive(std::size_t limit) {
                                            std::span<int>(&fd, 1), MSG_DONTWAIT);
     if (got.bytes < 0) return got.error == EAGAIN || got.error == EWOULDBLOCK;
     ++reads;
-    common::UniqueFd received_fd(got.fds == 1 ? fd : -1);  // closed unless kept below
+    host::UniqueFd received_fd(got.fds == 1 ? fd : -1);  // closed unless kept below
     if (got.bytes == 0) return false;
     if (received_fd) {
       // Kept only as the one fd of a frame that it arrived on the first byte of; any fd on a

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "session/frame_decoder.hpp"
 
 namespace rlm::session {
@@ -26,7 +26,7 @@ class Channel {
   static constexpr std::size_t kReadSlice = 1u << 20;
 
   Channel() = default;
-  Channel(common::UniqueFd fd, std::uint64_t max_frame);
+  Channel(host::UniqueFd fd, std::uint64_t max_frame);
 
   int fd() const { return fd_.get(); }
   explicit operator bool() const { return static_cast<bool>(fd_); }
@@ -54,7 +54,7 @@ class Channel {
   std::optional<nlohmann::json> next_frame();
   // The fd that came on the first byte of the frame next_frame() returned last (a `fork`
   // frame's), or an empty one. Not taken, it is closed with the next frame.
-  common::UniqueFd take_fd() { return std::move(frame_fd_); }
+  host::UniqueFd take_fd() { return std::move(frame_fd_); }
 
   // The largest frame taken from now on. Only between frames with nothing buffered (the
   // hand-over, right after hello); throws Error otherwise.
@@ -71,11 +71,11 @@ class Channel {
  private:
   void settle_fds(std::uint64_t frame);
 
-  common::UniqueFd fd_;
+  host::UniqueFd fd_;
   FrameDecoder decoder_{16u << 20};
   // Fds that came each on a frame's first byte: (frame number, fd), oldest first.
-  std::deque<std::pair<std::uint64_t, common::UniqueFd>> frame_fds_;
-  common::UniqueFd frame_fd_;
+  std::deque<std::pair<std::uint64_t, host::UniqueFd>> frame_fds_;
+  host::UniqueFd frame_fd_;
   std::deque<std::string> outbound_;
   std::size_t outbound_offset_ = 0;  // into outbound_.front()
   std::uint64_t unsent_ = 0;

@@ -20,7 +20,7 @@ namespace rlm::session {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 
 Error system_error(const char* what) {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/session.hpp"
 #include "session/channel.hpp"
@@ -46,7 +46,7 @@ class Rendezvous {
 
  private:
   std::string dir_;
-  common::UniqueFd listener_;
+  host::UniqueFd listener_;
   std::uint64_t max_frame_;
 };
 

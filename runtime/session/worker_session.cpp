@@ -11,7 +11,7 @@
 #include <cerrno>
 
 #include "broker/routing.hpp"
-#include "common/context_fd.hpp"
+#include "host/context_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "rlm_sys/sys.hpp"
@@ -24,7 +24,7 @@ namespace rlm::session {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 using std::chrono::milliseconds;
 
@@ -77,7 +77,7 @@ Handover prepare_handover(SessionOptions options) {
   if (options.llm) options.llm = limit_llm_handler(std::move(options.llm), options.llm_limits);
   Handover handover;
   if (!options.context_file.empty() || !options.context.empty() || options.context_is_json)
-    handover.context = common::open_context_fd(options.context_file, options.context);
+    handover.context = host::open_context_fd(options.context_file, options.context);
   handover.options = std::move(options);
   return handover;
 }
@@ -180,7 +180,7 @@ CellResult WorkerSession::execute(const std::string& code, const ExecuteOptions&
 CellResult WorkerSession::add_context(ContextKind kind, const ContextInput& input,
                                       std::optional<std::size_t> index) {
   require_alive();
-  const UniqueFd fd = common::open_context_fd(input.file, input.data);
+  const UniqueFd fd = host::open_context_fd(input.file, input.data);
   json op = {{"op", "add_context"},
              {"index", index ? json(*index) : json()},
              {"kind", kind == ContextKind::context ? "context" : "history"},

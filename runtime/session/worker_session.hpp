@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/session.hpp"
 #include "session/channel.hpp"
@@ -45,7 +45,7 @@ class Rendezvous;
 // frame, whatever its size.
 struct Handover {
   SessionOptions options;
-  common::UniqueFd context;
+  host::UniqueFd context;
 };
 // Throws Error for a context file that cannot be opened or tools that validate_tools() refuses,
 // before any sandbox is touched.
@@ -65,7 +65,7 @@ struct RunState {
   std::string failure;  // run() threw
   std::string worker_stderr;
   std::function<LiveCounters()> probe;
-  common::UniqueFd done{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+  host::UniqueFd done{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
 };
 
 class WorkerSession final : public Session {
@@ -149,7 +149,7 @@ class WorkerSession final : public Session {
   std::shared_ptr<RunState> run_;
   std::thread run_thread_;
   // The run's stop_fd: a timerfd, armed with the lifetime at the hand-over, fired by stop_run().
-  common::UniqueFd stop_timer_;
+  host::UniqueFd stop_timer_;
   bool stopping_ = false;  // stop_run() was called
   bool lifetime_armed_ = false;
   bool lifetime_over_ = false;  // the lifetime had run out when stop_run() was called

@@ -1,27 +1,27 @@
-// The one classifier from how a run ended to a Result (runtime/common/outcome.hpp), driven with
+// The one classifier from how a run ended to a Result (runtime/supervisor/outcome.hpp), driven with
 // the records each backend fills: the namespace backend's whole-run cgroup account, Docker's
 // container state, and rlm-sandbox-init's report.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/syscall.h>
 
-#include "common/init.hpp"
-#include "common/outcome.hpp"
-#include "common/supervise.hpp"
+#include "supervisor/init.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/supervise.hpp"
 
 namespace rlm::test {
 namespace {
 
-using common::Ending;
-using common::GroupAccount;
-using common::RunEnd;
-using common::Stop;
 using std::chrono::milliseconds;
+using supervisor::Ending;
+using supervisor::GroupAccount;
+using supervisor::RunEnd;
+using supervisor::Stop;
 
 RunEnd with_limits(GroupAccount account) {
   RunEnd end;
   Limits limits;  // wall 10s, CPU 10s, 256M, 64 processes, 1M of output
-  common::set_limits(end, limits, milliseconds(2'000));
+  supervisor::set_limits(end, limits, milliseconds(2'000));
   end.account = account;
   return end;
 }
@@ -36,7 +36,7 @@ RunEnd container_end() {
 
 Result classified(RunEnd end) {
   Result result;
-  common::classify(std::move(end), result);
+  supervisor::classify(std::move(end), result);
   return result;
 }
 
@@ -178,8 +178,8 @@ TEST(Outcome, TheCallersStopAndTheOutputCapComeFirst) {
   EXPECT_EQ(classified(end).detail, "wall time limit 2s exceeded");
 }
 
-common::Supervision supervised(std::string report, int wait_status = 0) {
-  common::Supervision supervision;
+supervisor::Supervision supervised(std::string report, int wait_status = 0) {
+  supervisor::Supervision supervision;
   supervision.report = std::move(report);
   supervision.reaped = true;
   supervision.wait_status = wait_status;
@@ -190,11 +190,11 @@ common::Supervision supervised(std::string report, int wait_status = 0) {
 
 TEST(Outcome, InitsReportBecomesTheRunEnd) {
   Policy policy;
-  const auto context = common::run_context(policy, "no-such-command", "/work",
-                                           "/opt/rlm-sandbox-init", milliseconds(1'000));
+  const auto context = supervisor::run_context(policy, "no-such-command", "/work",
+                                               "/opt/rlm-sandbox-init", milliseconds(1'000));
   Result missing;
-  common::classify(common::init_run_end(supervised(R"({"exec_errno":2,"path":"x"})"), context),
-                   missing);
+  supervisor::classify(
+      supervisor::init_run_end(supervised(R"({"exec_errno":2,"path":"x"})"), context), missing);
   EXPECT_EQ(missing.status, Status::exit_nonzero);
   EXPECT_EQ(missing.exit_code, 127);
   EXPECT_EQ(missing.detail, "cannot execute 'no-such-command': No such file or directory");
@@ -202,23 +202,24 @@ TEST(Outcome, InitsReportBecomesTheRunEnd) {
   EXPECT_EQ(missing.cpu, std::chrono::microseconds(1'500'000)) << "init's rusage";
 
   Result chdir;
-  common::classify(common::init_run_end(
-                       supervised(R"({"setup_errno":2,"step":"chdir","path":"/work"})"), context),
-                   chdir);
+  supervisor::classify(
+      supervisor::init_run_end(supervised(R"({"setup_errno":2,"step":"chdir","path":"/work"})"),
+                               context),
+      chdir);
   EXPECT_EQ(chdir.status, Status::sandbox_error);
   EXPECT_EQ(chdir.detail, "cannot enter the working directory '/work': No such file or directory");
 
   Result silent;
-  common::classify(common::init_run_end(supervised("", 125 << 8), context), silent);
+  supervisor::classify(supervisor::init_run_end(supervised("", 125 << 8), context), silent);
   EXPECT_EQ(silent.status, Status::sandbox_error);
   EXPECT_EQ(silent.detail,
             "rlm-sandbox-init (/opt/rlm-sandbox-init) ended without a report (exit status 125)");
 
   Result caught;
-  common::classify(common::init_run_end(supervised(R"({"signal":9,"seccomp_violation":)" +
-                                                   std::to_string(SYS_ptrace) + "}"),
-                                        context),
-                   caught);
+  supervisor::classify(supervisor::init_run_end(supervised(R"({"signal":9,"seccomp_violation":)" +
+                                                           std::to_string(SYS_ptrace) + "}"),
+                                                context),
+                       caught);
   EXPECT_EQ(caught.status, Status::seccomp_violation);
   EXPECT_EQ(caught.signal, SIGSYS);
   EXPECT_EQ(caught.detail, "syscall ptrace denied by the seccomp policy");
@@ -226,8 +227,8 @@ TEST(Outcome, InitsReportBecomesTheRunEnd) {
 
 TEST(Outcome, NotesFollowTheDetail) {
   Result result;
-  common::add_note(result, "note: first");
-  common::add_note(result, "note: second");
+  supervisor::add_note(result, "note: first");
+  supervisor::add_note(result, "note: second");
   EXPECT_EQ(result.detail, "note: first; note: second");
 }
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "common/unique_fd.hpp"
 #include "docker_test_util.hpp"
 #include "exit_status.hpp"
+#include "host/unique_fd.hpp"
 
 namespace rlm::test {
 namespace {
@@ -53,7 +53,7 @@ TEST(DockerBackend, FeedsStdinFromDataAndFromAnFd) {
 
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
-  common::UniqueFd read_end(fds[0]), write_end(fds[1]);
+  host::UniqueFd read_end(fds[0]), write_end(fds[1]);
   const std::string big(200'000, 'z');  // more than one pipe and one socket buffer
   std::thread writer([&] {
     std::string_view rest = big;
@@ -135,7 +135,7 @@ class HostListener {
   int port() const { return port_; }
 
  private:
-  common::UniqueFd fd_;
+  host::UniqueFd fd_;
   int port_ = 0;
 };
 

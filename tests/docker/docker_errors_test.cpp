@@ -10,11 +10,11 @@
 
 #include <thread>
 
-#include "common/unique_fd.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
 #include "docker/ownership.hpp"
 #include "docker_test_util.hpp"
+#include "host/unique_fd.hpp"
 #include "support/scoped_env.hpp"
 #include "support/subprocess.hpp"
 
@@ -39,7 +39,7 @@ TEST(DockerErrors, NoDaemonSaysHowToStartOne) {
 
   // A socket file nobody listens on.
   {
-    common::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
+    host::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     const auto path = dir.file("docker.sock");

@@ -14,8 +14,8 @@
 #include <chrono>
 #include <thread>
 
-#include "common/init.hpp"
 #include "rlm_init/protocol.hpp"
+#include "supervisor/init.hpp"
 #include "support/host_probes.hpp"
 #include "support/subprocess.hpp"
 
@@ -67,8 +67,8 @@ class AwaitingInit {
   void close_host() {
     if (host_ >= 0) close(std::exchange(host_, -1));
   }
-  void send(const common::PayloadMessage& message) {
-    common::send_payload_message(host_, message, Clock::now() + 5s);
+  void send(const supervisor::PayloadMessage& message) {
+    supervisor::send_payload_message(host_, message, Clock::now() + 5s);
   }
   // Init's exit status (waits at most 10 s, then kills it).
   int wait_exit() {
@@ -89,8 +89,8 @@ class AwaitingInit {
   int host_ = -1, report_ = -1;
 };
 
-common::PayloadMessage touching(const TempDir& dir) {
-  common::PayloadMessage message;
+supervisor::PayloadMessage touching(const TempDir& dir) {
+  supervisor::PayloadMessage message;
   message.argv = {"/bin/sh", "-c", "touch " + dir.file("started")};
   message.environment = {"PATH=/usr/bin:/bin"};
   return message;
@@ -126,7 +126,7 @@ TEST(InitAwait, EndOfFileBeforeTheMessageStartsNothing) {
   // Half a message, then the host is gone: the command in it never runs.
   TempDir dir;
   AwaitingInit half;
-  const auto bytes = common::encode_payload_message(touching(dir));
+  const auto bytes = supervisor::encode_payload_message(touching(dir));
   ASSERT_EQ(write(half.host(), bytes.data(), bytes.size() - 4),
             static_cast<ssize_t>(bytes.size() - 4));
   std::this_thread::sleep_for(100ms);
@@ -138,7 +138,7 @@ TEST(InitAwait, EndOfFileBeforeTheMessageStartsNothing) {
 
 TEST(InitAwait, AMalformedMessageStartsNothing) {
   TempDir dir;
-  const auto good = common::encode_payload_message(touching(dir));
+  const auto good = supervisor::encode_payload_message(touching(dir));
   struct Case {
     std::string name, bytes, error;
   };
@@ -191,14 +191,14 @@ TEST(InitAwait, TheMessageSaysWhatRunsWhereAndWithWhat) {
   close(extra[1]);
 
   AwaitingInit init;
-  common::PayloadMessage message;
+  supervisor::PayloadMessage message;
   // /dev/fd/N rather than sh's <&N: dash takes only one-digit fds there.
   message.argv = {"sh", "-c",
                   "pwd; echo $ONLY; env | grep -c . ; ulimit -Sn; cat; cat /dev/fd/" +
                       std::to_string(extra[0]) + "; echo to-err >&2; exit 5"};
   message.environment = {"ONLY=this", "PATH=/usr/bin:/bin"};
   message.workdir = dir.path();
-  message.rlimits = {{common::Resource::nofile, 40, 50}};
+  message.rlimits = {{supervisor::Resource::nofile, 40, 50}};
   message.stdio = {in[0], out[1], err[1]};
   message.inherit_fds = {extra[0]};
   init.send(message);
@@ -221,7 +221,7 @@ TEST(InitAwait, TheMessageSaysWhatRunsWhereAndWithWhat) {
 
 TEST(InitAwait, NothingOutlivesItsHost) {
   AwaitingInit init;
-  common::PayloadMessage message;
+  supervisor::PayloadMessage message;
   // The number is assembled inside, so only the sleeps themselves match.
   message.argv = {"sh", "-c", "n=66.21; setsid sleep ${n}43 & exec sleep ${n}43"};
   message.environment = {"PATH=/usr/bin:/bin"};
@@ -243,7 +243,7 @@ TEST(InitAwait, NothingOutlivesItsHost) {
 // host closes its socket, so the teardown runs when the pool destroys the sandbox.
 TEST(InitAwait, HeldAfterItsReportUntilTheHostLeaves) {
   AwaitingInit init({"--hold-after-report"});
-  common::PayloadMessage message;
+  supervisor::PayloadMessage message;
   message.argv = {"/bin/sh", "-c", "exit 3"};
   message.environment = {"PATH=/usr/bin:/bin"};
   init.send(message);
@@ -261,7 +261,7 @@ TEST(InitAwait, HeldAfterItsReportUntilTheHostLeaves) {
 
 TEST(InitAwait, AHeldInitLeavesOnSigterm) {
   AwaitingInit init({"--hold-after-report"});
-  common::PayloadMessage message;
+  supervisor::PayloadMessage message;
   message.argv = {"/bin/true"};
   init.send(message);
   EXPECT_EQ(read_line(init.report_fd(), 10s).rfind("{\"exit_code\":0,", 0), 0u);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sandbox_uid.hpp"
+#include "host/sandbox_uid.hpp"
 #include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/policy.hpp"
@@ -63,7 +63,7 @@ inline void bind_writable(Policy& policy, const TempDir& dir, const std::string&
 // (root runtime; each live sandbox has its own), the caller's own uid (rootless).
 inline bool is_sandbox_host_uid(uid_t uid) {
   if (geteuid() != 0) return uid == geteuid();
-  const auto range = common::sandbox_uid_range();
+  const auto range = host::sandbox_uid_range();
   return range.first <= uid && uid <= range.last;
 }
 

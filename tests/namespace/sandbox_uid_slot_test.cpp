@@ -19,10 +19,10 @@
 #include <filesystem>
 #include <string>
 
-#include "common/sandbox_uid.hpp"
+#include "host/sandbox_uid.hpp"
 #include "rlm_sandbox/error.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 namespace {
 
 UidRange private_range(unsigned test_number, unsigned size) {
@@ -223,4 +223,4 @@ TEST(SandboxUidSlot, RangesWithIdsThatMustNeverBeHandedOutAreRefused) {
 }
 
 }  // namespace
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -1,4 +1,4 @@
-# Per-sandbox host uids (runtime/common/sandbox_uid.cpp): the allocator's slots, and real
+# Per-sandbox host uids (runtime/host/sandbox_uid.cpp): the allocator's slots, and real
 # sandboxes exhausting per-user kernel counters while others and the host keep theirs.
 rlm_add_test(namespace_uid_tests ${CMAKE_CURRENT_SOURCE_DIR}/sandbox_uid_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/sandbox_uid_slot_test.cpp)

@@ -61,7 +61,7 @@ TEST(PayloadFilter, AllowsEveryCallSeesRulesAndTheDefault) {
   EXPECT_FALSE(seccomp::allows_every_call(rules("SCMP_ACT_ALLOW"), "no_such_syscall"));
 }
 
-std::size_t memfd_size(const common::UniqueFd& fd) {
+std::size_t memfd_size(const host::UniqueFd& fd) {
   struct stat info {};
   return fstat(fd.get(), &info) == 0 ? static_cast<std::size_t>(info.st_size) : 0;
 }

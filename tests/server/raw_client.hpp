@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/wire.hpp"
 
@@ -80,9 +80,9 @@ inline std::string frame_bytes(const std::string& body) {
 
 // `count` connections to `path` made by a child process running as `uid` (gid the same, no
 // supplementary groups): the server sees that uid in SO_PEERCRED for each. In connection order.
-inline std::vector<common::UniqueFd> connections_as(uid_t uid, const std::string& path,
-                                                    std::size_t count) {
-  std::vector<common::UniqueFd> connections;
+inline std::vector<host::UniqueFd> connections_as(uid_t uid, const std::string& path,
+                                                  std::size_t count) {
+  std::vector<host::UniqueFd> connections;
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return connections;
   const pid_t child = fork();

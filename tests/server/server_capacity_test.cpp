@@ -15,7 +15,7 @@
 namespace rlm::test {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 using server::Clock;
 

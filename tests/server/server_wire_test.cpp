@@ -30,7 +30,7 @@ class ServerWireTest : public SharedServerTest<ServerWireTest> {
 };
 
 TEST_F(ServerWireTest, OversizeFrameIsRefusedBeforeItIsRead) {
-  common::UniqueFd fd(connect_raw(server_->socket()));
+  host::UniqueFd fd(connect_raw(server_->socket()));
   send_bytes(fd.get(), header(0x7FFFFFFF) + "{");
   const json reply = answer(fd.get());
   EXPECT_EQ(reply.value("op", ""), "error") << reply.dump();
@@ -42,7 +42,7 @@ TEST_F(ServerWireTest, GarbageAndDeepNestingAreRefused) {
   for (const std::string& body :
        {std::string("not json at all"), std::string(100, '[') + std::string(100, ']'),
         std::string("[1,2,3]"), std::string("{\"no_op\":1}")}) {
-    common::UniqueFd fd(connect_raw(server_->socket()));
+    host::UniqueFd fd(connect_raw(server_->socket()));
     send_bytes(fd.get(), header(static_cast<std::uint32_t>(body.size())) + body);
     const json reply = answer(fd.get());
     EXPECT_EQ(reply.value("op", ""), "error") << body.substr(0, 20) << " -> " << reply.dump();
@@ -51,8 +51,8 @@ TEST_F(ServerWireTest, GarbageAndDeepNestingAreRefused) {
 }
 
 TEST_F(ServerWireTest, SilentClientIsDroppedAndOthersAreServedMeanwhile) {
-  common::UniqueFd silent(connect_raw(server_->socket()));
-  common::UniqueFd partial(connect_raw(server_->socket()));
+  host::UniqueFd silent(connect_raw(server_->socket()));
+  host::UniqueFd partial(connect_raw(server_->socket()));
   send_bytes(partial.get(), header(100) + "{\"op\":");  // begins a frame and never ends it
   still_serves();
   // Both are closed by the server on its own (after its 5 s and 10 s deadlines).
@@ -63,7 +63,7 @@ TEST_F(ServerWireTest, SilentClientIsDroppedAndOthersAreServedMeanwhile) {
 }
 
 TEST_F(ServerWireTest, ConnectionsBeyondMaxClientsAreRefused) {
-  std::vector<common::UniqueFd> held;
+  std::vector<host::UniqueFd> held;
   const std::string hello = R"({"op":"hello"})";
   for (int i = 0; i < 4; ++i) {
     held.emplace_back(connect_raw(server_->socket()));
@@ -71,7 +71,7 @@ TEST_F(ServerWireTest, ConnectionsBeyondMaxClientsAreRefused) {
     send_bytes(held.back().get(), header(static_cast<std::uint32_t>(hello.size())) + hello);
     ASSERT_EQ(answer(held.back().get()).value("op", ""), "hello") << i;
   }
-  common::UniqueFd extra(connect_raw(server_->socket()));
+  host::UniqueFd extra(connect_raw(server_->socket()));
   const json reply = answer(extra.get());
   EXPECT_EQ(reply.value("kind", ""), "unavailable") << reply.dump();
   EXPECT_NE(reply.value("message", "").find("maximum of 4"), std::string::npos);
@@ -87,10 +87,10 @@ TEST_F(ServerWireTest, ConnectionsBeyondMaxClientsAreRefused) {
 }
 
 TEST_F(ServerWireTest, RunWithADirectoryAsStdioIsRefused) {
-  common::UniqueFd fd(connect_raw(server_->socket()));
-  common::UniqueFd directory(open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  common::UniqueFd path(open("/", O_PATH | O_CLOEXEC));
-  common::UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
+  host::UniqueFd fd(connect_raw(server_->socket()));
+  host::UniqueFd directory(open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  host::UniqueFd path(open("/", O_PATH | O_CLOEXEC));
+  host::UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
   const int fds[3] = {directory.get(), null.get(), path.get()};
   server::send_frame(fd.get(),
                      {{"op", "run"}, {"policy", "default"}, {"request", {{"argv", {"/bin/true"}}}}},
@@ -101,7 +101,7 @@ TEST_F(ServerWireTest, RunWithADirectoryAsStdioIsRefused) {
 }
 
 TEST_F(ServerWireTest, RunWithoutItsFdsIsRefused) {
-  common::UniqueFd fd(connect_raw(server_->socket()));
+  host::UniqueFd fd(connect_raw(server_->socket()));
   server::send_frame(fd.get(),
                      {{"op", "run"}, {"policy", "default"}, {"request", {{"argv", {"/bin/true"}}}}},
                      Clock::now() + std::chrono::seconds(5));

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 #include "session/channel.hpp"
@@ -23,7 +23,7 @@
 namespace rlm::session {
 namespace {
 
-using common::UniqueFd;
+using host::UniqueFd;
 using nlohmann::json;
 
 std::string framed(const std::string& body) {

@@ -13,7 +13,7 @@
 namespace rlm::test {
 
 // Whose the files are on the host that a sandbox run by this process writes through a read-write
-// bind (runtime/common/sandbox_uid.hpp, sandbox_write_owner): this process's own ids, except
+// bind (runtime/host/sandbox_uid.hpp, sandbox_write_owner): this process's own ids, except
 // root's, which become the output uid's (RLM_SANDBOX_OUTPUT_UID, unset in the tests).
 inline uid_t written_uid() {
   return getuid() == 0 ? 0x70010000u : getuid();

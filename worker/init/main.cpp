@@ -3,7 +3,7 @@
 // setsid() daemon -- is reparented to it and can be found, killed and reaped; forwards signals;
 // and reports how the payload ended on a pipe. The runtime cannot do this itself without setting
 // PR_SET_CHILD_SUBREAPER on the embedding host process, which would change the host's semantics.
-// Contract: runtime/rlm_init/protocol.hpp.
+// Contract: worker/init/include/rlm_init/protocol.hpp.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>

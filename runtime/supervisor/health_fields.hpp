@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace rlm::common {
+namespace rlm::supervisor {
 
 // What an isolating backend enforces by the sandbox it builds, whatever its limits and
 // namespaces: appended to `fields` in the order health lists them.
@@ -14,4 +14,4 @@ inline void append_sandbox_fields(std::vector<std::string>& fields) {
                                "capabilities", "env", "user", "hostname", "python"});
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

@@ -13,11 +13,11 @@
 #include <string>
 #include <string_view>
 
-#include "common/launch.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
+#include "supervisor/launch.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 
 struct SupervisionOptions {
   std::chrono::steady_clock::time_point deadline;  // wall limit
@@ -67,4 +67,4 @@ struct Supervision {
 // deferred) and its fds closed, also when an exception escapes.
 Supervision supervise_init(InitProcess& process, SupervisionOptions options);
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

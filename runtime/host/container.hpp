@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace rlm::common {
+namespace rlm::host {
 
 struct ContainerKind {
   enum Kind { none, docker, kubernetes, podman, other } kind = none;
@@ -37,4 +37,4 @@ struct ContainerHints {
 };
 ContainerKind classify_container(const ContainerHints& hints);
 
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -1,4 +1,4 @@
-#include "common/supervise.hpp"
+#include "supervisor/supervise.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -10,9 +10,9 @@
 #include <optional>
 #include <vector>
 
-#include "common/payload_io.hpp"
+#include "supervisor/payload_io.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -263,4 +263,4 @@ Supervision supervise_init(InitProcess& process, SupervisionOptions options) {
   }
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

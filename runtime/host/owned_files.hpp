@@ -12,7 +12,7 @@
 
 #include "rlm_sandbox/request.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 
 struct OwnedFilesLimits {
   std::size_t max_entries = 1'000'000;
@@ -28,4 +28,4 @@ struct OwnedFilesLimits {
 bool give_to_owner(const std::string& root, uid_t uid, gid_t gid, const HostIds& owner,
                    const OwnedFilesLimits& limits = {});
 
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -5,12 +5,12 @@
 
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 
 // `file` opened read-only when it is not empty, else a memfd holding `data` (at offset 0).
 // Throws Error.
 UniqueFd open_context_fd(const std::string& file, const std::string& data);
 
-}  // namespace rlm::common
+}  // namespace rlm::host

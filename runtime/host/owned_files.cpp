@@ -1,4 +1,4 @@
-#include "common/owned_files.hpp"
+#include "host/owned_files.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -8,9 +8,9 @@
 #include <cstring>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 namespace {
 
 // Changes what of `fd`'s inode is (uid, gid)'s to `owner`'s; false when that fails.
@@ -86,4 +86,4 @@ bool give_to_owner(const std::string& root, uid_t uid, gid_t gid, const HostIds&
   return complete;
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::host

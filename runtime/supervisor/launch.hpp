@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
+
+using host::UniqueFd;
 
 // ---- Fd hygiene between fork/clone and exec (async-signal-safe) -------------------------------
 // Every fd from a first number up is closed except a short list that is to cross into the child
@@ -144,4 +146,4 @@ InitProcess launch_init(std::string init_path, std::vector<std::string> args,
                         std::vector<std::string> env, const std::vector<int>& inherit_fds = {},
                         InitStdio stdio = {});
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

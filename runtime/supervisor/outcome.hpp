@@ -13,7 +13,7 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/result.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 
 // Why the runtime stopped the run before it ended by itself.
 enum class Stop {
@@ -119,4 +119,4 @@ std::string signal_name(int signal);
 // Appends "; `note`" to the result's detail ("`note`" when it is empty).
 void add_note(Result& result, std::string_view note);
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

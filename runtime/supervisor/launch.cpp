@@ -1,4 +1,4 @@
-#include "common/launch.hpp"
+#include "supervisor/launch.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 namespace {
 
 constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
@@ -253,4 +253,4 @@ InitProcess launch_init(std::string init_path, std::vector<std::string> args,
   return launch.finish(pid);
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

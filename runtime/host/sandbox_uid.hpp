@@ -17,10 +17,10 @@
 
 #include <string>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/request.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 
 // The environment variable of the runtime's process that sets the range: "FIRST-LAST" (inclusive,
 // decimal). Host configuration, never part of a policy.
@@ -85,4 +85,4 @@ class SandboxUid {
   uid_t uid_ = 0;
 };
 
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -9,9 +9,11 @@
 #include <string_view>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
+
+using host::UniqueFd;
 
 // Feeds the payload's stdin from Request::stdin_data or Request::stdin_fd without ever blocking
 // the supervision loop: nonblocking writes to the pipe, reads from the caller's fd only when poll
@@ -72,4 +74,4 @@ class CappedOutput {
   bool silenced_ = false;
 };
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

@@ -1,4 +1,4 @@
-#include "common/run_start.hpp"
+#include "supervisor/run_start.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -6,15 +6,15 @@
 #include <map>
 #include <utility>
 
-#include "common/init.hpp"
-#include "common/outcome.hpp"
-#include "common/supervise.hpp"
 #include "policy/python_environment.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "supervisor/init.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/supervise.hpp"
 
 extern char** environ;
 
-namespace rlm::common {
+namespace rlm::supervisor {
 namespace {
 
 void check_variable(const std::string& name, const std::string& value, const char* origin) {
@@ -111,4 +111,4 @@ void RunStart::fill_from(Supervision supervision, const RunContext& context) {
   fill_from(init_run_end(std::move(supervision), context));
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

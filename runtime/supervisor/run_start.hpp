@@ -14,7 +14,7 @@
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 
 struct Supervision;
 struct RunContext;
@@ -55,7 +55,7 @@ struct RunStart {
   // Finishes as a sandbox_error: the sandbox could not be set up, for `detail`'s reason.
   Result setup_failed(std::string detail);
 
-  // Classifies how the run ended into the result (common/outcome.hpp). Leaves the wall time to
+  // Classifies how the run ended into the result (supervisor/outcome.hpp). Leaves the wall time to
   // finish().
   void fill_from(RunEnd end);
   // For backends that supervise rlm-sandbox-init: rethrows what the caller's output callbacks
@@ -63,4 +63,4 @@ struct RunStart {
   void fill_from(Supervision supervision, const RunContext& context);
 };
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

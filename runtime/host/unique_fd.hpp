@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace rlm::common {
+namespace rlm::host {
 
 class UniqueFd {
  public:
@@ -32,4 +32,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -1,4 +1,4 @@
-#include "common/context_fd.hpp"
+#include "host/context_fd.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +9,7 @@
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 
 UniqueFd open_context_fd(const std::string& file, const std::string& data) {
   if (!file.empty()) {
@@ -29,4 +29,4 @@ UniqueFd open_context_fd(const std::string& file, const std::string& data) {
   return fd;
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -1,4 +1,4 @@
-#include "common/container.hpp"
+#include "host/container.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 namespace {
 
 // The first line of `text` containing `needle`, trimmed for an evidence string.
@@ -99,4 +99,4 @@ ContainerKind detect_container() {
   return detected;
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::host

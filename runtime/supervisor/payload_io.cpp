@@ -1,4 +1,4 @@
-#include "common/payload_io.hpp"
+#include "supervisor/payload_io.hpp"
 
 #include <signal.h>
 #include <time.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
-namespace rlm::common {
+namespace rlm::supervisor {
 namespace {
 
 // write() that cannot raise SIGPIPE in the host: SIGPIPE is blocked on this thread for the call,
@@ -113,4 +113,4 @@ bool CappedOutput::accept(std::string_view chunk) {
   return crossed;
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

@@ -1,4 +1,4 @@
-#include "common/sandbox_uid.hpp"
+#include "host/sandbox_uid.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -14,7 +14,7 @@
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
-namespace rlm::common {
+namespace rlm::host {
 namespace {
 
 bool parse_id(std::string_view text, std::uint64_t& value) {
@@ -149,4 +149,4 @@ SandboxUid SandboxUid::acquire(const UidRange& range) {
               " (FIRST-LAST) in the runtime's environment");
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::host

@@ -1,4 +1,4 @@
-#include "common/outcome.hpp"
+#include "supervisor/outcome.hpp"
 
 #include <signal.h>
 #include <string.h>
@@ -6,7 +6,7 @@
 #include "rlm_sandbox/units.hpp"
 #include "seccomp/seccomp.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 namespace {
 
 std::string truncated_streams(const RunEnd& end) {
@@ -205,4 +205,4 @@ void add_note(Result& result, std::string_view note) {
   result.detail += note;
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

@@ -9,11 +9,11 @@
 #include <string_view>
 #include <vector>
 
-#include "common/outcome.hpp"
-#include "common/rlimits.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/rlimits.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 
 struct Supervision;
 
@@ -122,4 +122,4 @@ RunContext run_context(const Policy& policy, std::string argv0, std::string work
 // then).
 RunEnd init_run_end(Supervision supervision, const RunContext& context);
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

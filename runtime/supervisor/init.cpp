@@ -1,4 +1,4 @@
-#include "common/init.hpp"
+#include "supervisor/init.hpp"
 
 #include <dlfcn.h>
 #include <poll.h>
@@ -19,12 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/supervise.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
+#include "supervisor/supervise.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 namespace {
 
 namespace protocol = init_protocol;
@@ -403,4 +403,4 @@ RunEnd init_run_end(Supervision supervision, const RunContext& context) {
   return end;
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor

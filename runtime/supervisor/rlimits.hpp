@@ -12,7 +12,7 @@
 
 #include "rlm_sandbox/policy.hpp"
 
-namespace rlm::common {
+namespace rlm::supervisor {
 
 enum class Resource { cpu, as, fsize, nofile, core, nproc };  // resource_name() follows this order
 
@@ -44,4 +44,4 @@ inline std::vector<ResourceLimit> policy_rlimits(const Limits& limits) {
   };
 }
 
-}  // namespace rlm::common
+}  // namespace rlm::supervisor
