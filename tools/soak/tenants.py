@@ -74,7 +74,7 @@ sys.dont_write_bytecode = True  # the clients import the package from the source
 
 #: The uids the clients run as, in turn: root, nobody, and an id with no account.
 TENANT_UIDS: Tuple[Tuple[int, int], ...] = ((0, 0), (65534, 65534), (60001, 60001))
-#: The host uids a root server maps sandboxes to (runtime/common/sandbox_uid.hpp).
+#: The host uids a root server maps sandboxes to (runtime/host/sandbox_uid.hpp).
 SANDBOX_UID_FIRST, SANDBOX_UID_LAST = 1879048192, 1879113727
 #: A mark: ``soak-tok-<client>-<12 hex>`` is a client's token, ``-<n>`` the operation's number.
 MARK = re.compile(r"soak-tok-(\d+)-([0-9a-f]{12})(?:-(\d+))?")
