@@ -37,18 +37,6 @@ bool wait_for(int socket, short events, Clock::time_point deadline) {
   }
 }
 
-std::string encode(const json& message) {
-  std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (body.size() > 0xFFFFFFFFu) throw WireError("a frame over 4 GiB cannot be sent");
-  const auto size = static_cast<std::uint32_t>(body.size());
-  std::string frame(kHeader, '\0');
-  frame[0] = static_cast<char>(size >> 24);
-  frame[1] = static_cast<char>(size >> 16);
-  frame[2] = static_cast<char>(size >> 8);
-  frame[3] = static_cast<char>(size);
-  return frame + body;
-}
-
 // One sendmsg of `data` (fds attached when given); the bytes sent, or -1 with errno.
 ssize_t send_some(int socket, std::string_view data, std::span<const int> fds) {
   if (fds.size() > kMaxFrameFds) throw WireError("too many fds for one frame");
@@ -110,9 +98,21 @@ std::uint32_t frame_length(const char* header) {
 
 }  // namespace
 
+std::string encode_frame(const json& message) {
+  std::string body = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (body.size() > 0xFFFFFFFFu) throw WireError("a frame over 4 GiB cannot be sent");
+  const auto size = static_cast<std::uint32_t>(body.size());
+  std::string frame(kHeader, '\0');
+  frame[0] = static_cast<char>(size >> 24);
+  frame[1] = static_cast<char>(size >> 16);
+  frame[2] = static_cast<char>(size >> 8);
+  frame[3] = static_cast<char>(size);
+  return frame + body;
+}
+
 void send_frame(int socket, const json& message, Clock::time_point deadline,
                 std::span<const int> fds) {
-  const std::string frame = encode(message);
+  const std::string frame = encode_frame(message);
   std::size_t sent = 0;
   while (sent < frame.size()) {
     const ssize_t count = send_some(socket, std::string_view(frame).substr(sent),
@@ -129,7 +129,7 @@ void send_frame(int socket, const json& message, Clock::time_point deadline,
 }
 
 bool send_frame_now(int socket, const json& message) {
-  const std::string frame = encode(message);
+  const std::string frame = encode_frame(message);
   const ssize_t count = send_some(socket, frame, {});
   return count == static_cast<ssize_t>(frame.size());
 }

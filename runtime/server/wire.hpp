@@ -92,6 +92,11 @@ struct Frame {
   std::vector<host::UniqueFd> fds;  // those that came on its first byte
 };
 
+// One frame's bytes: the 4-byte big-endian length, then the message as compact JSON (keys in
+// order, invalid UTF-8 replaced by U+FFFD). Throws WireError past 4 GiB. The golden corpus
+// (tests/golden/) checks it byte for byte.
+std::string encode_frame(const nlohmann::json& message);
+
 // Sends one frame with `fds` attached, waiting at most until `deadline` for room. Throws
 // WireError when the peer is gone or does not read in time.
 void send_frame(int socket, const nlohmann::json& message, Clock::time_point deadline,

@@ -49,11 +49,8 @@ bool Channel::send(const nlohmann::json& message) {
 
 bool Channel::send(const nlohmann::json& message, int fd) {
   if (!fd_ || (fd >= 0 && !outbound_.empty())) return false;
-  std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string header(FrameDecoder::kHeader, '\0');
+  auto [header, body] = encode_frame(message);
   const auto length = static_cast<std::uint32_t>(body.size());
-  for (std::size_t i = 0; i < FrameDecoder::kHeader; ++i)
-    header[i] = static_cast<char>((length >> (8 * (FrameDecoder::kHeader - 1 - i))) & 0xff);
   std::size_t offset = 0;
   if (fd >= 0) {
     // The header's first byte goes with the fd. It is 0: the hand-over frame is small, far

@@ -298,6 +298,15 @@ json parse_frame_body(std::string_view body, std::size_t max_depth, std::size_t 
   return frame;
 }
 
+EncodedFrame encode_frame(const json& message) {
+  EncodedFrame frame{std::string(FrameDecoder::kHeader, '\0'),
+                     message.dump(-1, ' ', false, json::error_handler_t::replace)};
+  const auto length = static_cast<std::uint32_t>(frame.body.size());
+  for (std::size_t i = 0; i < FrameDecoder::kHeader; ++i)
+    frame.header[i] = static_cast<char>((length >> (8 * (FrameDecoder::kHeader - 1 - i))) & 0xff);
+  return frame;
+}
+
 std::string describe_frame(const json& frame) {
   constexpr std::size_t kShown = 40;
   if (!frame.is_object()) return std::string("a ") + frame.type_name();

@@ -104,6 +104,15 @@ class FrameDecoder {
 nlohmann::json parse_frame_body(std::string_view body, std::size_t max_depth = kMaxFrameDepth,
                                 std::size_t max_values = kMaxFrameValues);
 
+// One frame the host sends, apart: its header (the body's length, 4 bytes big-endian) and its body
+// (compact JSON, keys in order, invalid UTF-8 replaced by U+FFFD). Kept apart so that a large
+// body is never copied to join them. The golden corpus (tests/golden/) checks it byte for byte.
+struct EncodedFrame {
+  std::string header;
+  std::string body;
+};
+EncodedFrame encode_frame(const nlohmann::json& message);
+
 // A frame in words for an error message: its type when that is a short printable string, and its
 // number of fields. Never the frame's content, never recursive.
 std::string describe_frame(const nlohmann::json& frame);

@@ -98,6 +98,23 @@ def split_bulk(message: dict, bulk: list) -> dict:
     return message
 
 
+def take_frame(buffer: bytearray, max_frame: int):
+    """The body of the first frame in buffer, removed from it with its header; None while the
+    frame is incomplete. A length over max_frame is a protocol violation (a bulk frame's too:
+    the host sends none)."""
+    if len(buffer) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack_from(buffer)
+    if length > max_frame:
+        protocol_violation('a frame of %d bytes exceeds the maximum of %d bytes'
+                           % (length, max_frame))
+    if len(buffer) < HEADER.size + length:
+        return None
+    body = bytes(buffer[HEADER.size:HEADER.size + length])
+    del buffer[:HEADER.size + length]
+    return body
+
+
 def decode_frame(body: bytes) -> HostFrame:
     try:
         message = json.loads(body.decode('utf-8'))
@@ -205,16 +222,11 @@ class Channel:
         if received:
             self._fd_reads.append((start, start + len(chunk), received))
         self._buffer += chunk
-        while len(self._buffer) >= HEADER.size:
-            (length,) = HEADER.unpack_from(self._buffer)
-            if length > self.max_frame:
-                protocol_violation('a frame of %d bytes exceeds the maximum of %d bytes'
-                                   % (length, self.max_frame))
-            if len(self._buffer) < HEADER.size + length:
+        while True:
+            body = take_frame(self._buffer, self.max_frame)
+            if body is None:
                 return
-            body = bytes(self._buffer[HEADER.size:HEADER.size + length])
-            del self._buffer[:HEADER.size + length]
-            frame_start, self._offset = self._offset, self._offset + HEADER.size + length
+            frame_start, self._offset = self._offset, self._offset + HEADER.size + len(body)
             frame = decode_frame(body)
             frame.fd = self._fd_of_frame(frame_start, self._offset)
             self._file(frame)
