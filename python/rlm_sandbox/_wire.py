@@ -148,7 +148,7 @@ class Wire:
             raise ServerError("unavailable", "the server did not answer in time") from error
         except OSError as error:
             raise ServerError("unavailable", f"the server connection broke: {error}") from error
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
             raise ServerError("internal", f"the server sent a malformed frame: {error}") from error
         if not isinstance(frame, dict) or not isinstance(frame.get("op"), str):
             raise ServerError("internal", "the server sent a frame without an \"op\"")
