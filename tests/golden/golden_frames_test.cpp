@@ -1,0 +1,281 @@
+// The golden-frame corpus (tests/golden/README.md) through the C++ ends of the three protocols:
+// the host's control channel (FrameDecoder, encode_frame), the server wire (receive_frame,
+// encode_frame) and the repl's request lines (parse_repl_request). The same files go through the
+// Python ends in test_golden_frames.py.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+#include "repl_request.hpp"
+#include "rlm_sandbox/error.hpp"
+#include "server/wire.hpp"
+#include "session/frame_decoder.hpp"
+
+namespace rlm::test {
+namespace {
+
+using nlohmann::json;
+
+json corpus(const std::string& name) {
+  std::ifstream in(std::string(RLM_TEST_SOURCE_DIR) + "/tests/golden/" + name + ".json");
+  EXPECT_TRUE(in) << name;
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+// Whether the entry lists `side` in `list` (absent: both sides).
+bool lists(const json& entry, const char* list, const char* side) {
+  if (!entry.contains(list)) return true;
+  for (const auto& item : entry[list])
+    if (item == side) return true;
+  return false;
+}
+
+std::string from_hex(const std::string& hex) {
+  std::string bytes;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return bytes;
+}
+
+// A wire's segments joined: {"hex": ...} or {"utf8": ...}, each `times` times (default once).
+std::string wire_bytes(const json& segments) {
+  std::string bytes;
+  for (const auto& segment : segments) {
+    const std::string piece = segment.contains("hex") ? from_hex(segment["hex"].get<std::string>())
+                                                      : segment["utf8"].get<std::string>();
+    const std::size_t times = segment.value("times", std::size_t{1});
+    for (std::size_t i = 0; i < times; ++i) bytes += piece;
+  }
+  return bytes;
+}
+
+// The message with each {"$repeat": text, "times": n} replaced by text repeated n times.
+json expanded(const json& value) {
+  if (value.is_object() && value.contains("$repeat")) {
+    std::string text;
+    for (std::size_t i = 0; i < value["times"].get<std::size_t>(); ++i)
+      text += value["$repeat"].get<std::string>();
+    return text;
+  }
+  if (!value.is_structured()) return value;
+  json copy = value;
+  for (auto& item : copy) item = expanded(item);
+  return copy;
+}
+
+// The bytes through a FrameDecoder as a channel feeds it (never past want()); throws as next()
+// does.
+std::optional<json> decode_control(const std::string& bytes, std::uint64_t max_frame,
+                                   std::size_t& frames) {
+  session::FrameDecoder decoder(max_frame);
+  std::optional<json> first;
+  frames = 0;
+  for (std::size_t at = 0; at < bytes.size();) {
+    const std::size_t take = std::min(decoder.want(), bytes.size() - at);
+    if (take == 0) break;  // broken: next() says why
+    decoder.append(bytes.data() + at, take);
+    at += take;
+  }
+  while (auto frame = decoder.next()) {
+    if (frames++ == 0) first = std::move(frame);
+  }
+  return first;
+}
+
+TEST(GoldenFrames, ControlChannelValidFramesRoundTrip) {
+  const json doc = corpus("control_channel");
+  for (const auto& entry : doc["valid"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    const std::string wire = wire_bytes(entry["wire"]);
+    const json message = expanded(entry["message"]);
+    if (lists(entry, "decoded_by", "cpp")) {
+      std::size_t frames = 0;
+      const auto decoded = decode_control(wire, doc["max_frame"].get<std::uint64_t>(), frames);
+      ASSERT_TRUE(decoded.has_value());
+      EXPECT_EQ(frames, 1u);
+      EXPECT_EQ(*decoded, message);
+    }
+    if (lists(entry, "encoded_by", "cpp")) {
+      const auto encoded = session::encode_frame(message);
+      EXPECT_EQ(encoded.header + encoded.body, wire);
+    }
+  }
+}
+
+TEST(GoldenFrames, ControlChannelInvalidFramesAreRefused) {
+  const json doc = corpus("control_channel");
+  for (const auto& entry : doc["invalid"]) {
+    if (!lists(entry, "refused_by", "cpp")) continue;
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    std::size_t frames = 0;
+    EXPECT_THROW(
+        decode_control(wire_bytes(entry["wire"]), doc["max_frame"].get<std::uint64_t>(), frames),
+        Error);
+  }
+}
+
+// The wire's bytes written into one end of a socket pair (by a thread: a frame may be larger
+// than the socket's buffer), then the end closed; receive_frame reads the other.
+std::optional<server::Frame> receive_server(const std::string& wire, std::uint64_t max_frame) {
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) throw Error("socketpair");
+  common::UniqueFd reader(ends[0]), writer(ends[1]);
+  std::thread writing([&] {
+    std::size_t sent = 0;
+    while (sent < wire.size()) {
+      const ssize_t count =
+          send(writer.get(), wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL);
+      if (count <= 0) break;  // the reader refused the frame and closed
+      sent += static_cast<std::size_t>(count);
+    }
+    shutdown(writer.get(), SHUT_WR);
+  });
+  std::optional<server::Frame> frame;
+  try {
+    frame = server::receive_frame(reader.get(), server::Clock::now() + std::chrono::seconds(10),
+                                  std::chrono::seconds(10), max_frame);
+  } catch (...) {
+    reader.reset();
+    writing.join();
+    throw;
+  }
+  reader.reset();
+  writing.join();
+  return frame;
+}
+
+TEST(GoldenFrames, ServerWireValidFramesRoundTrip) {
+  const json doc = corpus("server_wire");
+  for (const auto& entry : doc["valid"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    const std::string wire = wire_bytes(entry["wire"]);
+    const json message = expanded(entry["message"]);
+    if (lists(entry, "decoded_by", "cpp")) {
+      const auto frame = receive_server(wire, doc["max_frame"].get<std::uint64_t>());
+      ASSERT_TRUE(frame.has_value());
+      EXPECT_EQ(frame->message, message);
+    }
+    if (lists(entry, "encoded_by", "cpp")) {
+      EXPECT_EQ(server::encode_frame(message), wire);
+    }
+  }
+}
+
+TEST(GoldenFrames, ServerWireInvalidFramesAreRefused) {
+  const json doc = corpus("server_wire");
+  for (const auto& entry : doc["invalid"]) {
+    if (!lists(entry, "refused_by", "cpp")) continue;
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    EXPECT_THROW(receive_server(wire_bytes(entry["wire"]), doc["max_frame"].get<std::uint64_t>()),
+                 server::WireError);
+  }
+}
+
+const char* op_name(cli::ReplOp op) {
+  switch (op) {
+    case cli::ReplOp::execute:
+      return "execute";
+    case cli::ReplOp::llm_result:
+      return "llm_result";
+    case cli::ReplOp::snapshot:
+      return "snapshot";
+    case cli::ReplOp::restore:
+      return "restore";
+    case cli::ReplOp::close:
+      return "close";
+    case cli::ReplOp::context:
+      return "context";
+    case cli::ReplOp::add_context:
+      return "add_context";
+    case cli::ReplOp::add_history:
+      return "add_history";
+  }
+  return "?";
+}
+
+// A checked request as the line that states it: the fields the op took, defaults left out.
+json as_line(const cli::ReplRequest& request) {
+  json line = json::object();
+  if (!request.id.is_null()) line["id"] = request.id;
+  line["op"] = op_name(request.op);
+  switch (request.op) {
+    case cli::ReplOp::execute:
+      line["code"] = request.code;
+      if (request.timeout) line["timeout_ms"] = request.timeout->count();
+      if (request.locals) line["locals"] = true;
+      if (request.fetch) line["fetch"] = *request.fetch;
+      break;
+    case cli::ReplOp::llm_result:
+      line["query_id"] = request.query_id;
+      if (request.text) line["text"] = *request.text;
+      if (request.error) line["error"] = *request.error;
+      if (request.value) line["value"] = *request.value;
+      break;
+    case cli::ReplOp::add_context:
+      if (request.context_file.empty())
+        line["context"] = request.context;
+      else
+        line["context_file"] = request.context_file;
+      if (request.context_json) line["json"] = true;
+      if (request.index) line["index"] = *request.index;
+      break;
+    case cli::ReplOp::add_history:
+      line["history"] = request.context;
+      if (request.index) line["index"] = *request.index;
+      break;
+    case cli::ReplOp::restore:
+      line["snapshot"] = request.snapshot;
+      break;
+    case cli::ReplOp::context:
+      line["context"] = request.context;
+      break;
+    case cli::ReplOp::snapshot:
+    case cli::ReplOp::close:
+      break;
+  }
+  return line;
+}
+
+cli::ReplInputLimits repl_limits(const json& doc) {
+  cli::ReplInputLimits limits;
+  limits.max_timeout = std::chrono::milliseconds(doc["max_timeout_ms"].get<std::int64_t>());
+  return limits;
+}
+
+TEST(GoldenFrames, ReplLinesParseToTheirRequests) {
+  const json doc = corpus("repl_lines");
+  for (const auto& entry : doc["valid"]) {
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    const auto parsed = cli::parse_repl_request(entry["line"].get<std::string>(), repl_limits(doc));
+    const auto* request = std::get_if<cli::ReplRequest>(&parsed);
+    ASSERT_NE(request, nullptr) << std::get<cli::ReplRequestError>(parsed).message;
+    EXPECT_EQ(as_line(*request), entry["request"]);
+  }
+}
+
+TEST(GoldenFrames, ReplInvalidLinesAreRefusedWithTheirId) {
+  const json doc = corpus("repl_lines");
+  for (const auto& entry : doc["invalid"]) {
+    if (!lists(entry, "refused_by", "cpp")) continue;
+    SCOPED_TRACE(entry["name"].get<std::string>());
+    const auto parsed = cli::parse_repl_request(entry["line"].get<std::string>(), repl_limits(doc));
+    const auto* error = std::get_if<cli::ReplRequestError>(&parsed);
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(error->id, entry["error_id"]);
+    EXPECT_FALSE(error->message.empty());
+  }
+}
+
+}  // namespace
+}  // namespace rlm::test
