@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..', '..')
@@ -96,6 +96,21 @@ def read_all(sock: socket.socket) -> bytes:
         chunks.append(chunk)
 
 
+def round_trip_valid_frames(test: unittest.TestCase, doc: Dict[str, Any],
+                            decode: Callable[[bytes], Dict[str, Any]],
+                            encode: Callable[[Dict[str, Any]], bytes]) -> None:
+    """Each valid frame of a corpus through one side: decode(wire) gives its message,
+    encode(message) gives its wire, each where the entry lists Python."""
+    for entry in doc['valid']:
+        with test.subTest(entry['name']):
+            wire = wire_bytes(entry['wire'])
+            message = expanded(entry['message'])
+            if lists(entry, 'decoded_by', 'python'):
+                test.assertEqual(decode(wire), message)
+            if lists(entry, 'encoded_by', 'python'):
+                test.assertEqual(encode(message), wire)
+
+
 class ControlChannel(unittest.TestCase):
     """The worker's end: it encodes the frames it sends (bulk frames included) and decodes the
     host's."""
@@ -125,16 +140,12 @@ class ControlChannel(unittest.TestCase):
         return WORKER['decode_frame'](body)
 
     def test_valid_frames_round_trip(self):
-        for entry in self.doc['valid']:
-            with self.subTest(entry['name']):
-                wire = wire_bytes(entry['wire'])
-                message = expanded(entry['message'])
-                if lists(entry, 'decoded_by', 'python'):
-                    frame = self.worker_receives(wire)
-                    self.assertEqual(dict(frame), message)
-                    self.assertIsNone(frame.fd)
-                if lists(entry, 'encoded_by', 'python'):
-                    self.assertEqual(self.worker_sends(message), wire)
+        def decode(wire: bytes) -> Dict[str, Any]:
+            frame = self.worker_receives(wire)
+            self.assertIsNone(frame.fd)
+            return dict(frame)
+
+        round_trip_valid_frames(self, self.doc, decode, self.worker_sends)
 
     def test_invalid_frames_are_refused(self):
         for entry in self.doc['invalid']:
@@ -153,28 +164,28 @@ class ServerWire(unittest.TestCase):
         self.doc = corpus('server_wire')
 
     def test_valid_frames_round_trip(self):
-        for entry in self.doc['valid']:
-            with self.subTest(entry['name']):
-                wire = wire_bytes(entry['wire'])
-                message = expanded(entry['message'])
-                if lists(entry, 'decoded_by', 'python'):
-                    mine, theirs = socket.socketpair()
-                    writer = write_then_close(theirs, wire)
-                    wire_end = Wire(mine)
-                    try:
-                        self.assertEqual(wire_end.receive(), message)
-                    finally:
-                        wire_end.close()
-                        writer.join()
-                        theirs.close()
-                if lists(entry, 'encoded_by', 'python'):
-                    mine, theirs = socket.socketpair()
-                    wire_end = Wire(mine)
-                    with theirs:
-                        wire_end.send(message)
-                        mine.shutdown(socket.SHUT_WR)
-                        self.assertEqual(read_all(theirs), wire)
-                    wire_end.close()
+        def decode(wire: bytes) -> Dict[str, Any]:
+            mine, theirs = socket.socketpair()
+            writer = write_then_close(theirs, wire)
+            wire_end = Wire(mine)
+            try:
+                return wire_end.receive()
+            finally:
+                wire_end.close()
+                writer.join()
+                theirs.close()
+
+        def encode(message: Dict[str, Any]) -> bytes:
+            mine, theirs = socket.socketpair()
+            wire_end = Wire(mine)
+            with theirs:
+                wire_end.send(message)
+                mine.shutdown(socket.SHUT_WR)
+                data = read_all(theirs)
+            wire_end.close()
+            return data
+
+        round_trip_valid_frames(self, self.doc, decode, encode)
 
     def test_invalid_frames_are_refused(self):
         for entry in self.doc['invalid']:
