@@ -12,6 +12,7 @@
 #include "rlm_sandbox/llm.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/connection.hpp"
+#include "session/pending_calls.hpp"
 
 namespace rlm::server {
 namespace {
@@ -29,57 +30,29 @@ class ClientHandler final : public LlmHandler {
   explicit ClientHandler(std::shared_ptr<SharedSender> link) : link_(std::move(link)) {}
 
   void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
-    std::uint64_t id;
-    {
-      std::lock_guard lock(mutex_);
-      if (closed_ || call.is_cancelled()) {
-        done(LlmAnswer::of_error(closed_ ? "the client is gone" : "the cell that asked has ended"));
-        return;
-      }
-      id = next_id_++;
-      pending_[id] = std::move(done);
-    }
+    const auto id = calls_.add(call, std::move(done));
+    if (!id) return;
     json frame = {{"op", "llm_call"},
-                  {"id", id},
+                  {"id", *id},
                   {"prompt", std::move(call.prompt)},
                   {"model", call.model ? json(*call.model) : json()},
                   {"kind", to_string(call.kind)}};
     if (call.prompt_is_json) frame["prompt_is_json"] = true;
     if (call.kind == CallKind::tool) frame["tool"] = call.tool;
     const bool sent = link_->send(frame);
-    if (!sent) complete(id, LlmAnswer::of_error("the client is gone"));
+    if (!sent) complete(*id, LlmAnswer::of_error("the client is gone"));
   }
 
   // False when no call waits with this id.
   bool complete(std::uint64_t id, LlmAnswer answer) {
-    std::function<void(LlmAnswer)> done;
-    {
-      std::lock_guard lock(mutex_);
-      auto found = pending_.find(id);
-      if (found == pending_.end()) return false;
-      done = std::move(found->second);
-      pending_.erase(found);
-    }
-    done(std::move(answer));
-    return true;
+    return calls_.complete(id, std::move(answer));
   }
 
-  void close() {
-    std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending;
-    {
-      std::lock_guard lock(mutex_);
-      closed_ = true;
-      pending.swap(pending_);
-    }
-    for (auto& [id, done] : pending) done(LlmAnswer::of_error("the client is gone"));
-  }
+  void close() { calls_.close(); }
 
  private:
   std::shared_ptr<SharedSender> link_;
-  std::mutex mutex_;
-  std::uint64_t next_id_ = 1;
-  std::map<std::uint64_t, std::function<void(LlmAnswer)>> pending_;
-  bool closed_ = false;
+  session::PendingCalls calls_{"the client is gone"};
 };
 
 // The context from the client's fd (check_client_fd has passed it), copied into a memfd of the
@@ -211,10 +184,15 @@ CellResult add_context(Session& session, const json& op, UniqueFd fd, std::uint6
                              at);
 }
 
-}  // namespace
+// A session_open frame's "options", checked (and that at most one fd, the context, came with
+// it): the session's options but its context, LM handler and bind owner, and whether the client
+// answers the cells' calls ("llm": "client") or nobody does ("none").
+struct OpenOptions {
+  SessionOptions session;
+  bool client_answers = true;
+};
 
-void serve_session(const Connection& connection, const json& frame, std::vector<UniqueFd> fds) {
-  const Admitted admitted = admit(connection, frame);
+OpenOptions open_options(const json& frame, std::size_t fd_count) {
   const json options_json = frame.value("options", json::object());
   if (!options_json.is_object()) throw Refusal("invalid", "\"options\" must be an object");
   for (const auto& [key, value] : options_json.items())
@@ -222,9 +200,10 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
         key != "llm_concurrency" && key != "llm_timeout_ms" && key != "llm_budget" &&
         key != "echo" && key != "tools")
       throw Refusal("invalid", "unknown session option");
-  if (fds.size() > 1) throw Refusal("invalid", "session_open takes at most 1 fd (the context)");
+  if (fd_count > 1) throw Refusal("invalid", "session_open takes at most 1 fd (the context)");
 
-  SessionOptions options;
+  OpenOptions open;
+  SessionOptions& options = open.session;
   const auto is_json = options_json.find("context_is_json");
   if (is_json != options_json.end()) {
     if (!is_json->is_boolean()) throw Refusal("invalid", "\"context_is_json\" must be a boolean");
@@ -245,7 +224,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
       option(options_json, "lifetime_ms", std::chrono::milliseconds(kMaxLifetime).count(),
              std::chrono::milliseconds(kMaxLifetime).count()));
   const LlmLimits defaults;
-  LlmLimits limits;
+  LlmLimits& limits = options.llm_limits;
   limits.concurrency =
       option(options_json, "llm_concurrency", defaults.concurrency, defaults.concurrency);
   limits.call_timeout = std::chrono::milliseconds(option(options_json, "llm_timeout_ms",
@@ -257,6 +236,16 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
                               : std::string("?");
   if (llm != "client" && llm != "none")
     throw Refusal("invalid", "\"llm\" must be \"client\" or \"none\"");
+  open.client_answers = llm == "client";
+  return open;
+}
+
+}  // namespace
+
+void serve_session(const Connection& connection, const json& frame, std::vector<UniqueFd> fds) {
+  const Admitted admitted = admit(connection, frame);
+  OpenOptions open = open_options(frame, fds.size());
+  SessionOptions& options = open.session;
 
   const auto end_of_life = Clock::now() + options.lifetime;
   options.bind_owner = HostIds{connection.peer.uid, connection.peer.gid};  // request.hpp
@@ -270,8 +259,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
 
   auto link = std::make_shared<SharedSender>(connection.socket, connection.config.frame_timeout);
   auto client = std::make_shared<ClientHandler>(link);
-  if (llm == "client") options.llm = client;  // the session wraps it with the limits
-  options.llm_limits = limits;
+  if (open.client_answers) options.llm = client;  // the session wraps it with the limits
 
   // A tightened policy has no warm sessions: it starts cold, on the pool's backend as a run does
   // (the candidate's backend preference is the client's, and may name one that isolates less).
