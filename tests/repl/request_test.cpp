@@ -1,13 +1,13 @@
 // parse_repl_request and LineSplitter without a session: every field's type and range, the depth
 // and length bounds, and what an error may quote of the line.
-#include "repl_request.hpp"
+#include "repl/request.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace rlm::cli {
+namespace rlm::repl {
 namespace {
 
 using nlohmann::json;
@@ -250,4 +250,4 @@ TEST(ReplRequest, BlankLines) {
 }
 
 }  // namespace
-}  // namespace rlm::cli
+}  // namespace rlm::repl

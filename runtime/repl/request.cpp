@@ -1,9 +1,9 @@
 // parse_repl_request and LineSplitter: the orchestrator's lines, bounded and checked.
-#include "repl_request.hpp"
+#include "repl/request.hpp"
 
 #include <algorithm>
 
-namespace rlm::cli {
+namespace rlm::repl {
 namespace {
 
 using nlohmann::json;
@@ -319,4 +319,4 @@ void LineSplitter::finish(const OnLine& on_line) {
   dropping_ = false;
 }
 
-}  // namespace rlm::cli
+}  // namespace rlm::repl

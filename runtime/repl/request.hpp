@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace rlm::cli {
+namespace rlm::repl {
 
 // The longest line taken: the session's largest control frame (SessionOptions::max_frame_bytes),
 // which an execute's code has to fit in anyway. A longer line is dropped as it arrives.
@@ -110,4 +110,4 @@ class LineSplitter {
   bool dropping_ = false;  // inside a line already over the bound
 };
 
-}  // namespace rlm::cli
+}  // namespace rlm::repl
