@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.hpp"
-#include "repl_request.hpp"
+#include "repl/request.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "server/wire.hpp"
 #include "session/frame_decoder.hpp"
@@ -194,47 +194,47 @@ TEST(GoldenFrames, ServerWireInvalidFramesAreRefused) {
   }
 }
 
-const char* op_name(cli::ReplOp op) {
+const char* op_name(repl::ReplOp op) {
   switch (op) {
-    case cli::ReplOp::execute:
+    case repl::ReplOp::execute:
       return "execute";
-    case cli::ReplOp::llm_result:
+    case repl::ReplOp::llm_result:
       return "llm_result";
-    case cli::ReplOp::snapshot:
+    case repl::ReplOp::snapshot:
       return "snapshot";
-    case cli::ReplOp::restore:
+    case repl::ReplOp::restore:
       return "restore";
-    case cli::ReplOp::close:
+    case repl::ReplOp::close:
       return "close";
-    case cli::ReplOp::context:
+    case repl::ReplOp::context:
       return "context";
-    case cli::ReplOp::add_context:
+    case repl::ReplOp::add_context:
       return "add_context";
-    case cli::ReplOp::add_history:
+    case repl::ReplOp::add_history:
       return "add_history";
   }
   return "?";
 }
 
 // A checked request as the line that states it: the fields the op took, defaults left out.
-json as_line(const cli::ReplRequest& request) {
+json as_line(const repl::ReplRequest& request) {
   json line = json::object();
   if (!request.id.is_null()) line["id"] = request.id;
   line["op"] = op_name(request.op);
   switch (request.op) {
-    case cli::ReplOp::execute:
+    case repl::ReplOp::execute:
       line["code"] = request.code;
       if (request.timeout) line["timeout_ms"] = request.timeout->count();
       if (request.locals) line["locals"] = true;
       if (request.fetch) line["fetch"] = *request.fetch;
       break;
-    case cli::ReplOp::llm_result:
+    case repl::ReplOp::llm_result:
       line["query_id"] = request.query_id;
       if (request.text) line["text"] = *request.text;
       if (request.error) line["error"] = *request.error;
       if (request.value) line["value"] = *request.value;
       break;
-    case cli::ReplOp::add_context:
+    case repl::ReplOp::add_context:
       if (request.context_file.empty())
         line["context"] = request.context;
       else
@@ -242,25 +242,25 @@ json as_line(const cli::ReplRequest& request) {
       if (request.context_json) line["json"] = true;
       if (request.index) line["index"] = *request.index;
       break;
-    case cli::ReplOp::add_history:
+    case repl::ReplOp::add_history:
       line["history"] = request.context;
       if (request.index) line["index"] = *request.index;
       break;
-    case cli::ReplOp::restore:
+    case repl::ReplOp::restore:
       line["snapshot"] = request.snapshot;
       break;
-    case cli::ReplOp::context:
+    case repl::ReplOp::context:
       line["context"] = request.context;
       break;
-    case cli::ReplOp::snapshot:
-    case cli::ReplOp::close:
+    case repl::ReplOp::snapshot:
+    case repl::ReplOp::close:
       break;
   }
   return line;
 }
 
-cli::ReplInputLimits repl_limits(const json& doc) {
-  cli::ReplInputLimits limits;
+repl::ReplInputLimits repl_limits(const json& doc) {
+  repl::ReplInputLimits limits;
   limits.max_timeout = std::chrono::milliseconds(doc["max_timeout_ms"].get<std::int64_t>());
   return limits;
 }
@@ -269,9 +269,10 @@ TEST(GoldenFrames, ReplLinesParseToTheirRequests) {
   const json doc = corpus("repl_lines");
   for (const auto& entry : doc["valid"]) {
     SCOPED_TRACE(entry["name"].get<std::string>());
-    const auto parsed = cli::parse_repl_request(entry["line"].get<std::string>(), repl_limits(doc));
-    const auto* request = std::get_if<cli::ReplRequest>(&parsed);
-    ASSERT_NE(request, nullptr) << std::get<cli::ReplRequestError>(parsed).message;
+    const auto parsed =
+        repl::parse_repl_request(entry["line"].get<std::string>(), repl_limits(doc));
+    const auto* request = std::get_if<repl::ReplRequest>(&parsed);
+    ASSERT_NE(request, nullptr) << std::get<repl::ReplRequestError>(parsed).message;
     EXPECT_EQ(as_line(*request), entry["request"]);
   }
 }
@@ -281,8 +282,9 @@ TEST(GoldenFrames, ReplInvalidLinesAreRefusedWithTheirId) {
   for (const auto& entry : doc["invalid"]) {
     if (!lists(entry, "refused_by", "cpp")) continue;
     SCOPED_TRACE(entry["name"].get<std::string>());
-    const auto parsed = cli::parse_repl_request(entry["line"].get<std::string>(), repl_limits(doc));
-    const auto* error = std::get_if<cli::ReplRequestError>(&parsed);
+    const auto parsed =
+        repl::parse_repl_request(entry["line"].get<std::string>(), repl_limits(doc));
+    const auto* error = std::get_if<repl::ReplRequestError>(&parsed);
     ASSERT_NE(error, nullptr);
     EXPECT_EQ(error->id, entry["error_id"]);
     EXPECT_FALSE(error->message.empty());
