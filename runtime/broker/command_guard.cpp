@@ -1,6 +1,7 @@
-// spawn_guarded_shell: the guard process of a command: LM call (command_guard.hpp). Everything
-// after fork() runs in a copy of a multithreaded process: async-signal-safe calls only, no
-// allocation, no locks; what needs memory is prepared in the parent.
+// spawn_guarded_shell: the guard process of a command: LM call (command_guard.hpp). The guard
+// and the shell are plain children (process/child_start.hpp): the guard runs in a copy of a
+// multithreaded process, so async-signal-safe calls only, no allocation, no locks; what needs
+// memory is prepared in the parent.
 #include "broker/command_guard.hpp"
 
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 
 #include <cerrno>
 
+#include "process/child_start.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -127,8 +129,7 @@ int kill_tree(pid_t shell) noexcept {
   if (getppid() != plan.host) _exit(kCannotRun);  // the host died before this line
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   const pid_t guard = getpid();
-  const pid_t shell = fork();
-  if (shell == 0) exec_shell(plan, guard);
+  const pid_t shell = process::start_child({}, [&plan, guard] { exec_shell(plan, guard); }).pid;
   // The guard holds no fd: not the host's, nor the command's pipes (their EOF is the host's sign
   // that the command is done).
   close_range(0, ~0u, 0);
@@ -168,15 +169,9 @@ pid_t spawn_guarded_shell(const std::string& command, int input, int output, int
   char* argv[] = {shell.data(), flag.data(), script.data(), nullptr};
   const Plan plan{getpid(), input, output, errors, argv};
 
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  const pid_t pid = fork();
-  if (pid == 0) run_guard(plan);
-  const int fork_error = errno;
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (pid < 0) throw Error("fork (LM command): " + sys::errno_text(fork_error));
-  return pid;
+  const auto guard = process::start_child({}, [&plan] { run_guard(plan); });
+  if (guard.pid < 0) throw Error("fork (LM command): " + sys::errno_text(guard.error));
+  return guard.pid;
 }
 
 }  // namespace rlm::broker

@@ -52,26 +52,6 @@ std::string rule_path(const Mount& mount) {
 
 }  // namespace
 
-const char* step_name(Step step) {
-  switch (step) {
-    case Step::setgroups:
-      return "setgroups";
-    case Step::setgid:
-      return "setresgid";
-    case Step::setuid:
-      return "setresuid";
-    case Step::capabilities:
-      return "capset (dropping every capability)";
-    case Step::no_new_privs:
-      return "prctl(PR_SET_NO_NEW_PRIVS)";
-    case Step::landlock:
-      return "landlock_restrict_self";
-    case Step::seccomp:
-      return "seccomp (the landlock backend's filter)";
-  }
-  return "setup";
-}
-
 Confinement Confinement::prepare(const Policy& policy, const std::string& init_path,
                                  const HostIds& bind_owner) {
   Confinement c;
@@ -154,27 +134,31 @@ std::string Confinement::payload_path(const std::string& policy_path) const {
   return best->host + policy_path.substr(best->target.size());
 }
 
-ChildFailure Confinement::apply_in_child() const noexcept {
-  const auto fail = [](Step step) { return ChildFailure{static_cast<int>(step), errno}; };
+bool Confinement::apply_in_child(process::ChildFailure& failure) const noexcept {
+  const auto fail = [&failure](const char* step) {
+    failure.set(step, errno);
+    return false;
+  };
   if (slot_.held()) {
     // Raw syscalls: glibc's wrappers would try to reach other threads of a process that has one.
-    if (syscall(SYS_setgroups, 0, nullptr) != 0) return fail(Step::setgroups);
-    if (syscall(SYS_setresgid, gid_, gid_, gid_) != 0) return fail(Step::setgid);
-    if (syscall(SYS_setresuid, uid_, uid_, uid_) != 0) return fail(Step::setuid);
+    if (syscall(SYS_setgroups, 0, nullptr) != 0) return fail("setgroups");
+    if (syscall(SYS_setresgid, gid_, gid_, gid_) != 0) return fail("setresgid");
+    if (syscall(SYS_setresuid, uid_, uid_, uid_) != 0) return fail("setresuid");
   }
   // None left: permitted, effective, inheritable (so none ambient either).
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-  if (syscall(SYS_capset, &header, data) != 0) return fail(Step::capabilities);
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail(Step::no_new_privs);
+  if (syscall(SYS_capset, &header, data) != 0) return fail("capset (dropping every capability)");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("prctl(PR_SET_NO_NEW_PRIVS)");
   if (const int error = landlock::apply_restrict_self(ruleset_.fd()); error != 0) {
     errno = -error;
-    return fail(Step::landlock);
+    return fail("landlock_restrict_self");
   }
   sock_fprog program{static_cast<unsigned short>(seccomp_.size()),
                      const_cast<sock_filter*>(seccomp_.data())};
-  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) return fail(Step::seccomp);
-  return {};
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0)
+    return fail("seccomp (the landlock backend's filter)");
+  return true;
 }
 
 }  // namespace rlm::landlock_backend

@@ -18,27 +18,11 @@
 
 #include "host/sandbox_uid.hpp"
 #include "landlock/landlock.hpp"
+#include "process/child_failure.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 
 namespace rlm::landlock_backend {
-
-// The child's steps, in order; a failure names one (ChildFailure).
-enum class Step : int {
-  setgroups = 1,
-  setgid,
-  setuid,
-  capabilities,
-  no_new_privs,
-  landlock,
-  seccomp
-};
-const char* step_name(Step step);
-
-struct ChildFailure {
-  int step = 0;  // a Step, 0 = none
-  int error = 0;
-};
 
 class Confinement {
  public:
@@ -56,9 +40,9 @@ class Confinement {
   // again by this process. Call once nothing of the sandbox runs any more.
   ~Confinement();
 
-  // Child: every step above; {0, 0} on success, else the failing step and its errno. Raw syscalls
-  // only (async-signal-safe).
-  ChildFailure apply_in_child() const noexcept;
+  // Child: every step above; false with `failure` naming the failing step and its errno. Raw
+  // syscalls only (async-signal-safe).
+  bool apply_in_child(process::ChildFailure& failure) const noexcept;
 
   // A path as the payload should use it: a tmpfs target (or below it) becomes its run directory;
   // anything else is the host path itself.

@@ -1,6 +1,5 @@
 #include "landlock_backend/landlock_backend.hpp"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include "host/sandbox_uid.hpp"
 #include "landlock/landlock.hpp"
 #include "landlock_backend/confinement.hpp"
+#include "process/child_failure.hpp"
+#include "process/child_start.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 #include "seccomp/seccomp.hpp"
@@ -79,43 +80,38 @@ bool runtime_is_root() {
   return geteuid() == 0;
 }
 
-// Reads the child's verdict: nothing before EOF means it reached the exec of init.
-ChildFailure read_verdict(int fd) {
-  ChildFailure failure;
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, kChildVerdictMs) <= 0) return {0, ETIMEDOUT};
-  const ssize_t n = read(fd, &failure, sizeof failure);
-  if (n == static_cast<ssize_t>(sizeof failure)) return failure;
-  return {};
+// The child's verdict: nothing before EOF means it reached the exec of init.
+process::ChildReport read_verdict(int fd) {
+  return process::read_child_report(fd, kChildVerdictMs);
 }
 
-std::string describe(const ChildFailure& failure) {
-  if (failure.step == 0 && failure.error == ETIMEDOUT)
-    return "the confined child did not reach the exec of rlm-sandbox-init within 10 s";
-  return std::string("confining the sandbox: ") + step_name(static_cast<Step>(failure.step)) +
-         ": " + sys::errno_text(failure.error);
-}
-
-// Forks a child that applies `confinement` and then runs `then` (exec); a failing step is
-// written to a pipe the parent reads. Every signal stays blocked in the child.
-template <typename Then>
-pid_t fork_confined(const Confinement& confinement, const supervisor::Pipe& verdict, Then then) {
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  const pid_t pid = _Fork();
-  if (pid == 0) {
-    const ChildFailure failure = confinement.apply_in_child();
-    if (failure.step != 0) {
-      [[maybe_unused]] const auto ignored = write(verdict.write.get(), &failure, sizeof failure);
-      _exit(127);
-    }
-    then();
+// What a verdict says went wrong; "" when nothing did.
+std::string describe(const process::ChildReport& verdict) {
+  switch (verdict.kind) {
+    case process::ChildReport::Kind::timed_out:
+      return "the confined child did not reach the exec of rlm-sandbox-init within 10 s";
+    case process::ChildReport::Kind::failed:
+      return std::string("confining the sandbox: ") + verdict.failure.step + ": " +
+             sys::errno_text(verdict.failure.error);
+    case process::ChildReport::Kind::exec:
+    case process::ChildReport::Kind::unreadable:
+      break;
   }
-  const int fork_error = errno;
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (pid < 0) throw std::system_error(fork_error, std::generic_category(), "fork");
-  return pid;
+  return "";
+}
+
+// Starts a child that applies `confinement` and then runs `then` (exec); a failing step is
+// written to `verdict`, which the parent reads. Every signal stays blocked in the child.
+template <typename Then>
+pid_t start_confined(const Confinement& confinement, const supervisor::Pipe& verdict, Then then) {
+  const int verdict_fd = verdict.write.get();
+  const auto child = process::start_child({}, [&confinement, verdict_fd, &then] {
+    process::ChildFailure failure;
+    if (!confinement.apply_in_child(failure)) process::exit_with_failure(verdict_fd, failure, 127);
+    then();
+  });
+  if (child.pid < 0) throw std::system_error(child.error, std::generic_category(), "fork");
+  return child.pid;
 }
 
 // A whole confinement applied once in a child, with the policy of an empty sandbox: why it fails
@@ -131,13 +127,13 @@ std::string probe(const std::string& init_path) {
     empty.filesystem.mounts = {};
     const Confinement confinement = Confinement::prepare(empty, init_path);
     supervisor::Pipe verdict = supervisor::make_pipe();
-    const pid_t pid = fork_confined(confinement, verdict, [] { _exit(0); });
+    const pid_t pid = start_confined(confinement, verdict, [] { _exit(0); });
     verdict.write.reset();
-    const ChildFailure failure = read_verdict(verdict.read.get());
+    const auto failure = read_verdict(verdict.read.get());
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (failure.step != 0)
+    if (failure.kind == process::ChildReport::Kind::failed)
       problem = describe(failure);
     else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       problem = "the confinement probe's child ended abnormally";
@@ -285,7 +281,7 @@ class LandlockBackend final : public Backend {
       if (filter.notify) launch->keep_for_init(filter.notify.get());
       verdict = supervisor::make_pipe();
       const supervisor::InitLaunch& ready = *launch;
-      const pid_t pid = fork_confined(*confinement, verdict, [&ready] { ready.exec_in_child(); });
+      const pid_t pid = start_confined(*confinement, verdict, [&ready] { ready.exec_in_child(); });
       verdict.write.reset();
       process = launch->finish(pid);
     } catch (const std::system_error& error) {
@@ -293,11 +289,11 @@ class LandlockBackend final : public Backend {
     } catch (const Error& error) {
       return run.setup_failed(error.what());
     }
-    const ChildFailure failure = read_verdict(verdict.read.get());
-    if (failure.step != 0 || failure.error != 0) {
+    const std::string failure = describe(read_verdict(verdict.read.get()));
+    if (!failure.empty()) {
       // The child exited before init: supervision reaps it; the Result is the setup's failure.
       supervisor::supervise_init(process, std::move(options));
-      return run.setup_failed(describe(failure));
+      return run.setup_failed(failure);
     }
     if (request.on_started) request.on_started([] { return LiveCounters{}; });
     run.fill_from(supervisor::supervise_init(process, std::move(options)), context);

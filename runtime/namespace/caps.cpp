@@ -62,10 +62,9 @@ PrivilegePlan PrivilegePlan::prepare(const Policy& policy) {
   return plan;
 }
 
-bool PrivilegePlan::apply(StepFailure& failure) const noexcept {
+bool PrivilegePlan::apply(process::ChildFailure& failure) const noexcept {
   auto fail = [&](const char* step) {
-    failure.step = step;
-    failure.error = errno;
+    failure.set(step, errno);
     return false;
   };
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "namespace/setup_fix.hpp"
+#include "process/child_failure.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -25,14 +26,12 @@ namespace {
 
 constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
 
-[[noreturn]] void fail(const ChildPlan& plan, StepFailure failure) noexcept {
-  while (write(plan.error_write, &failure, sizeof failure) < 0 && errno == EINTR) {
-  }
-  _exit(init_protocol::kInitFailureExit);
+[[noreturn]] void fail(const ChildPlan& plan, const process::ChildFailure& failure) noexcept {
+  process::exit_with_failure(plan.error_write, failure, init_protocol::kInitFailureExit);
 }
 
 [[noreturn]] void fail(const ChildPlan& plan, const char* step) noexcept {
-  fail(plan, StepFailure{step, errno});
+  fail(plan, process::ChildFailure::at(step, errno));
 }
 
 }  // namespace
@@ -55,7 +54,7 @@ void run_child(const ChildPlan& plan) noexcept {
   for (int fd : plan.join_cgroup_fds)
     if (fd >= 0 && write(fd, "0", 1) != 1) fail(plan, "joining the run's cgroup (tasks)");
 
-  StepFailure failure;
+  process::ChildFailure failure;
   if (!apply_ids(*plan.ids, failure)) fail(plan, failure);
   // After the id change, which clears the parent-death signal. If the runtime dies from here on,
   // PID 1 of the namespace dies and the kernel kills everything in it. The parent holds the
@@ -92,20 +91,18 @@ void run_child(const ChildPlan& plan) noexcept {
 }
 
 void wait_for_exec(int error_read, int timeout_ms) {
-  pollfd child{error_read, POLLIN, 0};
-  int ready;
-  while ((ready = poll(&child, 1, timeout_ms)) < 0 && errno == EINTR) {
+  const auto report = process::read_child_report(error_read, timeout_ms);
+  switch (report.kind) {
+    case process::ChildReport::Kind::exec:
+      return;  // the pipe closed on the exec
+    case process::ChildReport::Kind::timed_out:
+      throw SetupError("setup timed out", ETIMEDOUT);
+    case process::ChildReport::Kind::unreadable:
+      throw SetupError("reading the setup result", report.failure.error);
+    case process::ChildReport::Kind::failed:
+      break;
   }
-  StepFailure failure{"setup timed out", ETIMEDOUT};
-  if (ready != 0) {
-    ssize_t got;
-    while ((got = read(error_read, &failure, sizeof failure)) < 0 && errno == EINTR) {
-    }
-    if (got == 0) return;  // closed by the exec
-    if (got != static_cast<ssize_t>(sizeof failure))
-      failure = {"reading the setup result", got < 0 ? errno : EIO};
-  }
-  throw SetupError(failure.step, failure.error);
+  throw SetupError(report.failure.step, report.failure.error);
 }
 
 }  // namespace rlm::ns

@@ -1,7 +1,8 @@
 // The sandbox's first process between clone and exec: waits for the parent to write its id maps,
 // then takes the setup steps in order and execs rlm-sandbox-init by fd. Everything it touches is
-// prepared by the parent before clone; it makes raw syscalls only (see clone.hpp). A failing
-// step is reported as a StepFailure on the error pipe; a successful exec closes that pipe.
+// prepared by the parent before clone; it makes raw syscalls only (process/child_start.hpp). A
+// failing step is reported as a process::ChildFailure on the error pipe; a successful exec closes
+// that pipe.
 #pragma once
 
 #include <sys/types.h>
@@ -19,7 +20,7 @@ struct ChildPlan {
   // Pipes: the parent writes one byte on `release` once the maps are written (EOF: give up), and
   // keeps its end open until the exec, so the child can tell whether its parent still exists.
   int release_read = -1, release_write = -1;
-  int error_read = -1, error_write = -1;  // StepFailure records; close-on-exec
+  int error_read = -1, error_write = -1;  // ChildFailure records; close-on-exec
 
   // v1: the run's groups' `tasks` files; the child writes "0" to each, moving itself, before it
   // changes its ids (RunCgroup::self_join_fds). -1: none (v2, or no cgroup).
@@ -42,7 +43,7 @@ struct ChildPlan {
 
 // Parent: waits for the child's exec (EOF on `error_read`), at most `timeout_ms` (-1: forever).
 // Throws SetupError ("sandbox setup failed: <step>: <error>", with the fix where one is known:
-// setup_fix.hpp) with the StepFailure the child reported, or {"setup timed out", ETIMEDOUT} for a
+// setup_fix.hpp) with the ChildFailure the child reported, or {"setup timed out", ETIMEDOUT} for a
 // child that did not finish in time.
 void wait_for_exec(int error_read, int timeout_ms);
 

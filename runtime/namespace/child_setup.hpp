@@ -1,7 +1,7 @@
 // The steps the cloned child takes between clone and exec, each prepared in the parent (where
 // allocation is fine) and applied in the child with raw syscalls only: nothing in an apply()
 // allocates, takes a lock or calls into a library that might. A failing step reports which one
-// and errno through a pipe so the Result can say exactly what broke.
+// and errno (a process::ChildFailure) through a pipe so the Result can say exactly what broke.
 #pragma once
 
 #include <linux/filter.h>
@@ -12,16 +12,11 @@
 #include <vector>
 
 #include "host/unique_fd.hpp"
+#include "process/child_failure.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 
 namespace rlm::ns {
-
-// Where a child-side step failed: a static string (never allocated) and the errno.
-struct StepFailure {
-  const char* step = nullptr;  // e.g. "mount /usr", "pivot_root"; points into the plan
-  int error = 0;
-};
 
 // The sandbox's root filesystem: a fresh tmpfs holding read-only nosuid nodev binds from the
 // policy (sources that are symlinks on the host, such as /bin -> usr/bin, become the same
@@ -44,7 +39,7 @@ struct StepFailure {
 class RootfsPlan {
  public:
   static RootfsPlan prepare(const Policy& policy);
-  bool apply(StepFailure& failure) const noexcept;
+  bool apply(process::ChildFailure& failure) const noexcept;
 
   // Parent, privileged runtime, after prepare(): each read-write bind of the policy becomes a
   // mount tree idmapped so that the sandbox's host ids stand for `owner`'s (idmap.hpp), which
@@ -92,7 +87,7 @@ class RootfsPlan {
 class LoopbackPlan {
  public:
   static LoopbackPlan prepare();
-  bool apply(StepFailure& failure) const noexcept;
+  bool apply(process::ChildFailure& failure) const noexcept;
 
  private:
   std::vector<std::uint8_t> request_;  // one nlmsghdr + ifinfomsg (+ attributes), NLM_F_ACK set
@@ -121,7 +116,7 @@ class LandlockPlan {
                                              const std::string& init_path);
   // For health's detail: whether runs get a ruleset on this host, at which ABI.
   static std::string describe_host();
-  bool apply(StepFailure& failure) const noexcept;
+  bool apply(process::ChildFailure& failure) const noexcept;
   int ruleset_fd() const { return fd_.get(); }  // >= 4, close-on-exec
 
   struct Rule {
@@ -148,7 +143,7 @@ class LandlockPlan {
 class PrivilegePlan {
  public:
   static PrivilegePlan prepare(const Policy& policy);
-  bool apply(StepFailure& failure) const noexcept;
+  bool apply(process::ChildFailure& failure) const noexcept;
 
   // The kept capabilities as a bitmask (bit n = capability n), for tests and reports.
   std::uint64_t kept() const { return kept_; }

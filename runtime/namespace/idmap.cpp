@@ -13,9 +13,9 @@
 #include <cerrno>
 #include <cstdint>
 
-#include "namespace/clone.hpp"
 #include "namespace/mounts.hpp"
 #include "namespace/setup_fix.hpp"
+#include "process/child_start.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -50,19 +50,13 @@ void write_map(const std::string& path, const std::string& line) {
 }  // namespace
 
 UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
-  CloneResult child;
-  int clone_error = 0;
-  {
-    const SignalsBlocked blocked;
-    child = clone_process(CLONE_NEWUSER, -1);
-    if (child.pid == 0) {
-      // Raw syscalls only (clone.hpp): wait to be killed, and die with the thread that made us.
-      syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-      for (;;) syscall(SYS_pause);
-    }
-    clone_error = errno;
-  }
-  if (child.pid < 0) throw SetupError("clone of the bind owner's user namespace", clone_error);
+  const auto child = process::start_child({.namespaces = CLONE_NEWUSER}, [] {
+    // Raw syscalls only (child_start.hpp): wait to be killed, and die with the thread that made us.
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    for (;;) syscall(SYS_pause);
+  });
+  if (child.pid < 0) throw SetupError("clone of the bind owner's user namespace", child.error);
+  const UniqueFd pidfd(child.pidfd);  // unused: closed with the helper
   const Helper helper(child.pid);
   const std::string base = "/proc/" + std::to_string(child.pid) + "/";
   write_map(base + "uid_map", std::to_string(owner.uid) + " " + std::to_string(host_uid) + " 1\n");

@@ -84,18 +84,18 @@ std::string LandlockPlan::describe_host() {
          "sockets scoped to the sandbox";
 }
 
-bool LandlockPlan::apply(StepFailure& failure) const noexcept {
+bool LandlockPlan::apply(process::ChildFailure& failure) const noexcept {
   const int fd = fd_.get();
   for (const Rule& rule : rules_) {
     const int rc = landlock::apply_allow_beneath(fd, rule.path.c_str(), rule.access);
     if (rc != 0) {
-      failure = {rule.step.c_str(), -rc};
+      failure.set(rule.step.c_str(), -rc);
       return false;
     }
   }
   const int rc = landlock::apply_restrict_self(fd);
   if (rc != 0) {
-    failure = {"landlock_restrict_self", -rc};
+    failure.set("landlock_restrict_self", -rc);
     return false;
   }
   ::close(fd);  // this process's copy: init never holds the ruleset

@@ -26,7 +26,7 @@ inline constexpr const char* kOldRoot = "/.rlm-old-root";
 struct RootfsPlan::Op {
   enum class Kind { mount, mkdir, touch, symlink, write_file, pivot_root, detach, rmdir, chdir };
   Kind kind = Kind::mount;
-  std::string step;    // what StepFailure names, e.g. "bind /usr"
+  std::string step;    // what ChildFailure names, e.g. "bind /usr"
   std::string path;    // the object of the operation (mount target, directory, file, link)
   std::string parent;  // path's directory and last component, for the *at() calls
   std::string leaf;

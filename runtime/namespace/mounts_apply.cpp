@@ -119,7 +119,7 @@ const char* or_null(const std::string& s) noexcept {
 
 }  // namespace
 
-bool RootfsPlan::apply(StepFailure& failure) const noexcept {
+bool RootfsPlan::apply(process::ChildFailure& failure) const noexcept {
   // Before pivot_root the paths are the host's own (/, /tmp); afterwards `root` is the new root
   // and every path is resolved inside it.
   int root = -1;
@@ -225,8 +225,7 @@ bool RootfsPlan::apply(StepFailure& failure) const noexcept {
   bool ok = true;
   for (const Op& op : ops_) {
     if (!run(op)) {
-      failure.step = op.step.c_str();
-      failure.error = errno;
+      failure.set(op.step.c_str(), errno);
       ok = false;
       break;
     }

@@ -56,10 +56,9 @@ LoopbackPlan LoopbackPlan::prepare() {
   return plan;
 }
 
-bool LoopbackPlan::apply(StepFailure& failure) const noexcept {
+bool LoopbackPlan::apply(process::ChildFailure& failure) const noexcept {
   auto fail = [&](const char* step, int error) {
-    failure.step = step;
-    failure.error = error;
+    failure.set(step, error);
     return false;
   };
   const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);

@@ -18,7 +18,7 @@ struct SetupDiagnosis {
   std::string fix;    // "" when nothing known applies
 };
 
-// Pure: the step's name as StepFailure or the parent names it ("clone of the sandbox's
+// Pure: the step's name as a ChildFailure or the parent names it ("clone of the sandbox's
 // namespaces", "mount proc on /proc", "pivot_root into the root tmpfs", "write /proc/N/uid_map",
 // ...), errno, and the signals.
 SetupDiagnosis diagnose_setup_step(std::string_view step, int error, const SetupSignals& signals);

@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "namespace/clone.hpp"
 #include "namespace/setup_fix.hpp"
+#include "process/child_start.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
@@ -89,7 +89,7 @@ void write_id_maps(pid_t child, const IdMapping& mapping) {
   // CAP_SYS_ADMIN over the namespace, which its owner has there, and root has only with
   // CAP_SYS_ADMIN on the host -- which a container's root lacks (Docker's default capabilities).
   // CAP_SETUID and CAP_SETGID, still effective, allow the mapped host ids.
-  const SignalsBlocked blocked;
+  const process::SignalsBlocked blocked;
   const OwnerSwitch owner(mapping);
   // Unprivileged gid maps need setgroups denied first (else dropping a group could grant access
   // that a "negative" group permission forbids). A privileged runtime leaves it allowed so the
@@ -99,18 +99,18 @@ void write_id_maps(pid_t child, const IdMapping& mapping) {
   write_map_file(base + "uid_map", mapping.uid_map);
 }
 
-bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
+bool apply_ids(const IdMapping& mapping, process::ChildFailure& failure) noexcept {
   // Raw syscalls: glibc's wrappers would try to run the change on every thread of the parent.
   if (mapping.privileged && syscall(SYS_setgroups, 0, nullptr) != 0) {
-    failure = {"setgroups (drop supplementary groups)", errno};
+    failure.set("setgroups (drop supplementary groups)", errno);
     return false;
   }
   if (syscall(SYS_setresgid, mapping.gid, mapping.gid, mapping.gid) != 0) {
-    failure = {"setresgid (sandbox gid)", errno};
+    failure.set("setresgid (sandbox gid)", errno);
     return false;
   }
   if (syscall(SYS_setresuid, mapping.uid, mapping.uid, mapping.uid) != 0) {
-    failure = {"setresuid (sandbox uid)", errno};
+    failure.set("setresuid (sandbox uid)", errno);
     return false;
   }
   // The sysctl files of /proc/sys/user are the opener's user namespace's: this one's, writable
@@ -123,7 +123,7 @@ bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept {
     const int error = written < 0 ? errno : EIO;
     if (fd >= 0) close(fd);
     if (written != static_cast<ssize_t>(limit.value.size())) {
-      failure = {limit.step.c_str(), error};
+      failure.set(limit.step.c_str(), error);
       return false;
     }
   }

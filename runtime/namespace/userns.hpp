@@ -45,7 +45,7 @@ struct IdMapping {
   // watches and fanotify groups and marks, so that one sandbox never takes a whole per-user budget
   // even where it shares its uid with others (rootless); no user namespaces nested in it.
   struct NamespaceLimit {
-    std::string path, value, step;  // step: "limit <path>", for a StepFailure
+    std::string path, value, step;  // step: "limit <path>", for a ChildFailure
   };
   std::vector<NamespaceLimit> namespace_limits;
 };
@@ -89,7 +89,7 @@ void write_id_maps(pid_t child, const IdMapping& mapping);
 // sandbox gid and uid, then write the namespace's own limits (namespace_limits). Every capability
 // of the new user namespace is kept: the kernel clears them on leaving uid 0, and uid 0 is not
 // mapped here. Raw syscalls only.
-bool apply_ids(const IdMapping& mapping, StepFailure& failure) noexcept;
+bool apply_ids(const IdMapping& mapping, process::ChildFailure& failure) noexcept;
 
 // What to run to allow unprivileged user namespaces on this host ("" when nothing known applies).
 std::string user_namespace_fix();

@@ -22,10 +22,11 @@
 #include "host/owned_files.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
-#include "namespace/clone.hpp"
 #include "namespace/limits.hpp"
 #include "namespace/setup_fix.hpp"
 #include "namespace/userns.hpp"
+#include "process/child_failure.hpp"
+#include "process/child_start.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/self_readings.hpp"
@@ -226,19 +227,17 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
 // its parent is alive after PR_SET_PDEATHSIG reads it).
 supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
                                       Clock::time_point deadline, bool wait_exec) {
-  CloneResult child;
-  int clone_error = 0;
-  {
-    // Every signal blocked from before the clone until init has its signalfd: no host handler runs
-    // in the child, and an early SIGTERM stays pending for init.
-    const SignalsBlocked blocked;
-    // The user namespace is owned by the sandbox's host uid, not root (userns.hpp).
-    const OwnerSwitch owner(p.ids);
-    child = clone_process(clone_flags(policy), p.cgroup ? p.cgroup->clone_into_fd() : -1);
-    if (child.pid == 0) run_child(p.plan);
-    clone_error = errno;
-  }  // the thread's own ids and signal mask are back
-  if (child.pid < 0) throw SetupError("clone of the sandbox's namespaces", clone_error);
+  // Signals stay blocked in the child until init has its signalfd: an early SIGTERM stays pending
+  // for init. The user namespace is owned by the sandbox's host uid, not root (userns.hpp): the
+  // owner switch lives across the clone, made once the signals are blocked.
+  const process::ChildOptions options{clone_flags(policy),
+                                      p.cgroup ? p.cgroup->clone_into_fd() : -1};
+  const ChildPlan& plan = p.plan;
+  const auto child = process::start_child(
+      options, [&plan] { run_child(plan); }, [&p] { return OwnerSwitch(p.ids); });
+  // Here the thread's own ids and signal mask are back.
+  if (child.pid < 0) throw SetupError("clone of the sandbox's namespaces", child.error);
+  host::UniqueFd pidfd(child.pidfd);
   ChildGuard guard(child.pid);
   p.release.read.reset();
   p.errors.write.reset();
@@ -265,7 +264,7 @@ supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
     p.release.write.reset();  // the child no longer needs to see us alive
   }
   // Our copies of the child's stdio and report ends go; the child holds its own since the clone.
-  auto process = p.launch->finish(child.pid, std::move(child.pidfd));
+  auto process = p.launch->finish(child.pid, std::move(pidfd));
   guard.release();
   return process;
 }
@@ -273,17 +272,19 @@ supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
 // After a start without waiting for the exec, once the child is gone: the step at which it failed
 // before init's exec, or nothing when it reached the exec (the pipe closed on it) or was killed.
 std::optional<std::string> read_setup_failure(int error_read) {
-  pollfd child{error_read, POLLIN, 0};
-  if (poll(&child, 1, 0) != 1) return std::nullopt;  // never waits on the sandbox
-  StepFailure failure{};
-  ssize_t got;
-  while ((got = read(error_read, &failure, sizeof failure)) < 0 && errno == EINTR) {
+  // Never waits on the sandbox.
+  const auto report = process::read_child_report(error_read, 0);
+  switch (report.kind) {
+    case process::ChildReport::Kind::exec:
+    case process::ChildReport::Kind::timed_out:
+      return std::nullopt;
+    case process::ChildReport::Kind::unreadable:
+      return std::string("sandbox setup failed: reading the setup result: ") +
+             sys::errno_text(report.failure.error);
+    case process::ChildReport::Kind::failed:
+      break;
   }
-  if (got == 0) return std::nullopt;
-  if (got != static_cast<ssize_t>(sizeof failure))
-    return std::string("sandbox setup failed: reading the setup result: ") +
-           sys::errno_text(got < 0 ? errno : EIO);
-  return SetupError(failure.step, failure.error).what();
+  return SetupError(report.failure.step, report.failure.error).what();
 }
 
 bool same_cgroup_limits(const Limits& a, const Limits& b) {

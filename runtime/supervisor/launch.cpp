@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "process/child_start.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
 
@@ -238,19 +239,11 @@ InitProcess launch_init(std::string init_path, std::vector<std::string> args,
                         InitStdio stdio) {
   InitLaunch launch(std::move(init_path), std::move(args), std::move(env), stdio);
   launch.inherit(inherit_fds);
-  // Blocked from before the fork until init has set up its signalfd: no host signal handler
-  // can run in the child, and a SIGTERM that arrives early stays pending for init.
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  // _Fork: like fork, but runs no pthread_atfork handlers -- the child only execs, and handlers
-  // may take locks or allocate.
-  const pid_t pid = _Fork();
-  if (pid == 0) launch.exec_in_child();
-  const int fork_error = errno;
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (pid < 0) throw std::system_error(fork_error, std::generic_category(), "fork");
-  return launch.finish(pid);
+  // Signals stay blocked in the child until init has set up its signalfd: a SIGTERM that arrives
+  // early stays pending for init.
+  const auto child = process::start_child({}, [&launch] { launch.exec_in_child(); });
+  if (child.pid < 0) throw std::system_error(child.error, std::generic_category(), "fork");
+  return launch.finish(child.pid);
 }
 
 }  // namespace rlm::supervisor

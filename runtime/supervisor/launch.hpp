@@ -4,8 +4,8 @@
 // may hold the malloc lock at the moment of the fork.
 //
 // Phases: prepare (parent, may allocate) -> exec_in_child (child, syscalls only) -> finish
-// (parent). A backend that needs its own child pipeline (clone3 with namespaces) runs prepare, its
-// own clone, ends the child with exec_in_child, and calls finish.
+// (parent). A backend that needs its own child pipeline (clone3 with namespaces) runs prepare,
+// starts its own child (process/child_start.hpp), ends it with exec_in_child, and calls finish.
 #pragma once
 
 #include <sys/types.h>
@@ -105,7 +105,7 @@ class InitLaunch {
   // they are full.
   void keep_for_init(int fd);
 
-  // In the forked child: own process group, SIGTERM when the launching thread dies (init then
+  // In the started child: own process group, SIGTERM when the launching thread dies (init then
   // tears the tree down), stdio and the report pipe on fds 0-3, every other fd closed, exec init.
   // The caller has blocked every signal; init starts with them blocked and sets up its own.
   [[noreturn]] void exec_in_child() const noexcept;
@@ -140,8 +140,8 @@ class InitLaunch {
   UniqueFd stdin_, stdout_, stderr_, report_;
 };
 
-// prepare + fork (every signal blocked around it) + exec_in_child + finish. Returns the process,
-// or throws std::system_error when the pipes or the fork fail.
+// prepare + a plain child (process/child_start.hpp) that runs exec_in_child + finish. Returns the
+// process, or throws std::system_error when the pipes or the fork fail.
 InitProcess launch_init(std::string init_path, std::vector<std::string> args,
                         std::vector<std::string> env, const std::vector<int>& inherit_fds = {},
                         InitStdio stdio = {});

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/unique_fd.hpp"
+#include "host/unique_fd.hpp"
 #include "repl/request.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "server/wire.hpp"
@@ -146,7 +146,7 @@ TEST(GoldenFrames, ControlChannelInvalidFramesAreRefused) {
 std::optional<server::Frame> receive_server(const std::string& wire, std::uint64_t max_frame) {
   int ends[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) throw Error("socketpair");
-  common::UniqueFd reader(ends[0]), writer(ends[1]);
+  host::UniqueFd reader(ends[0]), writer(ends[1]);
   std::thread writing([&] {
     std::size_t sent = 0;
     while (sent < wire.size()) {

@@ -4,7 +4,6 @@ rlm_add_test(namespace_backend_tests
   ${CMAKE_CURRENT_SOURCE_DIR}/namespace_backend_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/namespace_backend_limits_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/namespace_backend_cleanup_test.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/namespace_backend_clone_test.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/namespace_backend_sigterm_test.cpp)
 # The backend execs rlm-sandbox-init from the same bin directory; one test drives the CLI.
 add_dependencies(namespace_backend_tests rlm-sandbox-init rlm-sandbox)

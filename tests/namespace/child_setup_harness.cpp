@@ -48,9 +48,9 @@ void put_number(int value) {
   text[n] = '\0';
   put(text);
 }
-[[noreturn]] void step_failed(const StepFailure& failure) {
+[[noreturn]] void step_failed(const process::ChildFailure& failure) {
   put("step failed: ");
-  put(failure.step ? failure.step : "(unnamed)");
+  put(failure.step[0] ? failure.step : "(unnamed)");
   put(": errno ");
   put_number(failure.error);
   put("\n");
@@ -115,7 +115,7 @@ SandboxRun run_in_sandbox(const Policy& policy, const std::vector<std::string>& 
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (syscall(SYS_setresgid, gid, gid, gid) != 0) harness_failed("setresgid");
       if (syscall(SYS_setresuid, uid, uid, uid) != 0) harness_failed("setresuid");
-      StepFailure failure;
+      process::ChildFailure failure;
       if (rootfs && !rootfs->apply(failure)) step_failed(failure);
       if (sethostname(hostname, std::strlen(hostname)) != 0) harness_failed("sethostname");
       if (loopback && !loopback->apply(failure)) step_failed(failure);

@@ -42,11 +42,11 @@ TEST(Loopback, ApplyReportsTheKernelsRefusal) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     if (syscall(SYS_setresuid, 65534, 65534, 65534) != 0) _exit(90);
-    StepFailure failure;
+    process::ChildFailure failure;
     const bool ok = plan.apply(failure);
     const int result[2] = {ok ? 1 : 0, failure.error};
     if (write(report[1], result, sizeof result) != sizeof result) _exit(91);
-    const bool named = failure.step && std::string_view(failure.step) == "bring up lo";
+    const bool named = std::string_view(failure.step) == "bring up lo";
     _exit(named ? 0 : 92);
   }
   close(report[1]);

@@ -1,4 +1,4 @@
-#include "namespace/clone.hpp"
+#include "process/child_start.hpp"
 
 #include <sched.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-namespace rlm::ns {
+namespace rlm::process {
 namespace {
 
 #ifndef CLONE_INTO_CGROUP
@@ -44,10 +44,8 @@ long legacy_clone(unsigned long flags, int* pidfd) noexcept {
   return syscall(SYS_clone, flags, nullptr, pidfd, nullptr, nullptr);
 }
 
-}  // namespace
-
-CloneResult clone_process(std::uint64_t namespaces, int cgroup_fd) noexcept {
-  CloneResult result;
+StartedChild clone_process(std::uint64_t namespaces, int cgroup_fd) noexcept {
+  StartedChild result;
   int pidfd = -1;
   CloneArgs args;
   args.flags = namespaces | CLONE_PIDFD;
@@ -76,10 +74,20 @@ CloneResult clone_process(std::uint64_t namespaces, int cgroup_fd) noexcept {
   }
   result.pid = static_cast<pid_t>(pid);
   if (pid > 0) {
-    result.pidfd.reset(pidfd);
+    result.pidfd = pidfd;
     result.into_cgroup = size == kArgsSizeWithCgroup;
   }
   return result;
 }
 
-}  // namespace rlm::ns
+}  // namespace
+
+StartedChild fork_or_clone(const ChildOptions& options) noexcept {
+  if (options.namespaces != 0 || options.cgroup_fd >= 0)
+    return clone_process(options.namespaces, options.cgroup_fd);
+  StartedChild result;
+  result.pid = _Fork();
+  return result;
+}
+
+}  // namespace rlm::process

@@ -1,6 +1,6 @@
-// clone_process: clone3 into the namespaces (and straight into a cgroup v2 group with
-// CLONE_INTO_CGROUP), and the clone(2) fallback a kernel or an outer seccomp profile without clone3
-// forces (glibc's own fallback answer is ENOSYS, so is ours).
+// process::start_child in new namespaces: clone3 into the namespaces (and straight into a cgroup v2
+// group with CLONE_INTO_CGROUP), and the clone(2) fallback a kernel or an outer seccomp profile
+// without clone3 forces (glibc's own fallback answer is ENOSYS, so is ours).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/filter.h>
@@ -19,7 +19,7 @@
 #include <sstream>
 #include <string>
 
-#include "namespace/clone.hpp"
+#include "process/child_start.hpp"
 
 namespace rlm {
 namespace {
@@ -33,12 +33,13 @@ constexpr std::uint64_t kNamespaces = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS
 
 // Clones with `kNamespaces`, waits through the pidfd, returns the child's exit code (or -errno).
 int clone_and_wait() {
-  auto child = ns::clone_process(kNamespaces, -1);
-  if (child.pid == 0) child_reports_its_pid();
-  if (child.pid < 0) return -errno;
-  if (!child.pidfd) return -1000;  // both paths must give a pidfd on this kernel
+  const auto child = process::start_child({kNamespaces, -1}, child_reports_its_pid);
+  if (child.pid < 0) return -child.error;
+  if (child.pidfd < 0) return -1000;  // both paths must give a pidfd on this kernel
   siginfo_t info{};
-  if (waitid(P_PIDFD, static_cast<id_t>(child.pidfd.get()), &info, WEXITED) != 0) return -2000;
+  const int waited = waitid(P_PIDFD, static_cast<id_t>(child.pidfd), &info, WEXITED);
+  close(child.pidfd);
+  if (waited != 0) return -2000;
   return info.si_code == CLD_EXITED ? info.si_status : -3000;
 }
 
@@ -160,24 +161,23 @@ TEST(CloneProcess, CloneIntoCgroupStartsTheChildInsideTheGroup) {
   ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
 
   const char* expected = group.relative().c_str();
-  auto child = ns::clone_process(kNamespaces, fd);
-  if (child.pid == 0) {
+  const auto child = process::start_child({kNamespaces, fd}, [&hold, expected] {
     // Still in the host's cgroup namespace: the path is the one the host sees.
     close(hold[1]);
     char c;
     if (read(hold[0], &c, 1) != 0) _exit(3);
     _exit(in_cgroup2(expected) ? 0 : 4);
-  }
-  const int clone_errno = errno;
+  });
   close(hold[0]);
   close(fd);
-  ASSERT_GT(child.pid, 0) << "clone_process: " << strerror(clone_errno);
+  ASSERT_GT(child.pid, 0) << "start_child: " << strerror(child.error);
   EXPECT_TRUE(child.into_cgroup) << "clone3 did not take CLONE_INTO_CGROUP";
   // Before the child has done anything: it is the group's only member.
   EXPECT_EQ(members(group.dir()), std::to_string(child.pid) + "\n");
   close(hold[1]);  // let it check from the inside
   siginfo_t info{};
-  ASSERT_EQ(waitid(P_PIDFD, static_cast<id_t>(child.pidfd.get()), &info, WEXITED), 0);
+  ASSERT_EQ(waitid(P_PIDFD, static_cast<id_t>(child.pidfd), &info, WEXITED), 0);
+  close(child.pidfd);
   EXPECT_EQ(info.si_code, CLD_EXITED);
   EXPECT_EQ(info.si_status, 0) << "3: read, 4: /proc/self/cgroup names another group";
 }
@@ -187,12 +187,13 @@ TEST(CloneProcess, WithoutACgroupFdTheChildStaysInOurs) {
   const std::string ours = own_cgroup2_path();
   if (ours.empty()) GTEST_SKIP() << "this process has no cgroup v2 path";
   const char* expected = ours.c_str();
-  auto child = ns::clone_process(kNamespaces, -1);
-  if (child.pid == 0) _exit(in_cgroup2(expected) ? 0 : 1);
+  const auto child =
+      process::start_child({kNamespaces, -1}, [expected] { _exit(in_cgroup2(expected) ? 0 : 1); });
   ASSERT_GT(child.pid, 0);
   EXPECT_FALSE(child.into_cgroup);
   siginfo_t info{};
-  ASSERT_EQ(waitid(P_PIDFD, static_cast<id_t>(child.pidfd.get()), &info, WEXITED), 0);
+  ASSERT_EQ(waitid(P_PIDFD, static_cast<id_t>(child.pidfd), &info, WEXITED), 0);
+  close(child.pidfd);
   EXPECT_EQ(info.si_status, 0);
 }
 
