@@ -1,11 +1,11 @@
-// The namespace backend: health, and run() as a sandbox built (warm_sandbox.cpp) and launched at
-// once. A Pool builds the same sandboxes ahead of time (build_warm_sandbox).
+// The namespace backend: health, and run() as a sandbox built (built_sandbox.cpp) and launched at
+// once. A Pool has the same sandboxes built ahead of time (build_ahead).
 #include "namespace/namespace_backend.hpp"
 
 #include <chrono>
 
+#include "namespace/built_sandbox.hpp"
 #include "namespace/health.hpp"
-#include "namespace/warm_sandbox.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "supervisor/init.hpp"
 #include "supervisor/run_start.hpp"
@@ -30,15 +30,17 @@ class NamespaceBackend final : public Backend {
     if (init_.path.empty())
       return run.setup_failed(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
     // The cold path is the warm one without the waits: build the sandbox now, then launch.
-    return WarmSandbox::run_cold(request, policy, init_.path, run);
+    return BuiltSandbox::run_cold(request, policy, init_.path, run);
   }
 
-  std::unique_ptr<WarmSandbox> build_warm(const Policy& policy) const {
+  bool builds_ahead() const override { return true; }
+
+  std::unique_ptr<PreparedSandbox> build_ahead(const Policy& policy) const override {
     if (init_.path.empty())
       throw Error(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
     // Built ahead of any request: the policy's wall time bounds how long setting up may take.
-    return WarmSandbox::build(policy, init_.path,
-                              std::chrono::steady_clock::now() + policy.limits.wall_time);
+    return BuiltSandbox::build(policy, init_.path,
+                               std::chrono::steady_clock::now() + policy.limits.wall_time);
   }
 
  private:
@@ -49,18 +51,6 @@ class NamespaceBackend final : public Backend {
 
 std::unique_ptr<Backend> make_namespace_backend() {
   return std::make_unique<NamespaceBackend>();
-}
-
-bool has_warm_sandboxes(const Backend& backend) {
-  return dynamic_cast<const NamespaceBackend*>(&backend) != nullptr;
-}
-
-std::unique_ptr<WarmSandbox> build_warm_sandbox(const Backend& backend, const Policy& policy) {
-  const auto* ns = dynamic_cast<const NamespaceBackend*>(&backend);
-  if (!ns)
-    throw Error(std::string("the ") + std::string(backend.name()) +
-                " backend has no warm sandboxes");
-  return ns->build_warm(policy);
 }
 
 }  // namespace rlm::ns

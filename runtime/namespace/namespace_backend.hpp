@@ -12,12 +12,4 @@ namespace rlm::ns {
 
 std::unique_ptr<Backend> make_namespace_backend();
 
-class WarmSandbox;  // warm_sandbox.hpp
-
-// For a Pool: whether `backend` is the namespace backend, the only one with warm sandboxes.
-bool has_warm_sandboxes(const Backend& backend);
-// A sandbox of `policy` built now by `backend` (the namespace backend), waiting for its payload.
-// Throws Error when `backend` has none, or saying why the sandbox could not be built.
-std::unique_ptr<WarmSandbox> build_warm_sandbox(const Backend& backend, const Policy& policy);
-
 }  // namespace rlm::ns

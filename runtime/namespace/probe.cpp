@@ -3,8 +3,8 @@
 #include <atomic>
 #include <chrono>
 
+#include "namespace/built_sandbox.hpp"
 #include "namespace/setup_fix.hpp"
-#include "namespace/warm_sandbox.hpp"
 #include "rlm_sandbox/policy.hpp"
 
 namespace rlm::ns {
@@ -42,8 +42,8 @@ std::optional<ProbeFailure> probe_setup(const std::string& init_path) {
   if (worked.load()) return std::nullopt;
   try {
     // Destroyed at once: init is killed, the cgroup removed, the sandbox uid freed.
-    WarmSandbox::build(probe_policy(), init_path,
-                       std::chrono::steady_clock::now() + kProbeDeadline);
+    BuiltSandbox::build(probe_policy(), init_path,
+                        std::chrono::steady_clock::now() + kProbeDeadline);
   } catch (const SetupError& error) {
     return ProbeFailure{error.summary(), error.diagnosis().fix, error.step(), error.error()};
   } catch (const std::exception& error) {

@@ -1,5 +1,5 @@
 // The honest probe behind `health` and backend selection: builds a throw-away sandbox through the
-// real setup pipeline (warm_sandbox.cpp: the sandbox uid, the cgroup step, clone into every
+// real setup pipeline (built_sandbox.cpp: the sandbox uid, the cgroup step, clone into every
 // namespace, the id maps, then in the child the root tmpfs, pivot_root, the proc mount, /dev, /tmp,
 // the hostname, loopback, privileges, and rlm-sandbox-init's exec), and destroys it. So "available"
 // means a run's setup works here, not that a user namespace could be cloned. A failing step is

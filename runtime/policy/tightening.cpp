@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "policy/json_text.hpp"
+#include "policy/tightening.hpp"
 #include "rlm_sandbox/tightening.hpp"
 #include "rlm_sandbox/units.hpp"
 
@@ -376,6 +377,12 @@ void compare_python(Findings& findings, const PythonEnvironment& base,
 }
 
 }  // namespace
+
+std::vector<Diagnostic> policy::limit_loosenings(const Limits& base, const Limits& candidate) {
+  Findings findings;
+  compare_limits(findings, base, candidate);
+  return findings.take();
+}
 
 std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
                                    const std::vector<PermittedBind>& permitted) {

@@ -1,7 +1,7 @@
-// The warm pool: a queue of namespace sandboxes of the pool's policy, built by a refill thread
-// before anyone asks (ns::WarmSandbox), each used for one run and destroyed. A run that finds the
-// queue empty, or a policy a warm sandbox cannot serve, goes cold on the backend at once: it never
-// waits for the refill. docs/pools-and-server.md.
+// The warm pool: a queue of sandboxes of the pool's policy, built by a refill thread before anyone
+// asks (Backend::build_ahead, on a backend that builds ahead), each used for one run and destroyed.
+// A run that finds the queue empty, or a policy a warm sandbox cannot serve, goes cold on the
+// backend at once: it never waits for the refill. docs/pools-and-server.md.
 #include "rlm_sandbox/pool.hpp"
 
 #include <algorithm>
@@ -14,8 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "namespace/namespace_backend.hpp"
-#include "namespace/warm_sandbox.hpp"
+#include "policy/tightening.hpp"
 #include "pool/session_pool.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -24,6 +23,7 @@ namespace rlm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using policy::limit_loosenings;  // the server's check of a client's limits, the same rules
 
 // After a failed build the refill thread waits this long, doubling up to the maximum, so a host
 // that cannot build sandboxes is not hammered; runs go cold meanwhile (and say why).
@@ -43,41 +43,19 @@ nlohmann::json shape_of(const Policy& policy) {
   return json;
 }
 
-// Every limit of `candidate` that is looser than `base`'s, by its JSON name.
-std::vector<std::string> looser_limits(const Limits& base, const Limits& candidate) {
-  std::vector<std::string> looser;
-  const auto check = [&](const char* name, auto base_value, auto candidate_value) {
-    if (candidate_value > base_value) looser.push_back(std::string("limits.") + name);
-  };
-  check("wall_time_ms", base.wall_time, candidate.wall_time);
-  check("cpu_time_ms", base.cpu_time, candidate.cpu_time);
-  check("kill_grace_ms", base.kill_grace, candidate.kill_grace);
-  check("memory_bytes", base.memory_bytes, candidate.memory_bytes);
-  check("output_bytes", base.output_bytes, candidate.output_bytes);
-  check("file_size_bytes", base.file_size_bytes, candidate.file_size_bytes);
-  check("tmpfs_bytes", base.tmpfs_bytes, candidate.tmpfs_bytes);
-  check("session_buffer_bytes", base.session_buffer_bytes, candidate.session_buffer_bytes);
-  check("pids", base.pids, candidate.pids);
-  check("open_files", base.open_files, candidate.open_files);
-  // No bandwidth limit is the loosest of all.
-  if (base.cpus && (!candidate.cpus || *candidate.cpus > *base.cpus))
-    looser.push_back("limits.cpus");
-  return looser;
-}
-
 }  // namespace
 
 struct Pool::State {
   Policy policy;
   PoolOptions options;
   std::unique_ptr<Backend> backend;
-  bool warm = false;  // the backend builds warm sandboxes and the pool keeps some
+  bool warm = false;  // the backend builds sandboxes ahead and the pool keeps some
   nlohmann::json shape;
 
   mutable std::mutex mutex;
   std::condition_variable wake;  // the refill thread: room in the queue, used ones, stop
-  std::deque<std::unique_ptr<ns::WarmSandbox>> ready;
-  std::vector<std::unique_ptr<ns::WarmSandbox>> used;  // destroyed by the refill thread
+  std::deque<std::unique_ptr<PreparedSandbox>> ready;
+  std::vector<std::unique_ptr<PreparedSandbox>> used;  // destroyed by the refill thread
   bool stopping = false;
   Clock::time_point last_take{};  // when a run last took a sandbox
   std::thread refill;
@@ -86,8 +64,8 @@ struct Pool::State {
   std::unique_ptr<pool::SessionPool> sessions;
 
   void refill_loop();
-  std::unique_ptr<ns::WarmSandbox> take();
-  void give_back_used(std::unique_ptr<ns::WarmSandbox> sandbox);
+  std::unique_ptr<PreparedSandbox> take();
+  void give_back_used(std::unique_ptr<PreparedSandbox> sandbox);
 };
 
 void Pool::State::refill_loop() {
@@ -112,9 +90,9 @@ void Pool::State::refill_loop() {
     }
     if (ready.size() < options.sandboxes) {
       lock.unlock();
-      std::unique_ptr<ns::WarmSandbox> sandbox;
+      std::unique_ptr<PreparedSandbox> sandbox;
       try {
-        sandbox = ns::build_warm_sandbox(*backend, policy);
+        sandbox = backend->build_ahead(policy);
         backoff = kFirstBackoff;
       } catch (const std::exception&) {
         // The cold path reports the same problem in its Result when a run needs one.
@@ -137,8 +115,8 @@ void Pool::State::refill_loop() {
   }
 }
 
-std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
-  std::unique_ptr<ns::WarmSandbox> sandbox;
+std::unique_ptr<PreparedSandbox> Pool::State::take() {
+  std::unique_ptr<PreparedSandbox> sandbox;
   for (;;) {
     {
       std::lock_guard lock(mutex);
@@ -157,7 +135,7 @@ std::unique_ptr<ns::WarmSandbox> Pool::State::take() {
   return sandbox;
 }
 
-void Pool::State::give_back_used(std::unique_ptr<ns::WarmSandbox> sandbox) {
+void Pool::State::give_back_used(std::unique_ptr<PreparedSandbox> sandbox) {
   {
     std::lock_guard lock(mutex);
     if (!stopping) {
@@ -173,7 +151,7 @@ Pool::Pool(Policy policy, PoolOptions options) : state_(std::make_unique<State>(
   state_->backend = select_backend(policy);
   state_->policy = std::move(policy);
   state_->options = options;
-  state_->warm = options.sandboxes > 0 && ns::has_warm_sandboxes(*state_->backend);
+  state_->warm = options.sandboxes > 0 && state_->backend->builds_ahead();
   if (state_->warm) {
     state_->shape = shape_of(state_->policy);
     // Every sandbox is built on this thread, which lives as long as the pool: a sandbox's first
@@ -211,22 +189,21 @@ Result Pool::run(const Request& request) {
 Result Pool::run(const Request& request, const Policy& policy) {
   State& state = *state_;
   if (&policy != &state.policy) {
-    if (const auto looser = looser_limits(state.policy.limits, policy.limits); !looser.empty()) {
+    if (const auto looser = limit_loosenings(state.policy.limits, policy.limits); !looser.empty()) {
       std::string list;
-      for (const auto& name : looser) list += (list.empty() ? "" : ", ") + name;
+      for (const auto& limit : looser) list += (list.empty() ? "" : ", ") + limit.path;
       throw Error("the request loosens the pool's policy '" + state.policy.name + "': " + list +
                   " above the policy's");
     }
   }
   if (state.warm && (&policy == &state.policy || shape_of(policy) == state.shape)) {
     if (auto sandbox = state.take()) {
-      if (sandbox->can_apply(policy.limits) &&
-          sandbox->writes_as(request.bind_owner.value_or(caller_ids()))) {
+      if (sandbox->can_serve(policy.limits, request.bind_owner.value_or(caller_ids()))) {
         ++state.warm_runs;
         // A request the sandbox refuses (invalid) throws; the sandbox is destroyed all the same.
         struct GiveBack {
           State& state;
-          std::unique_ptr<ns::WarmSandbox>& sandbox;
+          std::unique_ptr<PreparedSandbox>& sandbox;
           ~GiveBack() { state.give_back_used(std::move(sandbox)); }
         } give_back{state, sandbox};
         return sandbox->run(request, policy);

@@ -39,6 +39,10 @@ std::unique_ptr<Session> Backend::open_session(const Policy& policy, SessionOpti
   return session::open_worker_session(*this, policy, std::move(options));
 }
 
+std::unique_ptr<PreparedSandbox> Backend::build_ahead(const Policy&) const {
+  return nullptr;
+}
+
 std::string Backend::unavailable_reason() const {
   Health health = this->health();
   if (health.available) return "";

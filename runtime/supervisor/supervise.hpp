@@ -35,7 +35,7 @@ struct SupervisionOptions {
   // Return as soon as init's report is complete (its line has ended: init writes it last, once
   // every other process is dead and reaped), without waiting for init's exit: the end of PID 1
   // tears down the sandbox's namespaces, milliseconds the Result does not need when a cgroup counts
-  // the usage. `process` then keeps its pid, and the caller must reap it (WarmSandbox's destructor
+  // the usage. `process` then keeps its pid, and the caller must reap it (BuiltSandbox's destructor
   // does). Without a report, supervision waits as usual.
   bool defer_reap = false;
 };

@@ -35,6 +35,23 @@ struct Health {
   nlohmann::json to_json() const;
 };
 
+// A sandbox a backend built before its request was known (Backend::build_ahead): the policy's
+// isolation in place and waiting for one payload, nothing of any request in it. A Pool keeps a few
+// and hands each to one run; it is used once and destroyed (which tears everything in it down).
+class PreparedSandbox {
+ public:
+  virtual ~PreparedSandbox() = default;
+  // Whether it still waits for its payload (it may have been killed from outside meanwhile).
+  virtual bool waiting() const = 0;
+  // Whether run() can give a policy with these limits what it asks for, with files written
+  // through its read-write binds becoming `bind_owner`'s. The caller has checked that the policy
+  // is the built one but for limits that are no looser (a looser limit is never served here).
+  virtual bool can_serve(const Limits& limits, const HostIds& bind_owner) const = 0;
+  // As Backend::run, once: `policy` is the built one or one that can_serve() accepted, and its
+  // limits are applied before the payload starts. Throws Error for an invalid request.
+  virtual Result run(const Request& request, const Policy& policy) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -54,6 +71,13 @@ class Backend {
   // Whether a payload can inherit fds (Request::inherit_fds); sessions on a backend that cannot
   // (docker) reach the worker through a socket in a bind-mounted directory instead.
   virtual bool can_inherit_fds() const { return true; }
+  // Whether this backend builds sandboxes ahead of their requests (build_ahead); a Pool on one
+  // that does not runs everything cold.
+  virtual bool builds_ahead() const { return false; }
+  // A sandbox of `policy` built now, waiting for its request; nullptr unless builds_ahead(). Throws
+  // Error saying why it could not be built. Its first process may die with the calling thread
+  // (PR_SET_PDEATHSIG): call it on a thread that outlives the sandbox.
+  virtual std::unique_ptr<PreparedSandbox> build_ahead(const Policy& policy) const;
 };
 
 // The backend with this name, or nullptr when this build has none by that name.

@@ -32,8 +32,9 @@ struct PoolStats {
 class Pool {
  public:
   // Selects the policy's backend (as select_backend does: fails closed, throws BackendUnavailable
-  // or Error) and starts filling in the background. Only the namespace backend has warm
-  // sandboxes; on any other, every run and session takes the cold path (stats() shows it).
+  // or Error) and starts filling in the background. Warm sandboxes are built by a backend that
+  // builds ahead (Backend::builds_ahead: the namespace backend); on any other, every run takes
+  // the cold path (stats() shows it).
   Pool(Policy policy, PoolOptions options);
   ~Pool();  // destroys every warm sandbox and session, and waits for the refill thread
   Pool(const Pool&) = delete;

@@ -3,7 +3,7 @@
 // (child.cpp, raw syscalls only), finish in the parent (id maps, cgroup attach, release, init's
 // exec in await mode) -- that is build(); then launch(): the request's limits, the payload
 // message, supervision, the Result.
-#include "namespace/warm_sandbox.hpp"
+#include "namespace/built_sandbox.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -293,7 +293,7 @@ bool same_cgroup_limits(const Limits& a, const Limits& b) {
 
 }  // namespace
 
-struct WarmSandbox::State {
+struct BuiltSandbox::State {
   Preparation p;  // first: destroyed last, after init is gone
   supervisor::InitProcess process;
   Limits built;  // the limits the cgroup and the root filesystem were made with
@@ -304,9 +304,9 @@ struct WarmSandbox::State {
   bool has_writable_binds = false;  // built for `bind_owner` (idmapped, or reclaimed for root)
 };
 
-WarmSandbox::WarmSandbox() : state_(std::make_unique<State>()) {}
+BuiltSandbox::BuiltSandbox() : state_(std::make_unique<State>()) {}
 
-WarmSandbox::~WarmSandbox() {
+BuiltSandbox::~BuiltSandbox() {
   auto& process = state_->process;
   if (process.pid > 0) {
     // SIGKILL to PID 1 of the namespace takes everything in it along (and, without a PID
@@ -326,14 +326,15 @@ WarmSandbox::~WarmSandbox() {
   // The Preparation goes next: the cgroup is killed and removed, then the uid is freed.
 }
 
-std::unique_ptr<WarmSandbox> WarmSandbox::build(const Policy& policy, const std::string& init_path,
-                                                Clock::time_point deadline) {
+std::unique_ptr<BuiltSandbox> BuiltSandbox::build(const Policy& policy,
+                                                  const std::string& init_path,
+                                                  Clock::time_point deadline) {
   return start(policy, init_path, deadline, true, caller_ids());
 }
 
-Result WarmSandbox::run_cold(const Request& request, const Policy& policy,
-                             const std::string& init_path, supervisor::RunStart& run) {
-  std::unique_ptr<WarmSandbox> sandbox;
+Result BuiltSandbox::run_cold(const Request& request, const Policy& policy,
+                              const std::string& init_path, supervisor::RunStart& run) {
+  std::unique_ptr<BuiltSandbox> sandbox;
   try {
     sandbox =
         start(policy, init_path, run.deadline(), false, request.bind_owner.value_or(caller_ids()));
@@ -343,14 +344,15 @@ Result WarmSandbox::run_cold(const Request& request, const Policy& policy,
   return sandbox->launch(request, policy, run);
 }
 
-std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std::string& init_path,
-                                                Clock::time_point deadline, bool wait_exec,
-                                                const HostIds& bind_owner) {
+std::unique_ptr<BuiltSandbox> BuiltSandbox::start(const Policy& policy,
+                                                  const std::string& init_path,
+                                                  Clock::time_point deadline, bool wait_exec,
+                                                  const HostIds& bind_owner) {
   if (!policy.namespaces.user)
     throw Error(
         "namespaces.user: false is not supported by the namespace backend: its isolation "
         "(an unmapped root, capabilities confined to the sandbox) rests on a user namespace");
-  std::unique_ptr<WarmSandbox> sandbox(new WarmSandbox());
+  std::unique_ptr<BuiltSandbox> sandbox(new BuiltSandbox());
   State& s = *sandbox->state_;
   s.built = policy.limits;
   s.init_path = init_path;
@@ -366,18 +368,15 @@ std::unique_ptr<WarmSandbox> WarmSandbox::start(const Policy& policy, const std:
   return sandbox;
 }
 
-bool WarmSandbox::writes_as(const HostIds& bind_owner) const {
-  return !state_->has_writable_binds || state_->bind_owner == bind_owner;
-}
-
-bool WarmSandbox::can_apply(const Limits& limits) const {
+bool BuiltSandbox::can_serve(const Limits& limits, const HostIds& bind_owner) const {
   const State& s = *state_;
+  if (s.has_writable_binds && s.bind_owner != bind_owner) return false;
   if (limits.tmpfs_bytes != s.built.tmpfs_bytes) return false;  // mounted with the built size
   if (limits.cpus == s.built.cpus) return true;
   return !limits.cpus || (s.p.cgroup && s.p.cgroup->cpu_bandwidth_limited());
 }
 
-bool WarmSandbox::waiting() const {
+bool BuiltSandbox::waiting() const {
   const State& s = *state_;
   if (s.launched || s.process.pid <= 0) return false;
   // The pidfd turns readable once init has exited; the report pipe's EOF says the same without one.
@@ -385,13 +384,13 @@ bool WarmSandbox::waiting() const {
   return poll(gone, 2, 0) == 0;
 }
 
-Result WarmSandbox::run(const Request& request, const Policy& policy) {
+Result BuiltSandbox::run(const Request& request, const Policy& policy) {
   supervisor::RunStart run("namespace", request, policy);
   return launch(request, policy, run);
 }
 
-Result WarmSandbox::launch(const Request& request, const Policy& policy,
-                           supervisor::RunStart& run) {
+Result BuiltSandbox::launch(const Request& request, const Policy& policy,
+                            supervisor::RunStart& run) {
   State& s = *state_;
   Preparation& p = s.p;
   if (s.launched) throw Error("a warm sandbox runs one payload only");
