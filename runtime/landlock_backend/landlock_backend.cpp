@@ -295,9 +295,7 @@ class LandlockBackend final : public Backend {
       supervisor::supervise_init(process, std::move(options));
       return run.setup_failed(failure);
     }
-    if (request.on_started) request.on_started([] { return LiveCounters{}; });
-    run.fill_from(supervisor::supervise_init(process, std::move(options)), context);
-    return run.finish();
+    return run.supervise_to_the_end(request, process, std::move(options), context);
   }
 
  private:

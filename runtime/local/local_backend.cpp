@@ -114,11 +114,7 @@ class LocalBackend final : public Backend {
     } catch (const std::system_error& error) {
       return run.setup_failed(std::string("cannot start rlm-sandbox-init: ") + error.what());
     }
-    if (request.on_started) request.on_started([] { return LiveCounters{}; });
-
-    // Supervise until everything is gone, then finish.
-    run.fill_from(supervisor::supervise_init(process, std::move(options)), context);
-    return run.finish();
+    return run.supervise_to_the_end(request, process, std::move(options), context);
   }
 
  private:

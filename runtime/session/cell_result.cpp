@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstddef>
+#include <iterator>
 
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/session.hpp"
@@ -6,21 +8,12 @@
 namespace rlm {
 
 std::string_view to_string(CellStatus status) {
-  switch (status) {
-    case CellStatus::ok:
-      return "ok";
-    case CellStatus::error:
-      return "error";
-    case CellStatus::timeout:
-      return "timeout";
-    case CellStatus::memory_limit:
-      return "memory_limit";
-    case CellStatus::crashed:
-      return "crashed";
-    case CellStatus::session_error:
-      return "session_error";
-  }
-  return "session_error";
+  // Indexed by CellStatus, in its order; the last is the last enumerator.
+  static constexpr std::string_view kNames[] = {"ok",           "error",   "timeout",
+                                                "memory_limit", "crashed", "session_error"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(CellStatus::session_error) + 1);
+  const auto index = static_cast<std::size_t>(status);
+  return index < std::size(kNames) ? kNames[index] : "session_error";
 }
 
 nlohmann::json CellResult::to_json() const {

@@ -111,4 +111,11 @@ void RunStart::fill_from(Supervision supervision, const RunContext& context) {
   fill_from(init_run_end(std::move(supervision), context));
 }
 
+Result RunStart::supervise_to_the_end(const Request& request, InitProcess& process,
+                                      SupervisionOptions options, const RunContext& context) {
+  if (request.on_started) request.on_started([] { return LiveCounters{}; });
+  fill_from(supervise_init(process, std::move(options)), context);
+  return finish();
+}
+
 }  // namespace rlm::supervisor

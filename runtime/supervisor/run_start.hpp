@@ -16,7 +16,9 @@
 
 namespace rlm::supervisor {
 
+struct InitProcess;
 struct Supervision;
+struct SupervisionOptions;
 struct RunContext;
 struct RunEnd;
 
@@ -61,6 +63,11 @@ struct RunStart {
   // For backends that supervise rlm-sandbox-init: rethrows what the caller's output callbacks
   // threw (cleanup is done by then), else fills the result from what supervision saw.
   void fill_from(Supervision supervision, const RunContext& context);
+  // The end of a run whose sandbox has no live counters to offer (local, landlock): tells the
+  // caller the payload started (request.on_started), supervises init until everything is gone,
+  // and finishes.
+  Result supervise_to_the_end(const Request& request, InitProcess& process,
+                              SupervisionOptions options, const RunContext& context);
 };
 
 }  // namespace rlm::supervisor

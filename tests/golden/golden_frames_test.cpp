@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstddef>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -195,25 +197,12 @@ TEST(GoldenFrames, ServerWireInvalidFramesAreRefused) {
 }
 
 const char* op_name(repl::ReplOp op) {
-  switch (op) {
-    case repl::ReplOp::execute:
-      return "execute";
-    case repl::ReplOp::llm_result:
-      return "llm_result";
-    case repl::ReplOp::snapshot:
-      return "snapshot";
-    case repl::ReplOp::restore:
-      return "restore";
-    case repl::ReplOp::close:
-      return "close";
-    case repl::ReplOp::context:
-      return "context";
-    case repl::ReplOp::add_context:
-      return "add_context";
-    case repl::ReplOp::add_history:
-      return "add_history";
-  }
-  return "?";
+  // Indexed by ReplOp, in its order; the last is the last enumerator.
+  static constexpr const char* kNames[] = {"execute", "llm_result", "snapshot",    "restore",
+                                           "close",   "context",    "add_context", "add_history"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(repl::ReplOp::add_history) + 1);
+  const auto index = static_cast<std::size_t>(op);
+  return index < std::size(kNames) ? kNames[index] : "?";
 }
 
 // A checked request as the line that states it: the fields the op took, defaults left out.
