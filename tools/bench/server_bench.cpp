@@ -22,6 +22,7 @@
 //                    [--bwrap=PATH]
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -167,12 +168,22 @@ int main(int argc, char** argv) {
   char directory[] = "/tmp/rlm-server-bench-XXXXXX";
   if (!mkdtemp(directory)) return 1;
   const std::string socket = std::string(directory) + "/s.sock";
-  const pid_t server = fork();
-  if (server == 0) {
-    const std::string pool = "default=" + std::to_string(settings.pool);
-    execl(settings.rlm_sandbox.c_str(), settings.rlm_sandbox.c_str(), "serve", "--socket",
-          socket.c_str(), "--pool", pool.c_str(), nullptr);
-    _exit(127);
+  // The server is started by posix_spawn: the runtime's only fork/clone sites are
+  // runtime/process/ and rlm-sandbox-init (docs/architecture.md).
+  const std::string pool = "default=" + std::to_string(settings.pool);
+  const char* const server_argv[] = {settings.rlm_sandbox.c_str(),
+                                     "serve",
+                                     "--socket",
+                                     socket.c_str(),
+                                     "--pool",
+                                     pool.c_str(),
+                                     nullptr};
+  pid_t server = -1;
+  if (posix_spawn(&server, server_argv[0], nullptr, nullptr, const_cast<char* const*>(server_argv),
+                  environ) != 0) {
+    std::fprintf(stderr, "rlm-server-bench: cannot start %s\n", server_argv[0]);
+    std::filesystem::remove_all(directory);
+    return 1;
   }
   const auto stop_server = [&] {
     kill(server, SIGTERM);
