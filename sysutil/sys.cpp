@@ -1,7 +1,9 @@
 #include "rlm_sys/sys.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +98,28 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text) {
                                std::string(fields[dash + 3])});
   }
   return mounts;
+}
+
+// write() that cannot raise SIGPIPE in the host: SIGPIPE is blocked on this thread for the call,
+// and one it generated is consumed before unblocking. (The host's own disposition of SIGPIPE is
+// not ours to change; MSG_NOSIGNAL exists only for sockets.)
+long write_without_sigpipe(int fd, const char* data, std::size_t size) {
+  sigset_t pipe_only, previous, pending;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+  sigpending(&pending);
+  const bool already_pending = sigismember(&pending, SIGPIPE);
+  const long written = write(fd, data, size);
+  const int error = errno;
+  if (written < 0 && error == EPIPE && !already_pending) {
+    const timespec no_wait{};
+    while (sigtimedwait(&pipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = error;
+  return written;
 }
 
 long send_with_fds(int socket, std::string_view data, std::span<const int> fds,

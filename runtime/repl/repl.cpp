@@ -3,6 +3,7 @@
 // thread.
 #include "rlm_sandbox/repl.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -37,7 +38,8 @@ class Output {
     const auto text = message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     std::lock_guard lock(mutex_);
     for (std::size_t written = 0; written < text.size();) {
-      const ssize_t n = write(fd_, text.data() + written, text.size() - written);
+      // Never SIGPIPE: an orchestrator that stops reading must not kill the process embedding us.
+      const long n = sys::write_without_sigpipe(fd_, text.data() + written, text.size() - written);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return;  // the orchestrator stopped reading: nothing more can reach it
       written += static_cast<std::size_t>(n);
@@ -240,6 +242,9 @@ class Reader {
   Reader(int in_fd, Output& output, RequestQueue& requests, OrchestratorHandler* orchestrator,
          const ReplInputLimits& limits, bool context_allowed)
       : in_fd_(in_fd),
+        // Asked before the eventfd exists: a closed input's number would be the eventfd's, and
+        // the reader would wait on its own stop signal as its input for ever.
+        input_open_(fcntl(in_fd, F_GETFD) >= 0),
         stop_fd_(eventfd(0, EFD_CLOEXEC)),
         output_(output),
         requests_(requests),
@@ -271,7 +276,9 @@ class Reader {
  private:
   void read_requests(bool context_allowed);
 
-  const int in_fd_, stop_fd_;
+  const int in_fd_;
+  const bool input_open_;  // a closed input is the end of the input
+  const int stop_fd_;
   Output& output_;
   RequestQueue& requests_;
   OrchestratorHandler* const orchestrator_;
@@ -323,7 +330,7 @@ void Reader::read_requests(bool context_allowed) {
   };
   repl::LineSplitter splitter(limits.max_line_bytes);
   std::string chunk(1 << 16, '\0');
-  while (!stopping_) {
+  while (input_open_ && !stopping_) {
     pollfd fds[2] = {{in_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -342,6 +349,8 @@ void Reader::read_requests(bool context_allowed) {
 
 void serve_repl(ReplOptions options, int in_fd, int out_fd) {
   if (!options.open_session) throw Error("serve_repl: no way to open the session");
+  // Checked before anything here opens an fd, which could take a closed output's number.
+  if (fcntl(out_fd, F_GETFD) < 0) throw Error("serve_repl: the output fd is not open");
   SessionOptions& session_options = options.session;
   Output output(out_fd);
   RequestQueue requests;

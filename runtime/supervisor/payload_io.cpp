@@ -1,38 +1,13 @@
 #include "supervisor/payload_io.hpp"
 
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 
+#include "rlm_sys/sys.hpp"
+
 namespace rlm::supervisor {
-namespace {
-
-// write() that cannot raise SIGPIPE in the host: SIGPIPE is blocked on this thread for the call,
-// and one it generated is consumed before unblocking. (The host's own disposition of SIGPIPE is
-// not ours to change; MSG_NOSIGNAL exists only for sockets.)
-ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) {
-  sigset_t pipe_only, previous, pending;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
-  sigpending(&pending);
-  const bool already_pending = sigismember(&pending, SIGPIPE);
-  const ssize_t written = write(fd, data, size);
-  const int error = errno;
-  if (written < 0 && error == EPIPE && !already_pending) {
-    const timespec no_wait{};
-    while (sigtimedwait(&pipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
-    }
-  }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  errno = error;
-  return written;
-}
-
-}  // namespace
 
 StdinPump::StdinPump(UniqueFd pipe, std::string_view data, int source_fd)
     : pipe_(std::move(pipe)),
@@ -68,7 +43,7 @@ void StdinPump::consume(std::size_t count) {
 void StdinPump::on_writable() {
   const auto bytes = pending();
   if (!pipe_ || bytes.empty()) return;
-  const ssize_t written = write_without_sigpipe(pipe_.get(), bytes.data(), bytes.size());
+  const ssize_t written = sys::write_without_sigpipe(pipe_.get(), bytes.data(), bytes.size());
   if (written > 0) {
     consume(static_cast<std::size_t>(written));
   } else if (written < 0 && errno != EAGAIN && errno != EINTR) {

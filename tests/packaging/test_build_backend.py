@@ -58,7 +58,7 @@ class BuildBackendTest(unittest.TestCase):
         expected = sorted(
             os.path.relpath(os.path.join(d, f), self.root).replace(os.sep, "/")
             for d, _, files in os.walk(os.path.join(self.root, "rlm_sandbox"))
-            if "notes" not in d for f in files if f.endswith(".py"))
+            if "notes" not in d for f in files if f.endswith(".py") or f == "py.typed")
         self.assertEqual(modules, expected)
         self.assertIn("rlm_sandbox/extra/deeper/mod.py", modules)
         self.assertNotIn("rlm_sandbox/notes/stray.py", modules)

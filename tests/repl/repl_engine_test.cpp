@@ -2,12 +2,14 @@
 // the test, its input and output pipes held by the test, a session on the local backend.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -61,7 +63,7 @@ class Repl {
     end_input();
     if (engine_.joinable()) engine_.join();
     close(to_repl_[0]);
-    close(from_repl_[0]);
+    if (from_repl_[0] >= 0) close(from_repl_[0]);
   }
 
   void send(const std::string& line) {
@@ -69,6 +71,12 @@ class Repl {
     ASSERT_EQ(write(to_repl_[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
   }
   void send(const json& request) { send(request.dump()); }
+
+  // The orchestrator closes its end of the output: what the engine writes then fails (EPIPE).
+  void stop_reading() {
+    close(from_repl_[0]);
+    from_repl_[0] = -1;
+  }
 
   void end_input() {
     if (to_repl_[1] >= 0) close(to_repl_[1]);
@@ -237,6 +245,57 @@ TEST(ReplEngine, ToolsTextIsCheckedAsTheToolsFlagTakesIt) {
   EXPECT_THROW(repl_tools_from_text("[{"), Error);
   EXPECT_THROW(repl_tools_from_text(std::string(100, '[') + std::string(100, ']')), Error);
   EXPECT_THROW(repl_tools_from_text(R"([{"name": "not an identifier"}])"), Error);
+}
+
+// A closed input is an input that has ended: the engine returns. (The reader's stop eventfd took
+// the closed input's number once, and the reader then waited on it as its input for ever.)
+TEST(ReplEngine, AClosedInputEndsTheRepl) {
+  int output[2];
+  ASSERT_EQ(pipe2(output, O_CLOEXEC), 0);
+  // The lowest free number, closed again: the next fd opened would be given it.
+  const int closed_input = dup(output[0]);
+  ASSERT_GE(closed_input, 0);
+  close(closed_input);
+  ReplOptions options;
+  options.open_session = [](SessionOptions) -> std::unique_ptr<Session> {
+    throw Error("no session is wanted here");
+  };
+  options.max_timeout = 10s;
+  std::atomic<bool> returned = false;
+  std::thread engine([&] {
+    try {
+      serve_repl(options, closed_input, output[1]);
+    } catch (const Error&) {
+    }
+    returned = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!returned && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  if (!returned) {
+    ADD_FAILURE() << "serve_repl still waits on a closed input after a minute";
+    std::_Exit(1);  // its thread cannot be joined: end here rather than hang the suite
+  }
+  engine.join();
+  close(output[0]);
+  close(output[1]);
+}
+
+// An orchestrator that closes its end of the output: the engine's writes fail, the process is
+// not killed by SIGPIPE (whose default action, set here, would end the test process),
+// and the engine still ends with its input.
+TEST(ReplEngine, AnOrchestratorThatStopsReadingDoesNotKillTheProcess) {
+  // SIGPIPE's default action for this test, whatever the test process inherited.
+  const auto inherited = signal(SIGPIPE, SIG_DFL);
+  Repl repl{ReplOptions{}};
+  repl.send(json{{"op", "context"}, {"context", "hello"}});
+  ASSERT_TRUE(repl.next());  // ready
+  repl.stop_reading();
+  repl.send(json{{"id", 1}, {"op", "execute"}, {"code", "print('into a closed pipe')"}});
+  repl.send(json{{"op", "bogus"}});  // an error line, written at once, into the closed pipe
+  repl.end_input();
+  EXPECT_TRUE(repl.finished_within(60s)) << "serve_repl did not return";
+  signal(SIGPIPE, inherited);
 }
 
 }  // namespace

@@ -27,7 +27,9 @@ struct ReplOptions {
 
 // Serves the protocol on `in_fd` and `out_fd` until close is done or `in_fd` ends, then closes
 // the session and returns; reads nothing of `in_fd` after that. Throws Error, having written
-// nothing, when the session could not be opened. The fds stay open (the caller's).
+// nothing, when the session could not be opened or `out_fd` is not open; a closed `in_fd` is an
+// input that has ended. Writes never raise SIGPIPE: an orchestrator that stops reading only stops
+// getting lines. The fds stay open (the caller's).
 void serve_repl(ReplOptions options, int in_fd, int out_fd);
 
 // `tools` as the repl's --tools flag takes them: JSON text of [{"name", "description",

@@ -40,6 +40,10 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text);
 // Undoes mountinfo's octal escapes (\040 space, \011 tab, \012 newline, \134 backslash).
 std::string unescape_mountinfo(std::string_view field);
 
+// write() that cannot raise SIGPIPE in this process, whatever its disposition of SIGPIPE: for a
+// peer (a payload's stdin, an orchestrator) that may stop reading. -1 with errno EPIPE then.
+long write_without_sigpipe(int fd, const char* data, std::size_t size);
+
 // One sendmsg(2) of `data` with `fds` attached (SCM_RIGHTS; at most kMaxSentFds, more is EINVAL),
 // `flags` added to MSG_NOSIGNAL, EINTR retried: the bytes sent, or -1 with errno set.
 // Async-signal-safe.
