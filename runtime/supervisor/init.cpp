@@ -132,10 +132,13 @@ std::string setup_problem(const InitReport& report, const RunContext& context,
              "): " + errno_text(report.value);
     case InitReport::Kind::init_failed:
       return "rlm-sandbox-init failed: " + report.message;
-    case InitReport::Kind::init_exec_failed:
-      return "cannot execute rlm-sandbox-init at " + context.init_path + ": " +
-             errno_text(report.value);
     default:  // missing
+      if (supervision.start_failure.failed()) {
+        const std::string step = supervision.start_failure.step;
+        return (step == "execve" ? "cannot execute rlm-sandbox-init at " + context.init_path
+                                 : "cannot start rlm-sandbox-init (" + step + ")") +
+               ": " + errno_text(supervision.start_failure.error);
+      }
       return "rlm-sandbox-init (" + context.init_path + ") ended without a report (" +
              wait_status_text(supervision) + ")";
   }
@@ -323,7 +326,6 @@ InitReport parse_init_report(std::string_view line) {
       {protocol::kExecErrnoKey, InitReport::Kind::exec_failed},
       {protocol::kSetupErrnoKey, InitReport::Kind::setup_failed},
       {protocol::kInitErrorKey, InitReport::Kind::init_failed},
-      {protocol::kInitExecErrnoKey, InitReport::Kind::init_exec_failed},
   };
   for (const auto& [key, kind] : kEndings) {
     if (!document.contains(key)) continue;

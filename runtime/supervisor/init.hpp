@@ -82,13 +82,12 @@ void send_payload_message(int socket, const PayloadMessage& message,
 
 struct InitReport {
   enum class Kind {
-    missing,           // init wrote nothing (it was killed, or crashed)
-    exited,            // value: the payload's exit code
-    signaled,          // value: the signal that killed it
-    exec_failed,       // value: errno of execvp(argv[0])
-    setup_failed,      // value: errno of `step` ("chdir", "setrlimit") on `path`
-    init_failed,       // message: init's own problem
-    init_exec_failed,  // value: errno of execve(rlm-sandbox-init)
+    missing,       // init wrote nothing (it was killed, or crashed)
+    exited,        // value: the payload's exit code
+    signaled,      // value: the signal that killed it
+    exec_failed,   // value: errno of execvp(argv[0])
+    setup_failed,  // value: errno of `step` ("chdir", "setrlimit") on `path`
+    init_failed,   // message: init's own problem
   };
   Kind kind = Kind::missing;
   int value = 0;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "process/child_failure.hpp"
 #include "process/child_start.hpp"
 #include "rlm_init/protocol.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -43,25 +44,9 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return result;
 }
 
-// `{"init_exec_errno":N}\n` without allocating: runs between fork and exec.
-void report_exec_failure(int fd, int error) noexcept {
-  char line[64] = "{\"";
-  std::size_t length = 2;
-  for (const char* key = init_protocol::kInitExecErrnoKey; *key && length < 40; ++key)
-    line[length++] = *key;
-  line[length++] = '"';
-  line[length++] = ':';
-  char digits[12];
-  std::size_t count = 0;
-  unsigned value = error > 0 ? static_cast<unsigned>(error) : 0;
-  do {
-    digits[count++] = static_cast<char>('0' + value % 10);
-    value /= 10;
-  } while (value && count < sizeof digits);
-  while (count) line[length++] = digits[--count];
-  line[length++] = '}';
-  line[length++] = '\n';
-  [[maybe_unused]] const ssize_t ignored = write(fd, line, length);
+[[noreturn]] void fail_before_exec(int failure_fd, const char* step) noexcept {
+  process::exit_with_failure(failure_fd, process::ChildFailure::at(step, errno),
+                             init_protocol::kInitFailureExit);
 }
 
 }  // namespace
@@ -157,6 +142,9 @@ InitLaunch::InitLaunch(std::string init_path, std::vector<std::string> args,
   auto report = make_pipe();
   report_ = std::move(report.read);
   child_report_ = std::move(report.write);
+  auto failure = make_pipe();
+  failure_ = std::move(failure.read);
+  child_failure_ = std::move(failure.write);
 }
 
 void InitLaunch::exec_in_child() const noexcept {
@@ -167,13 +155,17 @@ void InitLaunch::exec_in_child() const noexcept {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent_pid_) _exit(init_protocol::kInitFailureExit);  // parent already gone
 
-  if (!install_stdio() || !clear_cloexec(inherited_)) _exit(init_protocol::kInitFailureExit);
+  const int failure_fd = child_failure_.get();
+  if (!install_stdio()) fail_before_exec(failure_fd, "dup2 (stdio and report pipe)");
+  if (!clear_cloexec(inherited_)) fail_before_exec(failure_fd, "fcntl (inherited fds)");
   // Nothing else crosses: not the host's fds, nor another thread's pipes created concurrently.
-  close_fds_except(kFirstFreeFd, inherited_, max_fd_);
+  // The failure pipe stays open until the exec closes it (close-on-exec).
+  KeptFds keep = inherited_;
+  keep.back() = failure_fd;
+  close_fds_except(kFirstFreeFd, keep, max_fd_);
 
   execve(path_.c_str(), argv_.data(), envp_.data());
-  report_exec_failure(init_protocol::kReportFd, errno);
-  _exit(init_protocol::kInitFailureExit);
+  fail_before_exec(failure_fd, "execve");
 }
 
 void check_inherit_fds(const std::vector<int>& fds) {
@@ -198,9 +190,9 @@ void InitLaunch::inherit(const std::vector<int>& fds) {
 void InitLaunch::keep_for_init(int fd) {
   if (fd < kFirstFreeFd)
     throw Error("an fd kept for init must be >= " + std::to_string(kFirstFreeFd));
-  for (int& slot : inherited_)
-    if (slot < 0) {
-      slot = fd;
+  for (std::size_t i = 0; i + 1 < inherited_.size(); ++i)  // the last slot: the failure pipe's
+    if (inherited_[i] < 0) {
+      inherited_[i] = fd;
       return;
     }
   throw Error("no room left to keep fd " + std::to_string(fd) + " for rlm-sandbox-init");
@@ -220,6 +212,7 @@ InitProcess InitLaunch::finish(pid_t pid, UniqueFd pidfd) {
   child_stdout_.reset();
   child_stderr_.reset();
   child_report_.reset();
+  child_failure_.reset();
   InitProcess process;
   process.pid = pid;
   // Our unreaped child, so the pid cannot have been recycled yet.
@@ -231,6 +224,7 @@ InitProcess InitLaunch::finish(pid_t pid, UniqueFd pidfd) {
   process.stdout_pipe = std::move(stdout_);
   process.stderr_pipe = std::move(stderr_);
   process.report_pipe = std::move(report_);
+  process.start_failure = std::move(failure_);
   return process;
 }
 

@@ -28,9 +28,9 @@ using host::UniqueFd;
 // A request may pass this many fds to its payload (a session's channel and context, ...).
 constexpr std::size_t kMaxInheritedFds = 4;
 // Fds kept across the exec of init: those, plus the namespace backend's own (the error pipe,
-// init's binary, two seccomp memfds, the Landlock ruleset until it is applied). -1 marks an
-// unused slot.
-using KeptFds = std::array<int, kMaxInheritedFds + 5>;
+// init's binary, two seccomp memfds, the Landlock ruleset until it is applied), or the launch
+// child's failure pipe. -1 marks an unused slot.
+using KeptFds = std::array<int, kMaxInheritedFds + 6>;
 
 // Closes every fd >= `first` that is not in `keep`; `ceiling` bounds the close() loop used on
 // kernels without close_range. Raw syscalls only.
@@ -54,6 +54,10 @@ struct InitProcess {
   UniqueFd stdout_pipe;  // read ends of its stdout and stderr
   UniqueFd stderr_pipe;
   UniqueFd report_pipe;  // read end of init's report (rlm_init/protocol.hpp)
+  // Read end of the launch child's failure pipe (close-on-exec in the child): a
+  // process::ChildFailure when the exec of init failed, EOF when it succeeded. Supervision reads
+  // it once init is gone without a report. Empty for a backend with its own pipeline.
+  UniqueFd start_failure;
 };
 
 // Init's stdio and report pipe take fds 0-3 in the child, so an fd that must survive there has to
@@ -101,13 +105,15 @@ class InitLaunch {
   void inherit(const std::vector<int>& fds);
   const KeptFds& inherited() const { return inherited_; }
   // An fd (>= 4) of init's own that crosses the exec beside the inherited ones (the seccomp
-  // memfds init reads); the slots left after inherit() hold up to 4 of them. Throws Error when
-  // they are full.
+  // memfds init reads); the slots left after inherit() hold up to 5 of them (the last slot is the
+  // failure pipe's). Throws Error when they are full.
   void keep_for_init(int fd);
 
   // In the started child: own process group, SIGTERM when the launching thread dies (init then
   // tears the tree down), stdio and the report pipe on fds 0-3, every other fd closed, exec init.
-  // The caller has blocked every signal; init starts with them blocked and sets up its own.
+  // The caller has blocked every signal; init starts with them blocked and sets up its own. A
+  // failing step ends the child with a process::ChildFailure on the failure pipe
+  // (InitProcess::start_failure), the runtime's one record of a child that did not reach its exec.
   [[noreturn]] void exec_in_child() const noexcept;
 
   // For a backend with its own child pipeline: in the child, moves the pipes onto fds 0-3
@@ -136,8 +142,8 @@ class InitLaunch {
     return none;
   }
   // Child ends (fd >= 4, so moving them onto 0-3 never overwrites one not yet moved) and ours.
-  UniqueFd child_stdin_, child_stdout_, child_stderr_, child_report_;
-  UniqueFd stdin_, stdout_, stderr_, report_;
+  UniqueFd child_stdin_, child_stdout_, child_stderr_, child_report_, child_failure_;
+  UniqueFd stdin_, stdout_, stderr_, report_, failure_;
 };
 
 // prepare + a plain child (process/child_start.hpp) that runs exec_in_child + finish. Returns the

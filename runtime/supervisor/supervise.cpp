@@ -188,6 +188,11 @@ class Loop {
     if (waited == 0) kill(-process_.pid, SIGKILL);
 
     if (process_.report_pipe) read_report();
+    // No report: perhaps init never ran. The launch child wrote its record before it exited.
+    if (result_.report.empty() && process_.start_failure) {
+      const auto said = process::read_child_report(process_.start_failure.get(), 0);
+      if (said.kind == process::ChildReport::Kind::failed) result_.start_failure = said.failure;
+    }
     drain_output();
 
     if (waited == 0) {
@@ -202,6 +207,7 @@ class Loop {
     process_.stdout_pipe.reset();
     process_.stderr_pipe.reset();
     process_.report_pipe.reset();
+    process_.start_failure.reset();
     process_.pidfd.reset();
   }
 
@@ -212,6 +218,7 @@ class Loop {
     process_.stdout_pipe.reset();
     process_.stderr_pipe.reset();
     process_.report_pipe.reset();
+    process_.start_failure.reset();
     process_.pidfd.reset();
   }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "process/child_failure.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "supervisor/launch.hpp"
@@ -52,7 +53,10 @@ struct Supervision {
   StopReason stop = StopReason::none;
   std::string stdout_data, stderr_data;
   bool stdout_truncated = false, stderr_truncated = false;
-  std::string report;        // what init wrote on its report pipe (one JSON line, or nothing)
+  std::string report;  // what init wrote on its report pipe (one JSON line, or nothing)
+  // Without a report: the step at which the launch child failed before init's exec (unset when it
+  // reached the exec, or for a backend whose own pipeline reports that).
+  process::ChildFailure start_failure;
   bool reaped = false;       // false if the host reaped init behind our back (SIGCHLD ignored), or
                              // the reap was deferred (SupervisionOptions::defer_reap)
   int wait_status = 0;       // init's, from wait4

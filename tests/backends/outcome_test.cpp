@@ -215,6 +215,20 @@ TEST(Outcome, InitsReportBecomesTheRunEnd) {
   EXPECT_EQ(silent.detail,
             "rlm-sandbox-init (/opt/rlm-sandbox-init) ended without a report (exit status 125)");
 
+  // No report, and the launch child's record says init's exec failed.
+  auto not_started = supervised("", 125 << 8);  // kInitFailureExit
+  not_started.start_failure.set("execve", EACCES);
+  Result unexecutable;
+  supervisor::classify(supervisor::init_run_end(not_started, context), unexecutable);
+  EXPECT_EQ(unexecutable.status, Status::sandbox_error);
+  EXPECT_EQ(unexecutable.detail,
+            "cannot execute rlm-sandbox-init at /opt/rlm-sandbox-init: Permission denied");
+  not_started.start_failure.set("dup2 (stdio and report pipe)", EBADF);
+  Result no_stdio;
+  supervisor::classify(supervisor::init_run_end(not_started, context), no_stdio);
+  EXPECT_EQ(no_stdio.detail,
+            "cannot start rlm-sandbox-init (dup2 (stdio and report pipe)): Bad file descriptor");
+
   Result caught;
   supervisor::classify(supervisor::init_run_end(supervised(R"({"signal":9,"seccomp_violation":)" +
                                                            std::to_string(SYS_ptrace) + "}"),

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "exit_status.hpp"
@@ -223,6 +224,31 @@ TEST(LocalRun, MissingInitIsASandboxErrorSayingWhereItLooked) {
   EXPECT_FALSE(health.available);
   EXPECT_NE(health.detail.find("/nonexistent/rlm-sandbox-init"), std::string::npos);
   EXPECT_NE(health.fix.find("RLM_SANDBOX_INIT"), std::string::npos);
+}
+
+// An init that is there and executable but cannot be exec'd: the launch child's failure record
+// (process::ChildFailure on its close-on-exec pipe) says why, and nothing is left running.
+TEST(LocalRun, AnInitThatCannotBeExecutedIsASandboxErrorSayingWhy) {
+  TempDir dir;
+  const std::string fake_init = dir.path() + "/rlm-sandbox-init";
+  {
+    const int fd = open(fake_init.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    ASSERT_GE(fd, 0);
+    const char garbage[] = "\x7fnot an ELF file and no #! line";  // execve: ENOEXEC
+    ASSERT_EQ(write(fd, garbage, sizeof garbage), static_cast<ssize_t>(sizeof garbage));
+    close(fd);
+  }
+  setenv("RLM_SANDBOX_INIT", fake_init.c_str(), 1);
+  auto backend = local::make_local_backend();
+  unsetenv("RLM_SANDBOX_INIT");
+  ASSERT_TRUE(backend->health().available) << "it is an executable file, so it is found";
+  Request request;
+  request.argv = {"true"};
+  const auto result = backend->run(request, local_policy());
+  EXPECT_EQ(result.status, Status::sandbox_error) << describe(result);
+  EXPECT_EQ(result.detail,
+            "cannot execute rlm-sandbox-init at " + fake_init + ": " + strerror(ENOEXEC))
+      << describe(result);
 }
 
 TEST(LocalRun, HealthSaysWhatIsAndIsNotEnforced) {

@@ -119,7 +119,5 @@ inline constexpr const char* kInitErrorKey = "init_error";
 inline constexpr const char* kTerminatedKey = "terminated";
 inline constexpr const char* kTerminatedByPayloadKey = "terminated_by_payload";
 inline constexpr const char* kSeccompViolationKey = "seccomp_violation";
-// Written by the runtime's own child when it could not exec init at all.
-inline constexpr const char* kInitExecErrnoKey = "init_exec_errno";
 
 }  // namespace rlm::init_protocol
