@@ -47,7 +47,7 @@ def _size_flag(value: Union[int, str]) -> str:
         return value
     if isinstance(value, bool) or value <= 0:
         raise ValueError(f"memory must be a positive number of bytes, not {value!r}")
-    return str(int(value))
+    return f"{int(value)}B"  # the CLI takes no bare size
 
 
 def _count_flag(value: int, what: str) -> str:

@@ -1,6 +1,7 @@
 // `rlm-sandbox run` end to end: the exit-status contract, output, limits and bad input.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -199,20 +200,25 @@ TEST(CliRun, BadInputGivesOneLineAndTheRightStatus) {
       {{"run", "--policy", "trusted-local", "--json", "--result-file", "x", "--", "true"},
        2,
        "--result-file"},
-      {{"run", "--policy", "trusted-local", "--memory", "12X", "--", "true"}, 125, "12X"},
-      {{"run", "--policy", "trusted-local", "--timeout", "soon", "--", "true"}, 125, "soon"},
-      {{"run", "--policy", "trusted-local", "--pids", "-1", "--", "true"}, 125, "--pids"},
-      {{"run", "--policy", "trusted-local", "--cpus", "half", "--", "true"}, 125, "--cpus 'half'"},
-      {{"run", "--policy", "trusted-local", "--cpus", "0", "--", "true"}, 125, "--cpus '0'"},
-      {{"run", "--policy", "trusted-local", "--cpus", "1e3", "--", "true"}, 125, "--cpus"},
+      {{"run", "--policy", "trusted-local", "--memory", "12X", "--", "true"}, 2, "12X"},
+      {{"run", "--policy", "trusted-local", "--timeout", "soon", "--", "true"}, 2, "soon"},
+      {{"run", "--policy", "trusted-local", "--pids", "-1", "--", "true"}, 2, "--pids"},
+      {{"run", "--policy", "trusted-local", "--cpus", "half", "--", "true"}, 2, "--cpus 'half'"},
+      {{"run", "--policy", "trusted-local", "--cpus", "0", "--", "true"}, 2, "--cpus '0'"},
+      {{"run", "--policy", "trusted-local", "--cpus", "1e3", "--", "true"}, 2, "--cpus"},
       {{"run", "--policy", "trusted-local", "--bind", "/no/such/path", "--", "true"},
        125,
        "/no/such/path"},
-      {{"run", "--policy", "trusted-local", "--env", "NOEQUALS", "--", "true"}, 125, "NOEQUALS"},
-      {{"run", "--policy", "trusted-local", "--language", "cobol", "--code", "x"}, 125, "cobol"},
+      {{"run", "--policy", "trusted-local", "--env", "NOEQUALS", "--", "true"}, 2, "NOEQUALS"},
+      {{"run", "--policy", "trusted-local", "--language", "cobol", "--code", "x"}, 2, "cobol"},
       {{"run", "--policy", dir.file("missing.json"), "--", "true"}, 125, "missing.json"},
       {{"run", "--policy", dir.file("malformed.json"), "--", "true"}, 125, "line 2"},
-      {{"run", "--backend", "podman", "--", "true"}, 125, "podman"},
+      {{"run", "--backend", "podman", "--", "true"}, 2, "podman"},
+      {{"run", "--policy", "trusted-local", "--memory", "512", "--", "true"}, 2, "512M"},
+      {{"run", "--policy", "trusted-local", "--bind", "/tmp:/x:rx", "--", "true"}, 2, "'rx'"},
+      {{"run", "--policy", "trusted-local", "--bind", "/tmp:/x:y:ro", "--", "true"}, 2, "':'"},
+      {{"run", "--policy", "trusted-local", "--bind-ro", "/tmp:/x:rw", "--", "true"}, 2, ":rw"},
+      {{"run", "--policy", "trusted-local", "--tmpfs", "/x:y:1M", "--", "true"}, 2, "':'"},
       {{"frobnicate"}, 2, "frobnicate"},
   };
   for (const auto& c : cases) {
@@ -224,6 +230,156 @@ TEST(CliRun, BadInputGivesOneLineAndTheRightStatus) {
     EXPECT_NE(out.err.find(c.mentions), std::string::npos) << shown << "\n" << out.err;
     EXPECT_EQ(out.err.find("terminate called"), std::string::npos) << out.err;
   }
+}
+
+// A value that cannot mean anything is a usage error (2); one the policy or the host refuses is a
+// setup error (125). See BadInputGivesOneLineAndTheRightStatus for the list.
+
+// Options end at the first word that is not an option (or at "--"): the command's own options are
+// its own. Before, `run ls -la /` took -la as "--language a" and listed / without -la, and
+// `run python3 -c 'print(1)'` failed.
+TEST(CliRun, OptionsEndAtTheCommand) {
+  auto listed = cli({"run", "--policy", "trusted-local", "ls", "-la", "/"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(listed.out.rfind("total ", 0), 0u) << "ls -l's first line:\n" << listed.out;
+  EXPECT_NE(listed.out.find(" ..\n"), std::string::npos) << "-a lists ..:\n" << listed.out;
+
+  auto python = cli({"run", "--policy", "trusted-local", "python3", "-c", "print(1)"});
+  EXPECT_EQ(python.exit_code, 0) << python.err;
+  EXPECT_EQ(python.out, "1\n");
+
+  // Words after the command that look like ours are the command's; an option's value that starts
+  // with '-' is still the option's.
+  auto echoed = cli({"run", "--policy", "trusted-local", "--env", "X=-json", "sh", "-c",
+                     "echo \"$X $0 $1\"", "--json", "--timeout"});
+  EXPECT_EQ(echoed.exit_code, 0) << echoed.err;
+  EXPECT_EQ(echoed.out, "-json --json --timeout\n");
+  // "--" still ends the options, and is not passed on.
+  auto dashed = cli({"run", "--policy", "trusted-local", "--", "echo", "--", "x"});
+  EXPECT_EQ(dashed.out, "-- x\n") << dashed.err;
+}
+
+// Mounts apply in the order given (bwrap's rule), after the policy's: a writable directory may sit
+// inside a read-only one. Before, every --bind came before every --bind-ro, so this failed in
+// either order. Through the namespace backend (the default policy), whose mounts are real.
+TEST(CliRun, MountsApplyInTheOrderGiven) {
+  TempDir dir;
+  dir.write("input.txt", "data\n");
+  const std::string out = dir.file("out");
+  std::filesystem::create_directory(out);
+  // Readable and, for out/, writable by all: under a root runtime the sandbox user owns neither.
+  std::filesystem::permissions(
+      dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                      std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                      std::filesystem::perms::others_exec);
+  std::filesystem::permissions(out, std::filesystem::perms::all);
+  auto run = cli({"run", "--bind-ro", dir.path() + ":/work", "--bind", out + ":/work/out", "-w",
+                  "/work", "sh", "-c",
+                  "cat input.txt && echo written > out/result && ! touch not-here 2>/dev/null"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "data\n");
+  EXPECT_EQ(dir.read("out/result"), "written\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("not-here")));
+
+  // The other order would hide the writable one: refused, in the flags' words.
+  auto hidden =
+      cli({"run", "--bind", out + ":/work/out", "--bind-ro", dir.path() + ":/work", "--", "true"});
+  EXPECT_EQ(hidden.exit_code, 2);
+  EXPECT_TRUE(one_line(hidden.err)) << hidden.err;
+  EXPECT_NE(hidden.err.find("mounts apply in the order given"), std::string::npos) << hidden.err;
+}
+
+// docker's -v habit: SRC:DST:ro and :rw choose the mode (and -v is --bind). Before, the suffix
+// became part of the target: a read-write mount at "/data:ro".
+TEST(CliRun, DockerStyleModeSuffixesChooseTheMode) {
+  TempDir dir;
+  dir.write("input.txt", "data\n");
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);
+  for (const std::string flag : {"-v", "--volume", "--bind"}) {
+    auto readonly = cli({"run", flag, dir.path() + ":/data:ro", "sh", "-c",
+                         "cat /data/input.txt; touch /data/new; ls -d /data:ro 2>&1"});
+    EXPECT_NE(readonly.exit_code, 0) << flag;
+    EXPECT_EQ(readonly.out.rfind("data\n", 0), 0u) << flag << ": " << readonly.out;
+    EXPECT_NE(readonly.err.find("Read-only file system"), std::string::npos)
+        << flag << ": " << readonly.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("new"))) << flag;
+
+    auto writable =
+        cli({"run", flag, dir.path() + ":/data:rw", "--", "touch", "/data/new-" + flag});
+    EXPECT_EQ(writable.exit_code, 0) << flag << ": " << writable.err;
+    EXPECT_TRUE(std::filesystem::exists(dir.file("new-" + flag))) << flag;
+  }
+  // SRC:ro binds SRC at its own path, read-only.
+  auto own_path = cli({"run", "--bind", dir.path() + ":ro", "--", "cat", dir.file("input.txt")});
+  EXPECT_EQ(own_path.exit_code, 0) << own_path.err;
+  EXPECT_EQ(own_path.out, "data\n");
+}
+
+// A bare duration is seconds (timeout(1)'s and nsjail's reading), not milliseconds; a bare size
+// is refused with the units to use, not taken as bytes.
+TEST(CliRun, BareDurationsAreSecondsAndSizesNeedAUnit) {
+  auto timed =
+      cli({"run", "--policy", "trusted-local", "--json", "--timeout", "1", "--", "sleep", "30"});
+  EXPECT_EQ(timed.exit_code, 124) << timed.err;
+  const auto result = json::parse(timed.out);
+  EXPECT_EQ(result["status"], "timeout");
+  // 1 s, not 1 ms (a lower bound: a loaded machine only makes it longer).
+  EXPECT_GE(result["wall_ms"].get<double>(), 950.0) << timed.out;
+
+  auto bare = cli({"run", "--policy", "trusted-local", "--memory", "512", "--", "true"});
+  EXPECT_EQ(bare.exit_code, 2);
+  EXPECT_TRUE(one_line(bare.err)) << bare.err;
+  EXPECT_NE(bare.err.find("512M"), std::string::npos) << bare.err;
+  auto bytes =
+      cli({"run", "--policy", "trusted-local", "--memory", "100000000B", "--json", "--", "true"});
+  EXPECT_EQ(bytes.exit_code, 0) << bytes.err;
+}
+
+// --json and --result-file give a Result for every failure, also one found before the run; the
+// result file is created before the payload starts, so a path that cannot be written stops the
+// command before it runs anything.
+TEST(CliRun, FailuresBeforeTheRunYieldAResult) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> flags;
+    int exit_code;
+    std::string mentions;
+  };
+  for (const auto& c :
+       std::vector<Case>{{{"--memory", "512"}, 2, "512M"},
+                         {{"--no-such-flag"}, 2, "no-such-flag"},
+                         {{"--policy", dir.file("missing.json")}, 125, "missing.json"},
+                         {{"--policy", "trusted-local", "--timeout", "1h"}, 125, "wall_time_ms"}}) {
+    std::vector<std::string> words{"run", "--json"};
+    words.insert(words.end(), c.flags.begin(), c.flags.end());
+    words.insert(words.end(), {"--", "true"});
+    const auto out = cli(words);
+    EXPECT_EQ(out.exit_code, c.exit_code) << c.mentions << ": " << out.err;
+    EXPECT_TRUE(one_line(out.err)) << out.err;
+    const auto result = json::parse(out.out, nullptr, false);
+    ASSERT_TRUE(result.is_object()) << c.mentions << ": stdout is not a Result: " << out.out;
+    EXPECT_EQ(result["status"], "sandbox_error");
+    EXPECT_NE(result["detail"].get<std::string>().find(c.mentions), std::string::npos)
+        << result.dump();
+
+    std::vector<std::string> to_file{"run", "--result-file", dir.file("result.json")};
+    to_file.insert(to_file.end(), c.flags.begin(), c.flags.end());
+    to_file.insert(to_file.end(), {"--", "true"});
+    std::filesystem::remove(dir.file("result.json"));
+    EXPECT_EQ(cli(to_file).exit_code, c.exit_code);
+    const auto written = json::parse(dir.read("result.json"), nullptr, false);
+    ASSERT_TRUE(written.is_object()) << c.mentions;
+    EXPECT_EQ(written["status"], "sandbox_error");
+    EXPECT_FALSE(std::filesystem::exists(dir.file("result.json.tmp")));
+  }
+
+  // An unwritable result file: the payload never starts.
+  const auto unwritable =
+      cli({"run", "--policy", "trusted-local", "--result-file", dir.file("no/such/dir/result.json"),
+           "--", "touch", dir.file("ran")});
+  EXPECT_EQ(unwritable.exit_code, 125);
+  EXPECT_NE(unwritable.err.find("--result-file"), std::string::npos) << unwritable.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ran"))) << "the payload ran";
 }
 
 TEST(CliRun, HelpTeachesWithExamples) {

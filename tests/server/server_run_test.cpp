@@ -60,6 +60,15 @@ TEST_F(ServerRunTest, ThePlainFormMeansWhatTheGeneralParserMakesOfIt) {
     EXPECT_EQ(plain.out, general.out);
     EXPECT_EQ(plain.err, general.err);
   }
+  // Without "--" the options end at the command, and its own options stay its own, both ways.
+  for (const bool plain : {true, false}) {
+    std::vector<std::string> words{
+        "run", "--server", server_->socket(), "/bin/sh", "-c", "echo \"$0 $1\"", "-p", "--json"};
+    if (!plain) words.insert(words.begin() + 3, {"--backend", "auto"});
+    const auto outcome = cli(words);
+    EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+    EXPECT_EQ(outcome.out, "-p --json\n") << (plain ? "plain form" : "general parser");
+  }
   // A refusal reads the same both ways too.
   const auto refused = cli(with({"--server", server_->socket(), "-p", "strict"}));
   const auto refused_general =

@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
     throw rlm::cli::UsageError("unknown command '" + command + "'", "");
   } catch (const rlm::NeedsFullBinary& e) {
     return run_full_sibling(argv, e);
+  } catch (const rlm::cli::BadFlagValue& e) {
+    rlm::cli::print_error(std::string(e.what()) + " (see 'rlm-sandbox " + command + " --help')");
+    return rlm::cli::kExitUsage;
   } catch (const rlm::cli::UsageError& e) {
     rlm::cli::print_error(std::string(e.what()) + " (see 'rlm-sandbox " +
                           (e.command.empty() ? "" : e.command + " ") + "--help')");

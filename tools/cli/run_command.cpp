@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -25,16 +28,27 @@ namespace po = boost::program_options;
 namespace rlm::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: rlm-sandbox run [OPTIONS] -- CMD [ARGS...]
+constexpr const char* kUsage = R"(usage: rlm-sandbox run [OPTIONS] [--] CMD [ARGS...]
        rlm-sandbox run [OPTIONS] --code CODE [--language python|bash|sh]
 
 Runs CMD (or CODE) under a policy and reports what happened. The payload's output streams live
 to this process's stdout and stderr, and its stdin is forwarded, unless --json is given.
 Limit flags may only tighten the policy, never loosen it.
 
+Options end at "--" or at the first word that is not an option: `run ls -la /` runs `ls -la /`.
+Mounts (--bind, --bind-ro, -v, --tmpfs) are applied after the policy's, in the order given, as
+bwrap does: a later mount may sit inside an earlier one (--bind-ro "$PWD:/work" then
+--bind "$PWD/out:/work/out"). SRC:DST:ro and SRC:DST:rw choose the mode, as docker's -v does.
+Units: a duration is seconds when bare (30) or 500ms, 1.5s, 2m, 1h; a size needs its unit
+(64M, 1G, 4096B).
+
+With --json (or --result-file) every failure yields a Result, also one found before the run
+(status sandbox_error).
+
 exit status: the payload's own; 128+N if it died of signal N (an OOM kill is 137);
              124 timeout; 125 the sandbox could not be set up (stderr says why);
-             126 the command could not be executed; 127 it was not found; 2 bad usage.
+             126 the command could not be executed; 127 it was not found;
+             2 bad usage (an unknown flag or a value that means nothing, e.g. --memory 512).
 )";
 
 constexpr const char* kExamples = R"(
@@ -43,6 +57,8 @@ examples:
   rlm-sandbox run --policy strict --memory 64M --timeout 2s -- ./untrusted-binary
   rlm-sandbox run --json --code 'import os; print(os.getuid())'
   rlm-sandbox run --bind-ro "$PWD:/src" --workdir /src --result-file result.json -- make test
+  rlm-sandbox run --bind-ro "$PWD:/work" --bind "$PWD/out:/work/out" -w /work ./untrusted
+  rlm-sandbox run -v "$PWD/data:/data:ro" --timeout 30 --memory 512M python3 job.py
   rlm-sandbox run --policy trusted-local --json -- sh -c 'echo hi; exit 3'
   rlm-sandbox run --server /run/rlm-sandbox.sock -- /bin/true   (a warm sandbox of `serve`)
 )";
@@ -58,24 +74,45 @@ struct MountFlag {
 std::string absolute_target(const std::string& flag, const std::string& value,
                             const std::string& target) {
   if (target.empty() || target.front() != '/')
-    throw Error(flag + " " + value + ": the path inside the sandbox must be absolute");
+    throw BadFlagValue(flag + " " + value + ": the path inside the sandbox must be absolute");
+  if (target.find(':') != std::string::npos)
+    throw BadFlagValue(flag + " " + value + ": a ':' is left in the path inside the sandbox");
   return target;
 }
 
-// --bind SRC[:DST] and --bind-ro SRC[:DST]: SRC is a host path (relative to here), DST defaults
-// to SRC's absolute form.
+// --bind SRC[:DST][:ro|rw], --bind-ro SRC[:DST] and -v SRC[:DST][:ro|rw]: SRC is a host path
+// (relative to here), DST defaults to SRC's absolute form; a third field is docker's mode.
 MountFlag bind_flag(const std::string& flag, const std::string& value, bool readonly) {
-  auto colon = value.find(':');
-  std::string source = value.substr(0, colon);
+  const std::string shown = flag + " " + value;
+  std::vector<std::string> fields;
+  for (std::size_t start = 0;;) {
+    const auto colon = value.find(':', start);
+    fields.push_back(value.substr(start, colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  // SRC:ro names the mode, not a target ("ro" is not an absolute path).
+  if (fields.size() == 2 && (fields[1] == "ro" || fields[1] == "rw"))
+    fields.insert(fields.begin() + 1, "");
+  if (fields.size() > 3)
+    throw BadFlagValue(shown + ": expected SRC[:DST][:ro|rw]; a path with ':' in it cannot be " +
+                       "named on the command line (a policy file's filesystem.mounts can)");
+  if (fields.size() == 3) {
+    if (fields[2] != "ro" && fields[2] != "rw")
+      throw BadFlagValue(shown + ": unknown mode '" + fields[2] + "'; use ro or rw");
+    if (flag == "--bind-ro" && fields[2] == "rw")
+      throw BadFlagValue(shown + ": --bind-ro is read-only; use --bind for :rw");
+    readonly = fields[2] == "ro";
+  }
+  const std::string& source = fields[0];
   std::error_code ec;
   auto absolute = std::filesystem::absolute(source, ec).lexically_normal().string();
-  if (source.empty() || ec) throw Error(flag + " " + value + ": no source path");
+  if (source.empty() || ec) throw BadFlagValue(shown + ": no source path");
   if (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
   if (!std::filesystem::exists(absolute, ec))
-    throw Error(flag + " " + value + ": " + absolute + " does not exist on this host");
-  std::string target = colon == std::string::npos ? absolute : value.substr(colon + 1);
-  return {absolute,          absolute_target(flag, value, target), Mount::Type::bind, readonly, {},
-          flag + " " + value};
+    throw Error(shown + ": " + absolute + " does not exist on this host");
+  const std::string target = fields.size() == 1 || fields[1].empty() ? absolute : fields[1];
+  return {absolute, absolute_target(flag, value, target), Mount::Type::bind, readonly, {}, shown};
 }
 
 // --tmpfs DST[:SIZE]
@@ -94,6 +131,25 @@ MountFlag tmpfs_flag(const std::string& value) {
 
 // Flags that change the policy itself (mounts, workdir, image) are applied to a copy and the
 // result validated again, so a flag can never produce a policy the loader would reject.
+// True when `inner` is `outer` or lies below it.
+bool within(const std::string& inner, const std::string& outer) {
+  if (outer == "/") return true;
+  return inner == outer || (inner.rfind(outer, 0) == 0 && inner[outer.size()] == '/');
+}
+
+// Mounts apply in the order given, so one given later at a parent of an earlier one's target
+// would hide it: said in the flags' own words.
+void check_mount_order(const std::vector<MountFlag>& mounts) {
+  for (std::size_t earlier = 0; earlier < mounts.size(); ++earlier)
+    for (std::size_t later = earlier + 1; later < mounts.size(); ++later)
+      if (mounts[earlier].target != mounts[later].target &&
+          within(mounts[earlier].target, mounts[later].target))
+        throw BadFlagValue(mounts[earlier].shown + " lies inside " + mounts[later].shown +
+                           ", given after it, which would hide it: mounts apply in the order "
+                           "given, so give " +
+                           mounts[later].shown + " first");
+}
+
 Policy apply_policy_flags(Policy policy, const std::vector<MountFlag>& mounts,
                           const po::variables_map& values) {
   for (const auto& flag : mounts) {
@@ -132,17 +188,40 @@ bool stdin_is_open() {
   return fcntl(STDIN_FILENO, F_GETFD) != -1;
 }
 
-void write_result_file(const std::string& path, const Result& result) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << result.to_json().dump(2) << "\n";
-    if (!out.flush()) throw Error("--result-file " + path + ": cannot write " + temporary);
+// --result-file PATH: PATH.tmp is created before anything runs (a path that cannot be written
+// fails the command before the payload starts), and renamed onto PATH once the Result is in it,
+// so PATH is never half a Result.
+class ResultFile {
+ public:
+  explicit ResultFile(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp") {
+    fd_ = open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd_ < 0)
+      throw Error("--result-file " + path_ + ": cannot create " + temporary_ + ": " +
+                  std::strerror(errno));
   }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) throw Error("--result-file " + path + ": " + ec.message());
-}
+  ~ResultFile() {
+    if (fd_ < 0) return;
+    close(fd_);
+    unlink(temporary_.c_str());  // never written: no stray .tmp
+  }
+  ResultFile(const ResultFile&) = delete;
+  ResultFile& operator=(const ResultFile&) = delete;
+
+  void write(const Result& result) {
+    const bool written = write_all(fd_, result.to_json().dump(2) + "\n");
+    close(fd_);
+    fd_ = -1;
+    if (!written || std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+      const int error = errno;
+      unlink(temporary_.c_str());
+      throw Error("--result-file " + path_ + ": " + std::strerror(error));
+    }
+  }
+
+ private:
+  std::string path_, temporary_;
+  int fd_ = -1;
+};
 
 // One line on stderr for outcomes a person would otherwise miss in streamed mode.
 void report_outcome(const Result& result) {
@@ -178,23 +257,25 @@ void report_stand_ins(const Result& result, bool as_json) {
 // exactly what the general parser makes of it, a tenth of a millisecond sooner (a few percent of
 // a warm run). Anything else, or anything unusual in these words, goes to the general parser.
 std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
-  const auto dashdash = std::find(args.begin(), args.end(), "--");
-  if (dashdash == args.end() || std::next(dashdash) == args.end()) return std::nullopt;
   std::optional<std::string> socket, policy;
-  for (auto word = args.begin(); word != dashdash; ++word) {
+  auto word = args.begin();
+  for (; word != args.end() && word->size() > 1 && word->front() == '-'; ++word) {
+    if (*word == "--") break;
     auto* slot = *word == "--server"                      ? &socket
                  : (*word == "--policy" || *word == "-p") ? &policy
                                                           : nullptr;
-    if (!slot || *slot || std::next(word) == dashdash) return std::nullopt;
+    if (!slot || *slot || std::next(word) == args.end()) return std::nullopt;
     ++word;
     if (word->empty() || word->front() == '-') return std::nullopt;
     *slot = *word;
   }
+  if (word != args.end() && *word == "--") ++word;
+  if (word == args.end()) return std::nullopt;
   if (!socket) socket = server_from_environment();
   if (!socket || socket->empty()) return std::nullopt;
 
   Request request;
-  request.argv.assign(std::next(dashdash), args.end());
+  request.argv.assign(word, args.end());
   request.argv = resolve_argv(request);
   if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
   request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
@@ -208,14 +289,9 @@ std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
 
 }  // namespace
 
-int run_command(const std::vector<std::string>& args) {
-  if (auto status = run_plainly_on_server(args)) return *status;
-  // Everything after "--" is the payload's argv, untouched by option parsing.
-  auto dashdash = std::find(args.begin(), args.end(), "--");
-  std::vector<std::string> option_words(args.begin(), dashdash);
-  std::vector<std::string> payload;
-  if (dashdash != args.end()) payload.assign(dashdash + 1, args.end());
+namespace {
 
+po::options_description run_options() {
   po::options_description options("options");
   options.add_options()             //
       ("help,h", "show this help")  //
@@ -224,18 +300,21 @@ int run_command(const std::vector<std::string>& args) {
        "file")  //
       ("backend,b", po::value<std::string>()->default_value("auto"),
        "auto, namespace, docker, landlock or local; auto tries the policy's backend.prefer in "
-       "order")                                                                     //
-      ("timeout,t", po::value<std::string>(), "wall-clock limit, e.g. 10s, 500ms")  //
-      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")             //
-      ("memory,m", po::value<std::string>(), "memory limit, e.g. 256M")             //
-      ("pids", po::value<std::string>(), "process limit")                           //
-      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")            //
+       "order")  //
+      ("timeout,t", po::value<std::string>(),
+       "wall-clock limit: seconds (30) or 500ms, 1.5s, 2m, 1h")                       //
+      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")               //
+      ("memory,m", po::value<std::string>(), "memory limit with its unit: 256M, 1G")  //
+      ("pids", po::value<std::string>(), "process limit")                             //
+      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")              //
       ("bind", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST] bind a host path read-write (repeatable)")  //
+       "SRC[:DST][:ro|rw] bind a host path, read-write unless :ro (repeatable; in order)")  //
       ("bind-ro", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST] bind a host path read-only (repeatable)")  //
+       "SRC[:DST] bind a host path read-only (repeatable; in order)")  //
+      ("volume,v", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST][:ro|rw] docker's -v: the same as --bind")  //
       ("tmpfs", po::value<std::vector<std::string>>()->composing(),
-       "DST[:SIZE] a fresh tmpfs at DST (repeatable)")                                 //
+       "DST[:SIZE] a fresh tmpfs at DST (repeatable; in order)")                       //
       ("workdir,w", po::value<std::string>(), "working directory inside the sandbox")  //
       ("env,e", po::value<std::vector<std::string>>()->composing(),
        "K=V set an environment variable for the payload (repeatable)")       //
@@ -248,38 +327,58 @@ int run_command(const std::vector<std::string>& args) {
       ("result-file", po::value<std::string>(),
        "stream the output live and write the Result JSON to this file")  //
       ("server", po::value<std::string>(), kServerFlagHelp)              //
-      ("server-uid", po::value<std::string>(), kServerUidFlagHelp)       //
-      ("args", po::value<std::vector<std::string>>(), "");
+      ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
+  return options;
+}
 
-  po::options_description visible("options");
-  for (const auto& option : options.options())
-    if (option->long_name() != "args") visible.add(option);
+// The mount flags as they were written, each converted: the order is the mount order.
+std::vector<MountFlag> mount_flags(const std::vector<po::option>& in_order) {
+  std::vector<MountFlag> mounts;
+  for (const auto& option : in_order)
+    for (const auto& value : option.value) {
+      if (option.string_key == "bind") mounts.push_back(bind_flag("--bind", value, false));
+      if (option.string_key == "volume") mounts.push_back(bind_flag("-v", value, false));
+      if (option.string_key == "bind-ro") mounts.push_back(bind_flag("--bind-ro", value, true));
+      if (option.string_key == "tmpfs") mounts.push_back(tmpfs_flag(value));
+    }
+  return mounts;
+}
 
-  auto values = parse_options(option_words, options, "run", "args");
-  if (values.count("help")) {
-    std::cout << kUsage << "\n" << visible << kExamples;
-    return 0;
+void check_choice(const std::string& flag, const std::string& value,
+                  std::initializer_list<const char*> choices) {
+  std::string listed;
+  for (const char* choice : choices) {
+    if (value == choice) return;
+    listed += (listed.empty() ? "" : ", ") + std::string(choice);
   }
-  if (values.count("args")) {
-    if (!payload.empty())
-      throw UsageError(
-          "unexpected '" + values["args"].as<std::vector<std::string>>().front() + "' before '--'",
-          "run");
-    payload = values["args"].as<std::vector<std::string>>();
+  throw BadFlagValue(flag + " '" + value + "': choose one of " + listed);
+}
+
+int run_parsed(const CommandLine& line, const po::options_description& options,
+               std::optional<ResultFile>& result_file) {
+  std::vector<po::option> in_order;
+  auto values = parse_options(line.options, options, "run", nullptr, &in_order);
+  if (values.count("help")) {
+    std::cout << kUsage << "\n" << options << kExamples;
+    return 0;
   }
   const bool as_json = values["json"].as<bool>();
   if (as_json && values.count("result-file"))
     throw UsageError("--json and --result-file are alternatives; give one", "run");
   Request request;
   if (values.count("code")) {
-    if (!payload.empty()) throw UsageError("give a command or --code, not both", "run");
+    if (!line.payload.empty()) throw UsageError("give a command or --code, not both", "run");
     request.code = values["code"].as<std::string>();
     request.language = values["language"].as<std::string>();
-  } else if (payload.empty()) {
-    throw UsageError("no command given; usage: rlm-sandbox run [OPTIONS] -- CMD [ARGS...]", "run");
+    check_choice("--language", request.language, {"python", "bash", "sh"});
+  } else if (line.payload.empty()) {
+    throw UsageError("no command given; usage: rlm-sandbox run [OPTIONS] [--] CMD [ARGS...]",
+                     "run");
   } else {
-    request.argv = payload;
+    request.argv = line.payload;
   }
+  check_choice("--backend", values["backend"].as<std::string>(),
+               {"auto", "namespace", "docker", "landlock", "local"});
 
   // Everything a flag says is checked before the policy is even loaded.
   LimitOverrides overrides;
@@ -291,28 +390,22 @@ int run_command(const std::vector<std::string>& args) {
     overrides.memory_bytes = size_flag("--memory", values["memory"].as<std::string>());
   if (values.count("pids")) overrides.pids = count_flag("--pids", values["pids"].as<std::string>());
   if (values.count("cpus")) overrides.cpus = cpus_flag("--cpus", values["cpus"].as<std::string>());
-  std::vector<MountFlag> mounts;
-  auto each = [&](const char* name, auto&& convert) {
-    if (!values.count(name)) return;
-    for (const auto& value : values[name].as<std::vector<std::string>>())
-      mounts.push_back(convert(value));
-  };
-  each("bind", [](const std::string& v) { return bind_flag("--bind", v, false); });
-  each("bind-ro", [](const std::string& v) { return bind_flag("--bind-ro", v, true); });
-  each("tmpfs", [](const std::string& v) { return tmpfs_flag(v); });
+  const std::vector<MountFlag> mounts = mount_flags(in_order);
+  check_mount_order(mounts);
   if (values.count("env")) {
     for (const auto& pair : values["env"].as<std::vector<std::string>>()) {
       auto equals = pair.find('=');
       if (equals == std::string::npos || equals == 0)
-        throw Error("--env " + pair + ": expected NAME=VALUE");
+        throw BadFlagValue("--env " + pair + ": expected NAME=VALUE");
       request.env[pair.substr(0, equals)] = pair.substr(equals + 1);
     }
   }
-  // The command, resolved once, here: an unknown --language is rejected now, not after the
-  // sandbox is up, and the backend takes the argv as it is.
+  // The command, resolved once, here: the backend takes the argv as it is.
   request.argv = resolve_argv(request);
   request.code.clear();
   request.language.clear();
+  // Before anything runs: a Result that could not be written is a failure found now.
+  if (values.count("result-file")) result_file.emplace(values["result-file"].as<std::string>());
 
   if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
   if (!as_json) {
@@ -345,12 +438,65 @@ int run_command(const std::vector<std::string>& args) {
     std::cout << result.to_json().dump() << std::endl;
     if (result.status == Status::sandbox_error) print_error(result.detail);
   } else {
-    if (values.count("result-file"))
-      write_result_file(values["result-file"].as<std::string>(), result);
+    if (result_file) result_file->write(result);
     report_outcome(result);
   }
   report_stand_ins(result, as_json);
   return exit_status(result);
+}
+
+// A failure found before the run, as a Result where one was asked for: on stdout (--json) or in
+// the result file. The message itself goes to stderr as for every failure.
+void report_early_failure(bool as_json, std::optional<ResultFile>& result_file,
+                          const std::string& message) {
+  Result result;
+  result.status = Status::sandbox_error;
+  result.detail = message;
+  if (as_json) std::cout << result.to_json().dump() << std::endl;
+  if (result_file) {
+    try {
+      result_file->write(result);
+    } catch (const Error&) {  // the message that matters is the first one
+    }
+  }
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  if (auto status = run_plainly_on_server(args)) return *status;
+  const auto options = run_options();
+  const auto line = split_at_command(args, options);
+  // Read off the words, so that a failure of the parser itself still yields its Result.
+  bool as_json = false;
+  std::optional<std::string> result_path;
+  for (std::size_t i = 0; i < line.options.size(); ++i) {
+    const auto& word = line.options[i];
+    if (word == "--json") as_json = true;
+    if (word == "--result-file" && i + 1 < line.options.size()) result_path = line.options[i + 1];
+    if (word.rfind("--result-file=", 0) == 0) result_path = word.substr(14);
+  }
+  std::optional<ResultFile> result_file;
+  const auto report = [&](const std::string& message) {
+    if (!result_file && result_path && !as_json) {
+      try {
+        result_file.emplace(*result_path);
+      } catch (const Error&) {  // the message that matters is the first one
+      }
+    }
+    report_early_failure(as_json, result_file, message);
+  };
+  try {
+    return run_parsed(line, options, result_file);
+  } catch (const NeedsFullBinary&) {
+    throw;  // the sibling binary runs the same command and reports for it
+  } catch (const UsageError& error) {
+    report(error.what());
+    throw;
+  } catch (const Error& error) {
+    report(error.what());
+    throw;
+  }
 }
 
 }  // namespace rlm::cli
