@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 
+#include "host/stdio_pipe.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/client_state.hpp"
@@ -85,6 +86,8 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
     }
     stdio[1] = out.write.get();
     stdio[2] = err.write.get();
+    // The payload may open them by path (/dev/stdout), under the server's sandbox uid.
+    for (const int fd : stdio) host::open_pipe_to_its_holders(fd);
   }
   server::send_to_server(socket, frame, stdio);
   // Only the payload holds the write ends now: EOF on them is the payload's end.

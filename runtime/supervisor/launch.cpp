@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "host/stdio_pipe.hpp"
 #include "process/child_failure.hpp"
 #include "process/child_start.hpp"
 #include "rlm_init/protocol.hpp"
@@ -85,6 +86,8 @@ Pipe make_pipe() {
 StdioPipes make_stdio_pipes() {
   StdioPipes pipes;
   auto in = make_pipe(), out = make_pipe(), err = make_pipe();
+  // /dev/stdin and the others open by path, also under the sandbox's uid (host/stdio_pipe.hpp).
+  for (const auto* pipe : {&in, &out, &err}) host::open_pipe_to_its_holders(pipe->read.get());
   pipes.child = {std::move(in.read), std::move(out.write), std::move(err.write)};
   pipes.host = {std::move(in.write), std::move(out.read), std::move(err.read)};
   return pipes;

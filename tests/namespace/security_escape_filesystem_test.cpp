@@ -79,6 +79,32 @@ print('env', ' '.join(k for k in os.environ if k.startswith('RLM_SECRET_ENV_')))
   EXPECT_EQ(result.stdout_data.find(content), std::string::npos) << result.stdout_data;
 }
 
+// /dev/stdin, /dev/stdout and /dev/stderr open by path (/proc/self/fd/N, which checks the pipe's
+// own mode against the opener): many CI tools write to /dev/stdout. Under a root runtime the
+// payload's uid is not the pipes' creator, and they were refused (Permission denied), directly
+// and through the server (the client's pipes). host/stdio_pipe.hpp says why opening their mode
+// gives nothing to anyone who does not hold them already.
+TEST_F(NamespaceTest, StdioOpensByPath) {
+  ProcessOptions piped;
+  piped.stdin_data = "p\n";
+  const auto cat = cli({"run", "--", "cat", "/dev/stdin"}, piped);
+  EXPECT_EQ(cat.exit_code, 0) << cat.err;
+  EXPECT_EQ(cat.out, "p\n");
+  const auto written =
+      cli({"run", "--", "sh", "-c", "echo out > /dev/stdout && echo err > /dev/stderr"});
+  EXPECT_EQ(written.exit_code, 0) << written.err;
+  EXPECT_EQ(written.out, "out\n");
+  EXPECT_EQ(written.err, "err\n");
+
+  Request request;
+  request.argv = {"sh", "-c", "cat /dev/stdin > /dev/stdout; echo e > /dev/stderr"};
+  request.stdin_data = "through the API\n";
+  const auto result = run_request(request, policy_);
+  EXPECT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data, "through the API\n");
+  EXPECT_EQ(result.stderr_data, "e\n");
+}
+
 TEST_F(NamespaceTest, WritesOutsideTmpFailAndTmpIsWritable) {
   const std::string token = random_token();
   const std::vector<std::string> dirs{"/", "/usr", "/etc", "/usr/bin", "/usr/lib", "/bin"};
