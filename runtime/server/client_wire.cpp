@@ -52,6 +52,14 @@ host::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> s
   if (!socket) throw ServerRefused("unavailable", "socket(): " + sys::errno_text(errno));
   while (connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     if (errno == EINTR) continue;
+    if (errno == EACCES)
+      throw ServerRefused(
+          "unavailable",
+          "permission denied on the socket " + path + ": the socket file does not let uid " +
+              std::to_string(geteuid()) +
+              " connect; the server's owner can allow it (rlm-sandbox serve --allow-uid " +
+              std::to_string(geteuid()) +
+              ", which grants it the socket too, or --allow-gid with one of its groups)");
     throw ServerRefused("unavailable", "no server at " + path + ": " + sys::errno_text(errno));
   }
   check_listener(socket.get(), path, server_uid);

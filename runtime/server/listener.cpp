@@ -11,6 +11,7 @@
 
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
+#include "server/socket_access.hpp"
 
 namespace rlm::server {
 namespace {
@@ -53,7 +54,8 @@ void check_replaceable(const std::string& path) {
 
 }  // namespace
 
-Listener listen_at(const std::string& path, mode_t mode, int backlog) {
+Listener listen_at(const std::string& path, mode_t mode, int backlog,
+                   const std::vector<uid_t>& allow_uids, const std::vector<gid_t>& allow_gids) {
   if (path.empty() || path.front() != '/')
     throw Error("socket path '" + path + "' must be absolute");
   const std::string temporary = path + ".new" + std::to_string(getpid());
@@ -75,6 +77,11 @@ Listener listen_at(const std::string& path, mode_t mode, int backlog) {
   };
   if (chmod(temporary.c_str(), mode) != 0)
     fail("chmod(" + temporary + "): " + sys::errno_text(errno));
+  try {
+    grant_socket_access(temporary, mode, allow_uids, allow_gids);
+  } catch (const Error& error) {
+    fail(error.what());
+  }
   if (listen(listener.fd.get(), backlog) != 0) fail("listen(): " + sys::errno_text(errno));
   try {
     check_replaceable(path);

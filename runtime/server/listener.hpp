@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "host/unique_fd.hpp"
 
@@ -19,8 +20,11 @@ struct Listener {
   dev_t device = 0;
 };
 
-// Throws Error saying why the socket cannot be made at `path`.
-Listener listen_at(const std::string& path, mode_t mode, int backlog);
+// Throws Error saying why the socket cannot be made at `path`. `allow_uids` and `allow_gids` are
+// granted the socket file beside its mode (socket_access.hpp) before it appears at `path`.
+Listener listen_at(const std::string& path, mode_t mode, int backlog,
+                   const std::vector<uid_t>& allow_uids = {},
+                   const std::vector<gid_t>& allow_gids = {});
 
 // Removes the socket file if it is still the one `listener` made.
 void remove_socket_file(const Listener& listener);

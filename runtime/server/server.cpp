@@ -149,7 +149,8 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
   } else {
     if (config.socket_path.empty()) throw Error("the server needs a socket path (--socket)");
     const int backlog = static_cast<int>(std::min<std::size_t>(config.max_clients * 2, 4096));
-    state_->listener = server::listen_at(config.socket_path, config.socket_mode, backlog);
+    state_->listener = server::listen_at(config.socket_path, config.socket_mode, backlog,
+                                         config.allow_uids, config.allow_gids);
   }
   // A uid's share is at most the whole (lowering max_bytes_in_flight alone lowers both).
   state_->frame_budget = std::make_unique<server::FrameBudget>(

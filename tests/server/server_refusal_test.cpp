@@ -137,5 +137,37 @@ TEST(ServerAllowList, AllowedUidIsServed) {
   EXPECT_EQ(outcome.exit_code, 7) << outcome.err << server.log();
 }
 
+// The README's recipe: --allow-uid alone (the socket keeps its default 0660, root's). Before, the
+// socket file locked the allowed uid out and the client said "no server at ...". The allowed uid
+// and gid are granted the socket file through an ACL; a uid that is neither is told "permission
+// denied on the socket" with the flag that fixes it.
+TEST(ServerAllowList, AllowedUidsAndGidsReachTheSocketWithoutASocketMode) {
+  for (const char* flag : {"--allow-uid", "--allow-gid"}) {
+    TempDir dir;
+    chmod(dir.path().c_str(), 0755);
+    ServerUnderTest server(dir, {"--pool", "default=0", flag, "65534"});
+    ASSERT_TRUE(server.ready()) << server.log();
+    struct stat status {};
+    ASSERT_EQ(stat(server.socket().c_str(), &status), 0);
+    EXPECT_EQ(status.st_mode & 0007, 0u) << "others stay shut out by the mode";
+    const auto outcome =
+        cli_as_nobody({"run", "--server", server.socket(), "--", "/bin/sh", "-c", "exit 7"});
+    EXPECT_EQ(outcome.exit_code, 7) << flag << ": " << outcome.err << server.log();
+  }
+}
+
+TEST(ServerAllowList, AUidTheSocketShutsOutIsToldPermissionDeniedAndTheFix) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ServerUnderTest server(dir, {"--pool", "default=0"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  const auto outcome = cli_as_nobody({"run", "--server", server.socket(), "--", "/bin/true"});
+  EXPECT_EQ(outcome.exit_code, 125);
+  EXPECT_NE(outcome.err.find("permission denied on the socket " + server.socket()),
+            std::string::npos)
+      << outcome.err;
+  EXPECT_NE(outcome.err.find("--allow-uid 65534"), std::string::npos) << outcome.err;
+}
+
 }  // namespace
 }  // namespace rlm::test

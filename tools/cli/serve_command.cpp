@@ -149,9 +149,11 @@ int serve_command(const std::vector<std::string>& args) {
       ("session-pool", po::value<std::vector<std::string>>()->composing(),
        "POLICY=N: offer POLICY with N warm REPL sessions")  //
       ("allow-uid", po::value<std::vector<std::string>>()->composing(),
-       "U: let processes of uid U connect (repeatable; the server's own uid always may)")  //
+       "U: let processes of uid U connect (repeatable; the server's own uid always may); "
+       "the socket file is granted to U too")  //
       ("allow-gid", po::value<std::vector<std::string>>()->composing(),
-       "G: let processes in group G (primary or supplementary) connect (repeatable)")  //
+       "G: let processes in group G (primary or supplementary) connect (repeatable); the "
+       "socket file is granted to G too")  //
       ("permit-bind", po::value<std::vector<std::string>>()->composing(),
        "UID:DIR[:rw]: uid UID may bind host paths beneath DIR, read-only unless :rw")       //
       ("config", po::value<std::string>(), "a JSON configuration file (flags add to it)")   //
