@@ -99,9 +99,9 @@ def _is_int(value: Any) -> bool:
 class RunResult:
     """How one run ended (``Result::to_json()``; DESIGN.md §8): ``status`` is ``ok``,
     ``exit_nonzero``, ``signaled``, ``timeout``, ``cpu_limit``, ``memory_limit``, ``pids_limit``,
-    ``output_limit``, ``seccomp_violation`` or ``sandbox_error``. Through a server, ``stdout`` and
-    ``stderr`` are what this client read from its own pipes, capped at the policy's
-    ``limits.output_bytes`` per stream."""
+    ``output_limit``, ``seccomp_violation``, ``sandbox_error`` or ``interrupted`` (the caller
+    stopped it). Through a server, ``stdout`` and ``stderr`` are what this client read from its
+    own pipes, capped at the policy's ``limits.output_bytes`` per stream."""
 
     status: str
     exit_code: int = 0

@@ -8,7 +8,7 @@
 namespace rlm {
 namespace {
 
-constexpr std::array<std::pair<Status, std::string_view>, 10> kStatusNames{{
+constexpr std::array<std::pair<Status, std::string_view>, 11> kStatusNames{{
     {Status::ok, "ok"},
     {Status::exit_nonzero, "exit_nonzero"},
     {Status::signaled, "signaled"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<Status, std::string_view>, 10> kStatusNames{{
     {Status::output_limit, "output_limit"},
     {Status::seccomp_violation, "seccomp_violation"},
     {Status::sandbox_error, "sandbox_error"},
+    {Status::interrupted, "interrupted"},
 }};
 
 // Length of the valid UTF-8 sequence starting at text[i], or 0 when it is not valid (overlong

@@ -132,14 +132,19 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
   for (const auto* pipe : {&out.read, &err.read})
     if (*pipe) fcntl(pipe->get(), F_SETFL, O_NONBLOCK);
   std::optional<Result> result;
+  // The caller's stop (Request::stop_fd readable) goes to the server once; the run then ends as
+  // `interrupted`, the payload given SIGTERM and its grace there.
+  bool interrupt_sent = false;
   while (!result || out.read || err.read) {
-    pollfd fds[5] = {{result ? -1 : socket, POLLIN, 0},
+    const int stop_fd = result || interrupt_sent ? -1 : request.stop_fd;
+    pollfd fds[6] = {{result ? -1 : socket, POLLIN, 0},
                      {out.read.get(), POLLIN, 0},
                      {err.read.get(), POLLIN, 0},
                      {pump ? pump->write_fd() : -1, POLLOUT, 0},
-                     {pump ? pump->read_fd() : -1, POLLIN, 0}};
+                     {pump ? pump->read_fd() : -1, POLLIN, 0},
+                     {stop_fd, POLLIN, 0}};
     const int timeout = result ? 0 : -1;
-    const int ready = poll(fds, 5, timeout);
+    const int ready = poll(fds, 6, timeout);
     if (ready < 0 && errno != EINTR) throw Error("poll: " + sys::errno_text(errno));
     if (ready == 0 && result) break;  // the pipes are drained
     constexpr short kReady = POLLIN | POLLHUP | POLLERR;
@@ -147,6 +152,15 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
     if (fds[2].revents & kReady) drain(err.read, capped_err, "stderr");
     if (fds[3].revents & (POLLOUT | POLLERR | POLLHUP)) pump->on_writable();
     if (fds[4].revents & kReady) pump->on_readable();
+    if (fds[5].revents & kReady) {
+      interrupt_sent = true;
+      stop_sent = true;  // the first stop is the one the server acts on
+      try {
+        server::send_frame(socket, {{"op", "stop"}, {"reason", "interrupted"}},
+                           Clock::now() + std::chrono::seconds(5));
+      } catch (const Error&) {  // the run is over already
+      }
+    }
     if (fds[0].revents & kReady) {
       const json reply = server::server_reply(socket, Clock::now() + server::kReplyTimeout);
       if (reply["op"] != "result" || !reply.contains("result"))

@@ -102,7 +102,7 @@ void explain(Result& result, const Stop& stop, std::uint64_t output_cap) {
     result.status = Status::output_limit;
     result.detail = stop.stream + " exceeded the output limit of " + format_size(output_cap);
     (stop.stream == "stderr" ? result.stderr_truncated : result.stdout_truncated) = true;
-  } else if (stop.reason == "interrupted" && result.status == Status::signaled &&
+  } else if (stop.reason == "interrupted" && result.status == Status::interrupted &&
              result.detail == "stopped by the caller") {
     result.detail = "stopped by the client";
   }

@@ -167,7 +167,7 @@ void classify(RunEnd end, Result& result) {
           truncated_streams(end) + " exceeded the output limit of " + format_size(end.output_cap);
       break;
     case Stop::cancelled:
-      result.status = Status::signaled;
+      result.status = Status::interrupted;
       result.signal = SIGTERM;
       result.detail = "stopped by the caller";
       break;

@@ -171,7 +171,7 @@ TEST(Outcome, TheCallersStopAndTheOutputCapComeFirst) {
   EXPECT_EQ(classified(end).detail, "stderr exceeded the output limit of 1M");
   end.stop = Stop::cancelled;
   const auto cancelled = classified(end);
-  EXPECT_EQ(cancelled.status, Status::signaled);
+  EXPECT_EQ(cancelled.status, Status::interrupted);
   EXPECT_EQ(cancelled.signal, SIGTERM);
   EXPECT_EQ(cancelled.detail, "stopped by the caller");
   end.stop = Stop::timeout;

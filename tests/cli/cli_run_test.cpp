@@ -1,6 +1,8 @@
 // `rlm-sandbox run` end to end: the exit-status contract, output, limits and bad input.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -380,6 +382,35 @@ TEST(CliRun, FailuresBeforeTheRunYieldAResult) {
   EXPECT_EQ(unwritable.exit_code, 125);
   EXPECT_NE(unwritable.err.find("--result-file"), std::string::npos) << unwritable.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("ran"))) << "the payload ran";
+}
+
+// SIGINT, SIGTERM and SIGHUP to the CLI stop the run the way a timeout does: the payload gets
+// SIGTERM and its grace (its handler runs and its output arrives), the Result says interrupted and
+// names the signal, and the exit status is 128+N. Before, the CLI died of the signal with no
+// Result. Through the namespace backend (the default policy); ServerRunTest has the server's.
+TEST(CliRun, ASignalStopsThePayloadGracefullyAndEndsInterrupted) {
+  const std::string payload =
+      "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.1; done";
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    RunningCli run({"run", "--json", "--", "sh", "-c", payload});
+    ASSERT_GT(run.pid(), 0);
+    // --json holds the output until the end: wait for the payload through its process instead.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    kill(run.pid(), signal);
+    EXPECT_EQ(run.finish(), 128 + signal) << strsignal(signal) << ": " << run.out();
+    const auto result = json::parse(run.out(), nullptr, false);
+    ASSERT_TRUE(result.is_object()) << run.out();
+    EXPECT_EQ(result["status"], "interrupted") << result.dump();
+    EXPECT_EQ(result["signal"], signal) << result.dump();
+    EXPECT_NE(result["stdout"].get<std::string>().find("got TERM"), std::string::npos)
+        << "the payload's handler did not run: " << result.dump();
+  }
+  // Streamed: what the payload wrote after the signal still comes out.
+  RunningCli streamed({"run", "--", "sh", "-c", payload});
+  ASSERT_TRUE(streamed.wait_for("up\n"));
+  kill(streamed.pid(), SIGINT);
+  EXPECT_EQ(streamed.finish(), 130);
+  EXPECT_EQ(streamed.out(), "up\ngot TERM\n");
 }
 
 TEST(CliRun, HelpTeachesWithExamples) {

@@ -207,6 +207,17 @@ TEST_F(ServerRunTest, AReportLongerThanTheRuntimeKeepsStillEndsTheRun) {
   }
 }
 
+// A signal to a client stops its run on the server as it would a direct one: the client sends
+// a stop, the payload gets SIGTERM and its grace there, and the Result says interrupted.
+TEST_F(ServerRunTest, ASignalToTheClientStopsTheRunAsInterrupted) {
+  RunningCli run({"run", "--server", server_->socket(), "--", "sh", "-c",
+                  "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.1; done"});
+  ASSERT_TRUE(run.wait_for("up\n"));
+  kill(run.pid(), SIGINT);
+  EXPECT_EQ(run.finish(), 130);
+  EXPECT_EQ(run.out(), "up\ngot TERM\n");
+}
+
 // Two clients at once: the second run completes while the first is still running.
 TEST_F(ServerRunTest, TwoClientsAreServedInParallel) {
   int out = -1;

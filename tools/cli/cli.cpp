@@ -48,7 +48,7 @@ bool takes_next_word(const std::string& word, const po::options_description& opt
     const auto* option = options.find_nothrow(word.substr(2), false);
     return option && option->semantic()->max_tokens() > 0;
   }
-  if (word.size() != 2) return false;  // -tVALUE, or several short switches
+  if (word.size() != 2) return false;                      // -tVALUE, or several short switches
   const auto* option = options.find_nothrow(word, false);  // short names are kept with their dash
   return option && option->semantic()->max_tokens() > 0;
 }

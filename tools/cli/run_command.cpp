@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "interrupts.hpp"
 #include "limit_flags.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/client.hpp"
@@ -45,7 +46,12 @@ Units: a duration is seconds when bare (30) or 500ms, 1.5s, 2m, 1h; a size needs
 With --json (or --result-file) every failure yields a Result, also one found before the run
 (status sandbox_error).
 
-exit status: the payload's own; 128+N if it died of signal N (an OOM kill is 137);
+Signals: SIGINT, SIGTERM and SIGHUP to this command stop the run: the payload gets SIGTERM and
+the policy's kill grace (its handler runs), the Result says status interrupted and the signal,
+and the exit status is 128+N (130 for a Ctrl-C).
+
+exit status: the payload's own; 128+N if it died of signal N (an OOM kill is 137), or if
+             this command got signal N and stopped the run;
              124 timeout; 125 the sandbox could not be set up (stderr says why);
              126 the command could not be executed; 127 it was not found;
              2 bad usage (an unknown flag or a value that means nothing, e.g. --memory 512).
@@ -280,8 +286,10 @@ std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
   if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
   request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
   request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
-  const Result result =
-      run_on_server(*socket, std::nullopt, policy.value_or("default"), request, {});
+  const Interrupts interrupts;
+  request.stop_fd = interrupts.stop_fd();
+  Result result = run_on_server(*socket, std::nullopt, policy.value_or("default"), request, {});
+  interrupts.explain(result);
   report_outcome(result);
   report_stand_ins(result, false);
   return exit_status(result);
@@ -412,6 +420,8 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
     request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
     request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
   }
+  const Interrupts interrupts;
+  request.stop_fd = interrupts.stop_fd();
   Result result;
   if (auto server = server_socket(values)) {
     // Nothing about the policy is loaded here unless a flag changes it: the server has it.
@@ -433,6 +443,7 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
     auto backend = select_backend(policy, values["backend"].as<std::string>());
     result = backend->run(request, policy);
   }
+  interrupts.explain(result);
 
   if (as_json) {
     std::cout << result.to_json().dump() << std::endl;

@@ -23,6 +23,8 @@ enum class Status {
   output_limit,       // stdout or stderr exceeded the cap; we stopped it
   seccomp_violation,  // killed by the seccomp filter
   sandbox_error,      // the sandbox could not be set up
+  interrupted,        // the caller stopped it (Request::stop_fd; a signal to the CLI): the payload
+                      // got SIGTERM and the policy's kill grace
 };
 
 std::string_view to_string(Status status);
