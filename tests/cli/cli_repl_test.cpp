@@ -82,6 +82,32 @@ TEST(CliRepl, WithAnLmHandlerNoEventsReachTheOrchestrator) {
   EXPECT_EQ(lines[1]["result"]["stdout"], "echo: file context\n");
 }
 
+// repl takes the mounts and environment flags run does: the session sees the bound directory
+// (read-only) and the variables, from the command line and from a file.
+TEST(CliRepl, MountAndEnvironmentFlagsReachTheSession) {
+  TempDir dir;
+  dir.write("input.txt", "data");
+  dir.write("env", "# from a file\nFROM_FILE=yes\n");
+  chmod(dir.path().c_str(), 0755);
+  ProcessOptions options;
+  options.extra_env["RLM_TEST_CALLERS"] = "the caller's";
+  options.stdin_data =
+      R"x({"id":1,"op":"execute","code":"import os\nprint(open('/data/input.txt').read(), os.environ['GREETING'], os.environ['FROM_FILE'], os.environ['RLM_TEST_CALLERS'])\ntry:\n    open('/data/new', 'w')\nexcept OSError as e:\n    print(e.strerror)"})x"
+      "\n";
+  auto outcome = cli({"repl", "--lm", "echo", "--bind-ro", dir.path() + ":/data", "-e",
+                      "GREETING=hi", "-e", "RLM_TEST_CALLERS", "--env-file", dir.file("env")},
+                     options);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  std::istringstream stream(outcome.out);
+  std::string ready, cell;
+  std::getline(stream, ready);
+  std::getline(stream, cell);
+  const auto result = json::parse(cell, nullptr, false);
+  ASSERT_TRUE(result.is_object()) << outcome.out;
+  EXPECT_EQ(result["result"]["stdout"], "data hi yes the caller's\nRead-only file system\n")
+      << cell;
+}
+
 TEST(CliRepl, BadRequestsGetAnErrorLineAndTheSessionGoesOn) {
   ProcessOptions options;
   options.stdin_data =

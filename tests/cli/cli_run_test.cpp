@@ -211,7 +211,11 @@ TEST(CliRun, BadInputGivesOneLineAndTheRightStatus) {
       {{"run", "--policy", "trusted-local", "--bind", "/no/such/path", "--", "true"},
        125,
        "/no/such/path"},
-      {{"run", "--policy", "trusted-local", "--env", "NOEQUALS", "--", "true"}, 2, "NOEQUALS"},
+      {{"run", "--policy", "trusted-local", "--env", "=x", "--", "true"}, 2, "--env =x"},
+      {{"run", "--policy", "trusted-local", "--network", "some", "--", "true"}, 2, "'some'"},
+      {{"run", "--policy", "trusted-local", "--env-file", "/no/such/file", "--", "true"},
+       125,
+       "/no/such/file"},
       {{"run", "--policy", "trusted-local", "--language", "cobol", "--code", "x"}, 2, "cobol"},
       {{"run", "--policy", dir.file("missing.json"), "--", "true"}, 125, "missing.json"},
       {{"run", "--policy", dir.file("malformed.json"), "--", "true"}, 125, "line 2"},
@@ -413,6 +417,72 @@ TEST(CliRun, ASignalStopsThePayloadGracefullyAndEndsInterrupted) {
   EXPECT_EQ(streamed.out(), "up\ngot TERM\n");
 }
 
+// -e NAME takes this process's value (left out when it has none), --env-file reads NAME=VALUE
+// lines (comments and blank lines skipped), and --env wins over a file.
+TEST(CliRun, EnvFlagsTakeTheCallersValueAndFiles) {
+  TempDir dir;
+  dir.write("env", "# settings\n\nFROM_FILE=1\nBOTH=file\nRLM_TEST_PASSED\n");
+  ProcessOptions options;
+  options.extra_env["RLM_TEST_PASSED"] = "from the caller";
+  auto out =
+      cli({"run", "--policy", "trusted-local", "-e", "RLM_TEST_PASSED", "-e",
+           "RLM_TEST_UNSET_ANYWHERE", "--env-file", dir.file("env"), "-e", "BOTH=flag", "env"},
+          options);
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_NE(out.out.find("RLM_TEST_PASSED=from the caller\n"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("FROM_FILE=1\n"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("BOTH=flag\n"), std::string::npos) << out.out;
+  EXPECT_EQ(out.out.find("RLM_TEST_UNSET_ANYWHERE"), std::string::npos) << out.out;
+}
+
+// --hostname names the sandbox; --network may only tighten: host to none, never none to host.
+TEST(CliRun, HostnameAndNetworkFlags) {
+  auto named = cli({"run", "--hostname", "box-7", "--", "hostname"});
+  EXPECT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_EQ(named.out, "box-7\n");
+
+  auto loosened = cli({"run", "--network", "host", "--", "true"});
+  EXPECT_EQ(loosened.exit_code, 125);
+  EXPECT_NE(loosened.err.find("may only tighten"), std::string::npos) << loosened.err;
+
+  TempDir dir;
+  dir.write("host-net.json",
+            R"({"extends": "default", "network": "host", "namespaces": {"net": false}})");
+  const std::vector<std::string> list = {
+      "--", "sh", "-c", "sed -n '3,$p' /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '"};
+  std::vector<std::string> on_host{"run", "--policy", dir.file("host-net.json")};
+  on_host.insert(on_host.end(), list.begin(), list.end());
+  std::vector<std::string> tightened{"run", "--policy", dir.file("host-net.json"), "--network",
+                                     "none"};
+  tightened.insert(tightened.end(), list.begin(), list.end());
+  const auto host = cli(on_host);
+  const auto none = cli(tightened);
+  EXPECT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(none.out, "lo ") << "only loopback in a network namespace of its own";
+  EXPECT_NE(host.out, "lo ") << "the host's interfaces: " << host.out;
+}
+
+// --quiet drops the notes about limits held by a stand-in (the rootless note is ~900
+// characters on every run): made here by running the CLI as uid 65534, who has no cgroup.
+TEST(CliRun, QuietDropsTheNotes) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the CLI as uid 65534";
+  const auto as_nobody = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                               "--clear-groups", bin_path("rlm-sandbox")});
+    ProcessOptions options;
+    options.workdir = "/";
+    return run_process(args, options);
+  };
+  const auto noted = as_nobody({"run", "--", "true"});
+  ASSERT_EQ(noted.exit_code, 0) << noted.err;
+  if (noted.err.find("note:") == std::string::npos)
+    GTEST_SKIP() << "uid 65534 has a cgroup here: no note to drop";
+  const auto quiet = as_nobody({"run", "-q", "--", "true"});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+}
+
 TEST(CliRun, HelpTeachesWithExamples) {
   for (std::vector<std::string> args : {std::vector<std::string>{"run", "--help"},
                                         {"health", "--help"},
@@ -423,9 +493,33 @@ TEST(CliRun, HelpTeachesWithExamples) {
     EXPECT_NE(out.out.find("examples:"), std::string::npos) << args.front() << "\n" << out.out;
   }
   auto run_help = cli({"run", "--help"});
-  for (const char* flag : {"--policy", "--backend", "--timeout", "--memory", "--bind-ro", "--tmpfs",
-                           "--json", "--result-file", "124", "125", "127"})
+  for (const char* flag : {"--policy",
+                           "--backend",
+                           "--timeout",
+                           "--memory",
+                           "--bind-ro",
+                           "--tmpfs",
+                           "--json",
+                           "--result-file",
+                           "124",
+                           "125",
+                           "127",
+                           "--volume",
+                           "--env-file",
+                           "--hostname",
+                           "--network",
+                           "--quiet",
+                           "in the order given",
+                           ":ro",
+                           "seconds",
+                           "SIGINT",
+                           "interrupted",
+                           "128+N"})
     EXPECT_NE(run_help.out.find(flag), std::string::npos) << flag;
+  // `help COMMAND` is `COMMAND --help`, and the overview names --version.
+  EXPECT_EQ(cli({"help", "run"}).out, run_help.out);
+  EXPECT_NE(cli({"--help"}).out.find("--version"), std::string::npos);
+  EXPECT_EQ(cli({"help", "frobnicate"}).exit_code, 2);
 }
 
 }  // namespace

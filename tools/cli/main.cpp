@@ -24,7 +24,8 @@ commands:
   doctor    the same as health
   policy    check, show or list policy files
 
-Run 'rlm-sandbox COMMAND --help' for a command's options and examples.
+Run 'rlm-sandbox COMMAND --help' (or 'rlm-sandbox help COMMAND') for a command's options and
+examples; 'rlm-sandbox --version' prints the version.
 
 examples:
   rlm-sandbox run -- python3 -c 'print(6 * 7)'
@@ -51,10 +52,14 @@ int run_full_sibling([[maybe_unused]] char** argv, const rlm::NeedsFullBinary& w
   return rlm::cli::kExitSetup;
 }
 
-}  // namespace
+int main_of(const std::vector<std::string>& words, char** argv);
 
-int main(int argc, char** argv) {
-  std::vector<std::string> words(argv + 1, argv + argc);
+// `help COMMAND` is `COMMAND --help`.
+int run_help_of(const std::string& command, char** argv) {
+  return main_of({command, "--help"}, argv);
+}
+
+int main_of(const std::vector<std::string>& words, char** argv) {
   if (words.empty()) {
     std::cerr << kOverview;
     return rlm::cli::kExitUsage;
@@ -67,6 +72,8 @@ int main(int argc, char** argv) {
     if (command == "serve") return rlm::cli::serve_command(rest);
     if (command == "health" || command == "doctor") return rlm::cli::health_command(rest);
     if (command == "policy") return rlm::cli::policy_command(rest);
+    if (command == "help" && rest.size() == 1 && rest.front() != "help")
+      return run_help_of(rest.front(), argv);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kOverview;
       return 0;
@@ -92,4 +99,9 @@ int main(int argc, char** argv) {
     rlm::cli::print_error(std::string("internal error: ") + e.what());
     return rlm::cli::kExitSetup;
   }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  return main_of(std::vector<std::string>(argv + 1, argv + argc), argv);
 }

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "cli.hpp"
 #include "limit_flags.hpp"
+#include "policy_flags.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -111,6 +113,19 @@ int repl_command(const std::vector<std::string>& args) {
       ("timeout,t", po::value<std::string>(),
        "each cell's default time limit (waiting for llm_query answers does not count)")  //
       ("memory,m", po::value<std::string>(), "the session's memory limit, e.g. 256M")    //
+      ("bind", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST][:ro|rw] bind a host path, read-write unless :ro (repeatable; in order)")  //
+      ("bind-ro", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST] bind a host path read-only (repeatable; in order)")  //
+      ("volume,v", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST][:ro|rw] docker's -v: the same as --bind")  //
+      ("tmpfs", po::value<std::vector<std::string>>()->composing(),
+       "DST[:SIZE] a fresh tmpfs at DST (repeatable; in order)")  //
+      ("env,e", po::value<std::vector<std::string>>()->composing(),
+       "K=V set an environment variable for the session, or K alone to pass on this process's "
+       "value (repeatable)")  //
+      ("env-file", po::value<std::vector<std::string>>()->composing(),
+       "FILE of K=V (or K) lines, as --env (repeatable)")  //
       ("llm-concurrency", po::value<std::string>()->default_value("16"),
        "llm_query, rlm_query and tool calls answered at once (llm_query_batched runs up to "
        "this many)")  //
@@ -127,7 +142,8 @@ int repl_command(const std::vector<std::string>& args) {
       ("server", po::value<std::string>(), kServerFlagHelp)  //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
 
-  auto values = parse_options(args, options, "repl");
+  std::vector<po::option> in_order;
+  auto values = parse_options(args, options, "repl", nullptr, &in_order);
   if (values.count("help")) {
     std::cout << kUsage << "\n" << options << kExamples;
     return 0;
@@ -137,6 +153,9 @@ int repl_command(const std::vector<std::string>& args) {
     overrides.wall_time = duration_flag("--timeout", values["timeout"].as<std::string>());
   if (values.count("memory"))
     overrides.memory_bytes = size_flag("--memory", values["memory"].as<std::string>());
+  const std::vector<MountFlag> mounts = mount_flags(in_order);
+  std::map<std::string, std::string> env;
+  add_env_flags(values, env);
   LlmLimits limits;
   limits.concurrency = count_flag("--llm-concurrency", values["llm-concurrency"].as<std::string>());
   limits.call_timeout = duration_flag("--llm-timeout", values["llm-timeout"].as<std::string>());
@@ -174,7 +193,10 @@ int repl_command(const std::vector<std::string>& args) {
     policy = load_policy(policy_name);
   }
   tighten(policy, overrides);
-  const bool policy_changed = overrides.wall_time || overrides.memory_bytes;
+  for (const auto& [name, value] : env) policy.env.set[name] = value;
+  policy = apply_policy_flags(std::move(policy), mounts, values);
+  const bool policy_changed =
+      overrides.wall_time || overrides.memory_bytes || !mounts.empty() || !env.empty();
   if (!server) backend = select_backend(policy, values["backend"].as<std::string>());
 
   repl.policy_name = policy.name;

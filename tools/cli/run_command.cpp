@@ -5,16 +5,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "cli.hpp"
 #include "interrupts.hpp"
 #include "limit_flags.hpp"
+#include "policy_flags.hpp"
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -68,127 +71,6 @@ examples:
   rlm-sandbox run --policy trusted-local --json -- sh -c 'echo hi; exit 3'
   rlm-sandbox run --server /run/rlm-sandbox.sock -- /bin/true   (a warm sandbox of `serve`)
 )";
-
-struct MountFlag {
-  std::string source, target;
-  Mount::Type type;
-  bool readonly;
-  std::optional<std::uint64_t> size;
-  std::string shown;  // the flag as given, for messages: "--bind /srv/data:/data"
-};
-
-std::string absolute_target(const std::string& flag, const std::string& value,
-                            const std::string& target) {
-  if (target.empty() || target.front() != '/')
-    throw BadFlagValue(flag + " " + value + ": the path inside the sandbox must be absolute");
-  if (target.find(':') != std::string::npos)
-    throw BadFlagValue(flag + " " + value + ": a ':' is left in the path inside the sandbox");
-  return target;
-}
-
-// --bind SRC[:DST][:ro|rw], --bind-ro SRC[:DST] and -v SRC[:DST][:ro|rw]: SRC is a host path
-// (relative to here), DST defaults to SRC's absolute form; a third field is docker's mode.
-MountFlag bind_flag(const std::string& flag, const std::string& value, bool readonly) {
-  const std::string shown = flag + " " + value;
-  std::vector<std::string> fields;
-  for (std::size_t start = 0;;) {
-    const auto colon = value.find(':', start);
-    fields.push_back(value.substr(start, colon - start));
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
-  // SRC:ro names the mode, not a target ("ro" is not an absolute path).
-  if (fields.size() == 2 && (fields[1] == "ro" || fields[1] == "rw"))
-    fields.insert(fields.begin() + 1, "");
-  if (fields.size() > 3)
-    throw BadFlagValue(shown + ": expected SRC[:DST][:ro|rw]; a path with ':' in it cannot be " +
-                       "named on the command line (a policy file's filesystem.mounts can)");
-  if (fields.size() == 3) {
-    if (fields[2] != "ro" && fields[2] != "rw")
-      throw BadFlagValue(shown + ": unknown mode '" + fields[2] + "'; use ro or rw");
-    if (flag == "--bind-ro" && fields[2] == "rw")
-      throw BadFlagValue(shown + ": --bind-ro is read-only; use --bind for :rw");
-    readonly = fields[2] == "ro";
-  }
-  const std::string& source = fields[0];
-  std::error_code ec;
-  auto absolute = std::filesystem::absolute(source, ec).lexically_normal().string();
-  if (source.empty() || ec) throw BadFlagValue(shown + ": no source path");
-  if (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
-  if (!std::filesystem::exists(absolute, ec))
-    throw Error(shown + ": " + absolute + " does not exist on this host");
-  const std::string target = fields.size() == 1 || fields[1].empty() ? absolute : fields[1];
-  return {absolute, absolute_target(flag, value, target), Mount::Type::bind, readonly, {}, shown};
-}
-
-// --tmpfs DST[:SIZE]
-MountFlag tmpfs_flag(const std::string& value) {
-  auto colon = value.rfind(':');
-  std::string target = value.substr(0, colon);
-  std::optional<std::uint64_t> size;
-  if (colon != std::string::npos) size = size_flag("--tmpfs " + value, value.substr(colon + 1));
-  return {"",
-          absolute_target("--tmpfs", value, target),
-          Mount::Type::tmpfs,
-          false,
-          size,
-          "--tmpfs " + value};
-}
-
-// Flags that change the policy itself (mounts, workdir, image) are applied to a copy and the
-// result validated again, so a flag can never produce a policy the loader would reject.
-// True when `inner` is `outer` or lies below it.
-bool within(const std::string& inner, const std::string& outer) {
-  if (outer == "/") return true;
-  return inner == outer || (inner.rfind(outer, 0) == 0 && inner[outer.size()] == '/');
-}
-
-// Mounts apply in the order given, so one given later at a parent of an earlier one's target
-// would hide it: said in the flags' own words.
-void check_mount_order(const std::vector<MountFlag>& mounts) {
-  for (std::size_t earlier = 0; earlier < mounts.size(); ++earlier)
-    for (std::size_t later = earlier + 1; later < mounts.size(); ++later)
-      if (mounts[earlier].target != mounts[later].target &&
-          within(mounts[earlier].target, mounts[later].target))
-        throw BadFlagValue(mounts[earlier].shown + " lies inside " + mounts[later].shown +
-                           ", given after it, which would hide it: mounts apply in the order "
-                           "given, so give " +
-                           mounts[later].shown + " first");
-}
-
-Policy apply_policy_flags(Policy policy, const std::vector<MountFlag>& mounts,
-                          const po::variables_map& values) {
-  for (const auto& flag : mounts) {
-    // The policy's rule for kernel interfaces holds for flags too; said here, the message names
-    // the flag rather than a position in the merged mount list.
-    if (flag.type == Mount::Type::bind && !policy.filesystem.allow_kernel_interface_binds)
-      if (auto reason = kernel_interface_in(flag.source))
-        throw Error(flag.shown + ": " + flag.source + " " + *reason +
-                    "; the policy must set filesystem.allow_kernel_interface_binds to bind it");
-    auto& list = policy.filesystem.mounts;
-    list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](const Mount& m) { return m.target == flag.target; }),
-               list.end());
-    Mount mount;
-    mount.source = flag.source;
-    mount.target = flag.target;
-    mount.type = flag.type;
-    mount.readonly = flag.readonly;
-    mount.size_bytes = flag.size;
-    list.push_back(mount);
-  }
-  if (values.count("workdir")) {
-    auto workdir = values["workdir"].as<std::string>();
-    if (workdir.empty() || workdir.front() != '/')
-      throw Error("--workdir " + workdir + ": must be an absolute path inside the sandbox");
-    policy.filesystem.workdir = workdir;
-  }
-  if (values.count("image")) policy.docker.image = values["image"].as<std::string>();
-  if (mounts.empty() && !values.count("workdir") && !values.count("image")) return policy;
-  Policy checked = policy_from_json(policy.to_json(), policy.name + " with command-line flags");
-  checked.name = policy.name;
-  return checked;
-}
 
 bool stdin_is_open() {
   return fcntl(STDIN_FILENO, F_GETFD) != -1;
@@ -295,10 +177,6 @@ std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
   return exit_status(result);
 }
 
-}  // namespace
-
-namespace {
-
 po::options_description run_options() {
   po::options_description options("options");
   options.add_options()             //
@@ -325,7 +203,15 @@ po::options_description run_options() {
        "DST[:SIZE] a fresh tmpfs at DST (repeatable; in order)")                       //
       ("workdir,w", po::value<std::string>(), "working directory inside the sandbox")  //
       ("env,e", po::value<std::vector<std::string>>()->composing(),
-       "K=V set an environment variable for the payload (repeatable)")       //
+       "K=V set an environment variable for the payload, or K alone to pass on this process's "
+       "value (repeatable)")  //
+      ("env-file", po::value<std::vector<std::string>>()->composing(),
+       "FILE of K=V (or K) lines, as --env; # comments and blank lines skipped (repeatable)")   //
+      ("hostname", po::value<std::string>(), "the sandbox's hostname (the policy's hostname)")  //
+      ("network", po::value<std::string>(),
+       "none or host: the sandbox's network; may only tighten the policy (host to none)")  //
+      ("quiet,q", po::bool_switch(),
+       "no notes on stderr (what a run could not enforce as meant)")         //
       ("image", po::value<std::string>(), "the docker backend's image")      //
       ("code,c", po::value<std::string>(), "run CODE instead of a command")  //
       ("language,l", po::value<std::string>()->default_value("python"),
@@ -337,29 +223,6 @@ po::options_description run_options() {
       ("server", po::value<std::string>(), kServerFlagHelp)              //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
   return options;
-}
-
-// The mount flags as they were written, each converted: the order is the mount order.
-std::vector<MountFlag> mount_flags(const std::vector<po::option>& in_order) {
-  std::vector<MountFlag> mounts;
-  for (const auto& option : in_order)
-    for (const auto& value : option.value) {
-      if (option.string_key == "bind") mounts.push_back(bind_flag("--bind", value, false));
-      if (option.string_key == "volume") mounts.push_back(bind_flag("-v", value, false));
-      if (option.string_key == "bind-ro") mounts.push_back(bind_flag("--bind-ro", value, true));
-      if (option.string_key == "tmpfs") mounts.push_back(tmpfs_flag(value));
-    }
-  return mounts;
-}
-
-void check_choice(const std::string& flag, const std::string& value,
-                  std::initializer_list<const char*> choices) {
-  std::string listed;
-  for (const char* choice : choices) {
-    if (value == choice) return;
-    listed += (listed.empty() ? "" : ", ") + std::string(choice);
-  }
-  throw BadFlagValue(flag + " '" + value + "': choose one of " + listed);
 }
 
 int run_parsed(const CommandLine& line, const po::options_description& options,
@@ -399,15 +262,9 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   if (values.count("pids")) overrides.pids = count_flag("--pids", values["pids"].as<std::string>());
   if (values.count("cpus")) overrides.cpus = cpus_flag("--cpus", values["cpus"].as<std::string>());
   const std::vector<MountFlag> mounts = mount_flags(in_order);
-  check_mount_order(mounts);
-  if (values.count("env")) {
-    for (const auto& pair : values["env"].as<std::vector<std::string>>()) {
-      auto equals = pair.find('=');
-      if (equals == std::string::npos || equals == 0)
-        throw BadFlagValue("--env " + pair + ": expected NAME=VALUE");
-      request.env[pair.substr(0, equals)] = pair.substr(equals + 1);
-    }
-  }
+  if (values.count("network"))
+    check_choice("--network", values["network"].as<std::string>(), {"none", "host"});
+  add_env_flags(values, request.env);
   // The command, resolved once, here: the backend takes the argv as it is.
   request.argv = resolve_argv(request);
   request.code.clear();
@@ -426,8 +283,7 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   if (auto server = server_socket(values)) {
     // Nothing about the policy is loaded here unless a flag changes it: the server has it.
     const bool changed = overrides.wall_time || overrides.cpu_time || overrides.memory_bytes ||
-                         overrides.pids || overrides.cpus || !mounts.empty() ||
-                         values.count("workdir") || values.count("image");
+                         overrides.pids || overrides.cpus || changes_policy(mounts, values);
     std::function<Policy(Policy)> change;
     if (changed)
       change = [&](Policy policy) {
@@ -452,7 +308,7 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
     if (result_file) result_file->write(result);
     report_outcome(result);
   }
-  report_stand_ins(result, as_json);
+  if (!values["quiet"].as<bool>()) report_stand_ins(result, as_json);
   return exit_status(result);
 }
 
