@@ -204,22 +204,20 @@ class Loop {
       result_.wait_status = status;
     }
     process_.pid = -1;
-    process_.stdout_pipe.reset();
-    process_.stderr_pipe.reset();
-    process_.report_pipe.reset();
-    process_.start_failure.reset();
-    process_.pidfd.reset();
+    close_host_ends();
   }
 
   // Init has written its report and closed it: what is left of the output is in the pipes, and
   // its exit (the namespaces' teardown) is the caller's to wait for.
   void finish_before_exit() {
     drain_output();
-    process_.stdout_pipe.reset();
-    process_.stderr_pipe.reset();
-    process_.report_pipe.reset();
-    process_.start_failure.reset();
-    process_.pidfd.reset();
+    close_host_ends();
+  }
+
+  void close_host_ends() {
+    for (UniqueFd* end : {&process_.stdout_pipe, &process_.stderr_pipe, &process_.report_pipe,
+                          &process_.start_failure, &process_.pidfd})
+      end->reset();
   }
 
   void drain_output() {

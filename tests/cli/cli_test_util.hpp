@@ -36,27 +36,19 @@ class RunningCli {
     std::vector<char*> argv;
     for (auto& word : args) argv.push_back(word.data());
     argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    if (posix_spawn(&child_.pid, argv[0], &actions, nullptr, argv.data(), environ) != 0)
+      child_.pid = -1;
     posix_spawn_file_actions_destroy(&actions);
     close(out[1]);
-    out_ = out[0];
+    child_.from = out[0];
   }
-  ~RunningCli() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_ >= 0) close(out_);
-  }
-  RunningCli(const RunningCli&) = delete;
-  RunningCli& operator=(const RunningCli&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid; }
   // Reads stdout until it holds `text` (or ends); true when it does.
   bool wait_for(const std::string& text) {
     char buffer[4096];
     while (out_text_.find(text) == std::string::npos) {
-      const ssize_t got = read(out_, buffer, sizeof buffer);
+      const ssize_t got = read(child_.from, buffer, sizeof buffer);
       if (got <= 0) return false;
       out_text_.append(buffer, static_cast<std::size_t>(got));
     }
@@ -66,15 +58,14 @@ class RunningCli {
   int finish() {
     wait_for(std::string(1, '\0'));  // never printed: reads to EOF
     int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
+    waitpid(child_.pid, &status, 0);
+    child_.pid = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   const std::string& out() const { return out_text_; }
 
  private:
-  pid_t pid_ = -1;
-  int out_ = -1;
+  ChildWithPipe child_;  // the CLI, and its stdout
   std::string out_text_;
 };
 

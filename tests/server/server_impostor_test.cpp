@@ -63,21 +63,14 @@ class Impostor {
       ADD_FAILURE() << "pipe2: " << std::strerror(errno);
       return;
     }
-    pid_ = fork();
-    if (pid_ == 0) serve(address, ready[1], report[1]);
+    child_.pid = fork();
+    if (child_.pid == 0) serve(address, ready[1], report[1]);
     close(ready[1]);
     close(report[1]);
-    report_ = report[0];
+    child_.from = report[0];
     char byte = 0;
     ready_ = read(ready[0], &byte, 1) == 1 && byte == 'R';
     close(ready[0]);
-  }
-  ~Impostor() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (report_ >= 0) close(report_);
   }
   Impostor(const Impostor&) = delete;
   Impostor& operator=(const Impostor&) = delete;
@@ -88,10 +81,10 @@ class Impostor {
   std::optional<Received> next_connection() {
     std::string line;
     while (line.empty() || line.back() != '\n') {
-      pollfd p{report_, POLLIN, 0};
+      pollfd p{child_.from, POLLIN, 0};
       if (poll(&p, 1, 30'000) != 1) return std::nullopt;
       char byte;
-      if (read(report_, &byte, 1) != 1) return std::nullopt;
+      if (read(child_.from, &byte, 1) != 1) return std::nullopt;
       line += byte;
     }
     Received received;
@@ -160,8 +153,7 @@ class Impostor {
     }
   }
 
-  pid_t pid_ = -1;
-  int report_ = -1;
+  ChildWithPipe child_;  // the impostor, and its reports
   bool ready_ = false;
 };
 

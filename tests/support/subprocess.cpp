@@ -174,4 +174,12 @@ std::string TempDir::read(const std::string& name) const {
   return ss.str();
 }
 
+ChildWithPipe::~ChildWithPipe() {
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  if (from >= 0) close(from);
+}
+
 }  // namespace rlm::test

@@ -41,6 +41,17 @@ std::string read_to_eof(int fd);
 // True when a process with this pid exists (zombies count as gone).
 bool process_alive(pid_t pid);
 
+// A child the test started, with the read end of a pipe from it: on destruction the child, if
+// still the test's, is SIGKILLed and reaped, and the pipe closed.
+struct ChildWithPipe {
+  pid_t pid = -1;
+  int from = -1;
+  ChildWithPipe() = default;
+  ~ChildWithPipe();
+  ChildWithPipe(const ChildWithPipe&) = delete;
+  ChildWithPipe& operator=(const ChildWithPipe&) = delete;
+};
+
 // A fresh directory under /tmp, removed with its contents on destruction.
 class TempDir {
  public:

@@ -122,6 +122,23 @@ void check_mount_order(const std::vector<MountFlag>& mounts) {
 
 }  // namespace
 
+void add_mount_and_env_options(po::options_description& options) {
+  options.add_options()  //
+      ("bind", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST][:ro|rw] bind a host path, read-write unless :ro (repeatable; in order)")  //
+      ("bind-ro", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST] bind a host path read-only (repeatable; in order)")  //
+      ("volume,v", po::value<std::vector<std::string>>()->composing(),
+       "SRC[:DST][:ro|rw] docker's -v: the same as --bind")  //
+      ("tmpfs", po::value<std::vector<std::string>>()->composing(),
+       "DST[:SIZE] a fresh tmpfs at DST (repeatable; in order)")  //
+      ("env,e", po::value<std::vector<std::string>>()->composing(),
+       "K=V set an environment variable for the payload, or K alone to pass on this process's "
+       "value (repeatable)")  //
+      ("env-file", po::value<std::vector<std::string>>()->composing(),
+       "FILE of K=V (or K) lines, as --env; # comments and blank lines skipped (repeatable)");
+}
+
 // The mount flags as they were written, each converted: the order is the mount order.
 std::vector<MountFlag> mount_flags(const std::vector<po::option>& in_order) {
   std::vector<MountFlag> mounts;

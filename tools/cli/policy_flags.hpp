@@ -24,6 +24,9 @@ struct MountFlag {
   std::string shown;  // the flag as given, for messages: "--bind /srv/data:/data"
 };
 
+// Adds --bind, --bind-ro, -v/--volume, --tmpfs, -e/--env and --env-file to `options`.
+void add_mount_and_env_options(boost::program_options::options_description& options);
+
 // The mount flags among `in_order` (the parser's options as written), converted, in their order;
 // refused (BadFlagValue) when a later one would hide an earlier one.
 std::vector<MountFlag> mount_flags(const std::vector<boost::program_options::option>& in_order);

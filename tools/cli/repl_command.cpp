@@ -113,19 +113,6 @@ int repl_command(const std::vector<std::string>& args) {
       ("timeout,t", po::value<std::string>(),
        "each cell's default time limit (waiting for llm_query answers does not count)")  //
       ("memory,m", po::value<std::string>(), "the session's memory limit, e.g. 256M")    //
-      ("bind", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST][:ro|rw] bind a host path, read-write unless :ro (repeatable; in order)")  //
-      ("bind-ro", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST] bind a host path read-only (repeatable; in order)")  //
-      ("volume,v", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST][:ro|rw] docker's -v: the same as --bind")  //
-      ("tmpfs", po::value<std::vector<std::string>>()->composing(),
-       "DST[:SIZE] a fresh tmpfs at DST (repeatable; in order)")  //
-      ("env,e", po::value<std::vector<std::string>>()->composing(),
-       "K=V set an environment variable for the session, or K alone to pass on this process's "
-       "value (repeatable)")  //
-      ("env-file", po::value<std::vector<std::string>>()->composing(),
-       "FILE of K=V (or K) lines, as --env (repeatable)")  //
       ("llm-concurrency", po::value<std::string>()->default_value("16"),
        "llm_query, rlm_query and tool calls answered at once (llm_query_batched runs up to "
        "this many)")  //
@@ -141,6 +128,7 @@ int repl_command(const std::vector<std::string>& args) {
        "kind \"tool\"), one with a value is that value")     //
       ("server", po::value<std::string>(), kServerFlagHelp)  //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
+  add_mount_and_env_options(options);
 
   std::vector<po::option> in_order;
   auto values = parse_options(args, options, "repl", nullptr, &in_order);

@@ -188,25 +188,12 @@ po::options_description run_options() {
        "auto, namespace, docker, landlock or local; auto tries the policy's backend.prefer in "
        "order")  //
       ("timeout,t", po::value<std::string>(),
-       "wall-clock limit: seconds (30) or 500ms, 1.5s, 2m, 1h")                       //
-      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")               //
-      ("memory,m", po::value<std::string>(), "memory limit with its unit: 256M, 1G")  //
-      ("pids", po::value<std::string>(), "process limit")                             //
-      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")              //
-      ("bind", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST][:ro|rw] bind a host path, read-write unless :ro (repeatable; in order)")  //
-      ("bind-ro", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST] bind a host path read-only (repeatable; in order)")  //
-      ("volume,v", po::value<std::vector<std::string>>()->composing(),
-       "SRC[:DST][:ro|rw] docker's -v: the same as --bind")  //
-      ("tmpfs", po::value<std::vector<std::string>>()->composing(),
-       "DST[:SIZE] a fresh tmpfs at DST (repeatable; in order)")                       //
-      ("workdir,w", po::value<std::string>(), "working directory inside the sandbox")  //
-      ("env,e", po::value<std::vector<std::string>>()->composing(),
-       "K=V set an environment variable for the payload, or K alone to pass on this process's "
-       "value (repeatable)")  //
-      ("env-file", po::value<std::vector<std::string>>()->composing(),
-       "FILE of K=V (or K) lines, as --env; # comments and blank lines skipped (repeatable)")   //
+       "wall-clock limit: seconds (30) or 500ms, 1.5s, 2m, 1h")                                 //
+      ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")                         //
+      ("memory,m", po::value<std::string>(), "memory limit with its unit: 256M, 1G")            //
+      ("pids", po::value<std::string>(), "process limit")                                       //
+      ("cpus", po::value<std::string>(), "CPU bandwidth, e.g. 0.5 or 2")                        //
+      ("workdir,w", po::value<std::string>(), "working directory inside the sandbox")           //
       ("hostname", po::value<std::string>(), "the sandbox's hostname (the policy's hostname)")  //
       ("network", po::value<std::string>(),
        "none or host: the sandbox's network; may only tighten the policy (host to none)")  //
@@ -222,6 +209,7 @@ po::options_description run_options() {
        "stream the output live and write the Result JSON to this file")  //
       ("server", po::value<std::string>(), kServerFlagHelp)              //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
+  add_mount_and_env_options(options);
   return options;
 }
 
