@@ -301,7 +301,33 @@ struct ChainLink {
   std::string origin;
 };
 
-Resolved resolve(const Source& source, std::vector<ChainLink>& chain, std::size_t depth) {
+Resolved resolve(const Source& source, std::vector<ChainLink>& chain, std::size_t depth);
+
+// filesystem.add_mounts: mounts after the ones the document has once merged over its base, so a
+// policy that extends another adds binds without repeating the base's list (filesystem.mounts
+// replaces it, as every array does). Folded level by level: each document's additions go after
+// everything its base ended with.
+void fold_added_mounts(Resolved& resolved) {
+  if (!resolved.document) return;
+  const auto filesystem = resolved.document->find("filesystem");
+  if (filesystem == resolved.document->end() || !filesystem->is_object()) return;
+  const auto added = filesystem->find("add_mounts");
+  if (added == filesystem->end()) return;
+  if (!added->is_array()) {
+    resolved.diagnostics.push_back(
+        {"filesystem.add_mounts",
+         "expected an array of mounts (as filesystem.mounts), got " + policy::describe(*added)});
+    filesystem->erase(added);
+    return;
+  }
+  json& mounts = (*filesystem)["mounts"];
+  if (mounts.is_null()) mounts = json::array();
+  if (mounts.is_array())  // else the parser reports filesystem.mounts itself
+    for (const auto& mount : *added) mounts.push_back(mount);
+  filesystem->erase("add_mounts");
+}
+
+Resolved resolve_level(const Source& source, std::vector<ChainLink>& chain, std::size_t depth) {
   auto parsed = policy::parse_json_text(source.text);
   Resolved result{std::nullopt, std::move(parsed.diagnostics)};
   if (!parsed.document) return result;
@@ -346,6 +372,12 @@ Resolved resolve(const Source& source, std::vector<ChainLink>& chain, std::size_
     result.diagnostics.push_back(
         {"extends", "in " + base.source->origin + ": " + problem.to_string()});
   if (parent.document) result.document = merged(std::move(*parent.document), *result.document);
+  return result;
+}
+
+Resolved resolve(const Source& source, std::vector<ChainLink>& chain, std::size_t depth) {
+  Resolved result = resolve_level(source, chain, depth);
+  fold_added_mounts(result);
   return result;
 }
 

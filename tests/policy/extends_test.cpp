@@ -47,6 +47,43 @@ TEST(PolicyExtends, ArraysReplace) {
   EXPECT_EQ(policy.filesystem.workdir, "/tmp") << "sibling key kept from default";
 }
 
+// filesystem.add_mounts adds to the base's mounts instead of replacing them, level by level:
+// before, a policy that wanted one more bind had to repeat the base's whole list.
+TEST(PolicyExtends, AddMountsAppendsToTheBasesMountsAtEachLevel) {
+  TempDir dir;
+  dir.write("data.json", R"({"extends": "default",
+      "filesystem": {"add_mounts": [{"source": "/usr/share", "target": "/data"}]}})");
+  dir.write("scratch.json", R"({"extends": "./data.json",
+      "filesystem": {"add_mounts": [{"type": "tmpfs", "target": "/scratch"}]}})");
+  const Policy base = load_policy("default");
+  const Policy policy = load_policy(dir.file("scratch.json"));
+  ASSERT_EQ(policy.filesystem.mounts.size(), base.filesystem.mounts.size() + 2);
+  for (std::size_t i = 0; i < base.filesystem.mounts.size(); ++i)
+    EXPECT_EQ(policy.filesystem.mounts[i].target, base.filesystem.mounts[i].target);
+  EXPECT_EQ(policy.filesystem.mounts[base.filesystem.mounts.size()].target, "/data");
+  EXPECT_EQ(policy.filesystem.mounts.back().target, "/scratch");
+  // The resolved policy has no add_mounts: `policy show` is the whole list.
+  EXPECT_FALSE(policy.to_json()["filesystem"].contains("add_mounts"));
+
+  // mounts still replaces, and add_mounts goes after the replacement.
+  const Policy replaced = load_policy_text(R"({"extends": "default", "filesystem": {
+      "mounts": [{"target": "/tmp", "type": "tmpfs"}],
+      "add_mounts": [{"target": "/more", "type": "tmpfs"}]}})",
+                                           "m");
+  ASSERT_EQ(replaced.filesystem.mounts.size(), 2u);
+  EXPECT_EQ(replaced.filesystem.mounts[1].target, "/more");
+
+  // Anything but an array is refused at its path.
+  try {
+    load_policy_text(R"({"extends": "default", "filesystem": {"add_mounts": {}}})", "m");
+    ADD_FAILURE() << "an object as add_mounts was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("filesystem.add_mounts: expected an array"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(PolicyExtends, ByRelativePathFromTheIncludingFile) {
   TempDir dir;
   std::filesystem::create_directories(dir.file("base/nested"));
