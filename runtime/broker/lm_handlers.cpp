@@ -64,11 +64,15 @@ std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec) {
   if (spec == "echo") return broker::make_echo_handler();
   if (spec.starts_with(kCommand) && spec.size() > kCommand.size())
     return broker::make_command_handler(std::string(spec.substr(kCommand.size())));
+  // A URL on its own is the http: handler's (`--lm http://localhost:8000/v1/chat/completions`):
+  // read as http:URL, it was "//localhost:8000/..." and refused.
+  if (spec.starts_with("http://") || spec.starts_with("https://"))
+    return broker::make_http_handler(std::string(spec));
   if (spec.starts_with(kHttp) && spec.size() > kHttp.size())
     return broker::make_http_handler(std::string(spec.substr(kHttp.size())));
   throw Error("unknown LM handler '" + std::string(spec) +
-              "': expected echo, command:CMD (e.g. command:./ask-llm.sh) or http:URL (e.g. "
-              "http:https://api.openai.com/v1/chat/completions)");
+              "': expected echo, command:CMD (e.g. command:./ask-llm.sh), or an http(s) URL "
+              "(e.g. https://api.openai.com/v1/chat/completions, also written http:URL)");
 }
 
 }  // namespace rlm

@@ -11,6 +11,8 @@ namespace {
 TEST(BrokerStub, HttpHandlerThrowsNeedsFullBinaryWhenMade) {
   EXPECT_THROW(make_llm_handler("http:https://api.openai.com/v1/chat/completions"),
                NeedsFullBinary);
+  // A bare URL is the http: handler too (repl --help's example), not an unknown handler.
+  EXPECT_THROW(make_llm_handler("http://localhost:8000/v1/chat/completions"), NeedsFullBinary);
 }
 
 TEST(BrokerStub, OtherHandlersWork) {

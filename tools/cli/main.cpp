@@ -29,7 +29,7 @@ examples; 'rlm-sandbox --version' prints the version.
 
 examples:
   rlm-sandbox run -- python3 -c 'print(6 * 7)'
-  rlm-sandbox run --policy strict --memory 64M --timeout 2s --json -- ./untrusted
+  rlm-sandbox run --policy strict --bind-ro "$PWD:/work" -w /work --timeout 2s --json ./untrusted
   rlm-sandbox repl --context prompt.txt --lm echo
   rlm-sandbox policy check my-policy.json
   rlm-sandbox health

@@ -108,7 +108,8 @@ int repl_command(const std::vector<std::string>& args) {
        "a host file whose text becomes `context` (any size up to the memory limit)")    //
       ("context-json", po::bool_switch(), "parse the context as JSON instead of text")  //
       ("lm", po::value<std::string>(),
-       "who answers llm_query: echo, command:CMD, http:URL; default: the orchestrator, over "
+       "who answers llm_query: echo, command:CMD, or an http(s) URL; default: the orchestrator, "
+       "over "
        "llm_query events on stdout")  //
       ("timeout,t", po::value<std::string>(),
        "each cell's default time limit (waiting for llm_query answers does not count)")  //

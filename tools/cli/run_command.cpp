@@ -63,11 +63,13 @@ exit status: the payload's own; 128+N if it died of signal N (an OOM kill is 137
 constexpr const char* kExamples = R"(
 examples:
   rlm-sandbox run -- python3 -c 'print(6 * 7)'
-  rlm-sandbox run --policy strict --memory 64M --timeout 2s -- ./untrusted-binary
+  rlm-sandbox run --policy strict --bind-ro "$PWD:/work" -w /work --memory 64M --timeout 2s \
+      -- ./untrusted-binary
   rlm-sandbox run --json --code 'import os; print(os.getuid())'
   rlm-sandbox run --bind-ro "$PWD:/src" --workdir /src --result-file result.json -- make test
   rlm-sandbox run --bind-ro "$PWD:/work" --bind "$PWD/out:/work/out" -w /work ./untrusted
-  rlm-sandbox run -v "$PWD/data:/data:ro" --timeout 30 --memory 512M python3 job.py
+  rlm-sandbox run -v "$PWD/data:/data:ro" -v "$PWD/job.py:/job.py:ro" --timeout 5 --memory 128M \
+      python3 /job.py
   rlm-sandbox run --policy trusted-local --json -- sh -c 'echo hi; exit 3'
   rlm-sandbox run --server /run/rlm-sandbox.sock -- /bin/true   (a warm sandbox of `serve`)
 )";
