@@ -1,5 +1,11 @@
 // `rlm-sandbox run` end to end: the exit-status contract, output, limits and bad input.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -481,6 +487,78 @@ TEST(CliRun, QuietDropsTheNotes) {
   const auto quiet = as_nobody({"run", "-q", "--", "true"});
   EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_EQ(quiet.err, "");
+}
+
+// -t gives the payload a terminal: it is a tty on 0-2 and leads a session with it as its
+// controlling terminal. Before, `rlm-sandbox run -- python3` in a terminal showed no prompt.
+TEST(CliRun, TtyGivesThePayloadATerminal) {
+  auto out = cli({"run", "-t", "--", "python3", "-c",
+                  "import os, sys; print(sys.stdin.isatty(), sys.stdout.isatty(), "
+                  "sys.stderr.isatty(), os.getsid(0) == os.getpid())"});
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_EQ(out.out, "True True True True\r\n") << "through the terminal: \\n is \\r\\n";
+  auto refused = cli({"run", "-t", "--json", "--", "true"});
+  EXPECT_EQ(refused.exit_code, 2);
+}
+
+// -it from a terminal, as a person uses it: what they type reaches the payload's terminal (raw
+// mode here, so Ctrl-C is a key the payload's terminal turns into SIGINT for its foreground job,
+// not a signal to the CLI), the window size is passed on, and the payload's exit status is the
+// CLI's. The test plays the person's terminal with a pseudo-terminal of its own.
+TEST(CliRun, InteractiveTtyPassesKeysSizeAndControlC) {
+  const int outer = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(outer, 0);
+  ASSERT_EQ(grantpt(outer), 0);
+  ASSERT_EQ(unlockpt(outer), 0);
+  const std::string name = ptsname(outer);
+  winsize size{};
+  size.ws_row = 33;
+  size.ws_col = 77;
+  ASSERT_EQ(ioctl(outer, TIOCSWINSZ, &size), 0);
+  const std::string binary = bin_path("rlm-sandbox");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    const int terminal = open(name.c_str(), O_RDWR);  // becomes the controlling terminal
+    if (terminal < 0) _exit(126);
+    dup2(terminal, 0);
+    dup2(terminal, 1);
+    dup2(terminal, 2);
+    execl(binary.c_str(), binary.c_str(), "run", "-it", "--", "sh", nullptr);
+    _exit(127);
+  }
+  std::string seen;
+  const auto wait_for = [&](const std::string& text) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (seen.find(text) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd readable{outer, POLLIN, 0};
+      if (poll(&readable, 1, 1000) <= 0) continue;
+      char buffer[4096];
+      const ssize_t got = read(outer, buffer, sizeof buffer);
+      if (got <= 0) break;
+      seen.append(buffer, static_cast<std::size_t>(got));
+    }
+    return seen.find(text) != std::string::npos;
+  };
+  const auto type = [&](const std::string& keys) {
+    ASSERT_EQ(write(outer, keys.data(), keys.size()), static_cast<ssize_t>(keys.size()));
+  };
+  EXPECT_TRUE(wait_for("$ ")) << "no prompt: " << seen;
+  type("stty size; echo answer-$((6 * 7))\n");
+  EXPECT_TRUE(wait_for("answer-42")) << seen;
+  EXPECT_NE(seen.find("33 77"), std::string::npos) << "the window size: " << seen;
+  type("sleep 60; echo slept-through\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  type("\x03");  // Ctrl-C: the foreground sleep dies, the shell prompts again
+  type("echo after-$((1 + 1))\n");
+  EXPECT_TRUE(wait_for("after-2")) << seen;
+  EXPECT_EQ(seen.find("\nslept-through"), std::string::npos)
+      << "the sleep was not stopped: " << seen;
+  type("exit 3\n");
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << seen;
+  close(outer);
 }
 
 TEST(CliRun, HelpTeachesWithExamples) {

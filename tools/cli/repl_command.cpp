@@ -111,7 +111,7 @@ int repl_command(const std::vector<std::string>& args) {
        "who answers llm_query: echo, command:CMD, or an http(s) URL; default: the orchestrator, "
        "over "
        "llm_query events on stdout")  //
-      ("timeout,t", po::value<std::string>(),
+      ("timeout", po::value<std::string>(),
        "each cell's default time limit (waiting for llm_query answers does not count)")  //
       ("memory,m", po::value<std::string>(), "the session's memory limit, e.g. 256M")    //
       ("llm-concurrency", po::value<std::string>()->default_value("16"),

@@ -26,6 +26,7 @@
 #include "rlm_sandbox/result.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "server_client.hpp"
+#include "terminal.hpp"
 
 namespace po = boost::program_options;
 
@@ -49,6 +50,10 @@ Units: a duration is seconds when bare (30) or 500ms, 1.5s, 2m, 1h; a size needs
 With --json (or --result-file) every failure yields a Result, also one found before the run
 (status sandbox_error).
 
+Terminal: -t gives the payload a pseudo-terminal (a shell or REPL prompts; Ctrl-C, Ctrl-Z and a
+resize reach it through it), relayed to this one; -it also passes your keys on (raw mode), as
+docker run -it does.
+
 Signals: SIGINT, SIGTERM and SIGHUP to this command stop the run: the payload gets SIGTERM and
 the policy's kill grace (its handler runs), the Result says status interrupted and the signal,
 and the exit status is 128+N (130 for a Ctrl-C).
@@ -70,6 +75,7 @@ examples:
   rlm-sandbox run --bind-ro "$PWD:/work" --bind "$PWD/out:/work/out" -w /work ./untrusted
   rlm-sandbox run -v "$PWD/data:/data:ro" -v "$PWD/job.py:/job.py:ro" --timeout 5 --memory 128M \
       python3 /job.py
+  rlm-sandbox run -t -- ls --color=auto /   (colours: the payload writes to a terminal)
   rlm-sandbox run --policy trusted-local --json -- sh -c 'echo hi; exit 3'
   rlm-sandbox run --server /run/rlm-sandbox.sock -- /bin/true   (a warm sandbox of `serve`)
 )";
@@ -189,7 +195,11 @@ po::options_description run_options() {
       ("backend,b", po::value<std::string>()->default_value("auto"),
        "auto, namespace, docker, landlock or local; auto tries the policy's backend.prefer in "
        "order")  //
-      ("timeout,t", po::value<std::string>(),
+      ("tty,t", po::bool_switch(),
+       "give the payload a terminal (a pseudo-terminal relayed to this one; not with --json)")  //
+      ("interactive,i", po::bool_switch(),
+       "with -t, pass this process's stdin to it (without -t stdin is always passed on)")  //
+      ("timeout", po::value<std::string>(),
        "wall-clock limit: seconds (30) or 500ms, 1.5s, 2m, 1h")                                 //
       ("cpu-time", po::value<std::string>(), "CPU-time limit, e.g. 5s")                         //
       ("memory,m", po::value<std::string>(), "memory limit with its unit: 256M, 1G")            //
@@ -226,6 +236,10 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   const bool as_json = values["json"].as<bool>();
   if (as_json && values.count("result-file"))
     throw UsageError("--json and --result-file are alternatives; give one", "run");
+  const bool tty = values["tty"].as<bool>();
+  if (tty && as_json)
+    throw UsageError("--tty and --json are alternatives: a terminal's output is not captured",
+                     "run");
   Request request;
   if (values.count("code")) {
     if (!line.payload.empty()) throw UsageError("give a command or --code, not both", "run");
@@ -262,10 +276,16 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   // Before anything runs: a Result that could not be written is a failure found now.
   if (values.count("result-file")) result_file.emplace(values["result-file"].as<std::string>());
 
-  if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
-  if (!as_json) {
-    request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
-    request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
+  std::optional<PayloadTerminal> terminal;
+  if (tty) {
+    terminal.emplace(values["interactive"].as<bool>());
+    request.payload_stdio = terminal->payload_stdio();
+  } else {
+    if (stdin_is_open()) request.stdin_fd = STDIN_FILENO;
+    if (!as_json) {
+      request.on_stdout = [](std::string_view data) { write_all(STDOUT_FILENO, data); };
+      request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
+    }
   }
   const Interrupts interrupts;
   request.stop_fd = interrupts.stop_fd();
@@ -280,6 +300,7 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
         tighten(policy, overrides);
         return apply_policy_flags(std::move(policy), mounts, values);
       };
+    if (terminal) terminal->start();
     result = run_on_server(*server, server_uid(values), values["policy"].as<std::string>(), request,
                            change);
   } else {
@@ -287,8 +308,10 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
     tighten(policy, overrides);
     policy = apply_policy_flags(std::move(policy), mounts, values);
     auto backend = select_backend(policy, values["backend"].as<std::string>());
+    if (terminal) terminal->start();
     result = backend->run(request, policy);
   }
+  if (terminal) terminal->finish();
   interrupts.explain(result);
 
   if (as_json) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -108,6 +109,10 @@ RLM_PAYLOAD_CHILD bool place_fds(const Options& options, int& error_fd, int& lis
   if (getppid() != init_pid) _exit(125);
   // Before the limits: RLIMIT_NOFILE may be below an inherited fd's number.
   if (!place_fds(options, error_fd, listener_socket)) fail_in_child(error_fd, Step::fds, errno);
+  // A terminal as stdin (`run -t`): the payload leads a session of its own with it as its
+  // controlling terminal, so the terminal's job control (Ctrl-C, Ctrl-Z, a resize) reaches it.
+  // Best effort: without it the payload still reads and writes the terminal.
+  if (isatty(STDIN_FILENO) && setsid() >= 0) ioctl(STDIN_FILENO, TIOCSCTTY, 0);
   for (std::size_t i = 0; i < limits.size(); ++i) {
     const rlimit value{limits[i].soft, limits[i].hard};
     if (setrlimit(limits[i].resource, &value) != 0)
