@@ -34,12 +34,15 @@ Pipe make_pipe() {
   return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
-// A stdin that may go to the payload as it is: a pipe, a regular file, /dev/null. A terminal or
-// anything else is pumped through a pipe, so the sandbox never holds the caller's terminal.
+// A stdin that may go to the payload as it is: a regular file, /dev/null. A pipe, a terminal or
+// anything else is pumped through a pipe of our own, so the sandbox never holds the caller's: a
+// pipe it could open by path (/dev/stdin, which our own pipes allow: host/stdio_pipe.hpp) would
+// let it write into the caller's input, which the caller's next reader takes (found by attacking
+// it: `... | while read` then read a line the payload chose).
 bool stdin_passable(int fd) {
   struct stat status {};
   if (fstat(fd, &status) != 0) return false;
-  if (S_ISFIFO(status.st_mode) || S_ISREG(status.st_mode)) return true;
+  if (S_ISREG(status.st_mode)) return true;
   return S_ISCHR(status.st_mode) && major(status.st_rdev) == 1 && minor(status.st_rdev) == 3;
 }
 
@@ -86,7 +89,8 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
     }
     stdio[1] = out.write.get();
     stdio[2] = err.write.get();
-    // The payload may open them by path (/dev/stdout), under the server's sandbox uid.
+    // The payload may open them by path (/dev/stdout), under the server's sandbox uid: ours only
+    // (stdin is ours too, or a file or /dev/null, which this leaves alone).
     for (const int fd : stdio) host::open_pipe_to_its_holders(fd);
   }
   server::send_to_server(socket, frame, stdio);

@@ -54,6 +54,15 @@ void check_replaceable(const std::string& path) {
 
 }  // namespace
 
+UniqueFd open_own_socket_file(const std::string& path) {
+  UniqueFd file(open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat status {};
+  if (!file || fstat(file.get(), &status) != 0 || !S_ISSOCK(status.st_mode) ||
+      status.st_uid != geteuid() || status.st_nlink != 1)
+    return UniqueFd();
+  return file;
+}
+
 Listener listen_at(const std::string& path, mode_t mode, int backlog,
                    const std::vector<uid_t>& allow_uids, const std::vector<gid_t>& allow_gids) {
   if (path.empty() || path.front() != '/')
@@ -75,10 +84,20 @@ Listener listen_at(const std::string& path, mode_t mode, int backlog,
     unlink(temporary.c_str());
     throw Error(message);
   };
-  if (chmod(temporary.c_str(), mode) != 0)
-    fail("chmod(" + temporary + "): " + sys::errno_text(errno));
+  // The name was bound a moment ago in a directory others may write: what is there now may be
+  // another file, or a symlink to one. chmod(2) or setxattr(2) on the name would follow a symlink
+  // swapped in meanwhile and open some other file to the allowed uids (found by attacking it:
+  // root's 0600 file became theirs). So the mode and the ACL go through an O_PATH fd of the very
+  // inode, once it is known to be the socket file this process made: a socket, ours, one link.
+  const UniqueFd made = open_own_socket_file(temporary);
+  if (!made)
+    fail("the socket file " + temporary +
+         " was replaced before its mode was set; use a directory only this user can write "
+         "(/run, or one of your own)");
+  const std::string by_fd = "/proc/self/fd/" + std::to_string(made.get());
+  if (chmod(by_fd.c_str(), mode) != 0) fail("chmod(" + temporary + "): " + sys::errno_text(errno));
   try {
-    grant_socket_access(temporary, mode, allow_uids, allow_gids);
+    grant_socket_access(by_fd, mode, allow_uids, allow_gids);
   } catch (const Error& error) {
     fail(error.what());
   }

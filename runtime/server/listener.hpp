@@ -26,6 +26,12 @@ Listener listen_at(const std::string& path, mode_t mode, int backlog,
                    const std::vector<uid_t>& allow_uids = {},
                    const std::vector<gid_t>& allow_gids = {});
 
+// An O_PATH fd of the socket file at `path` when it is one this process may take for its own: a
+// socket (not a symlink to one), owned by this euid, with one link; else an empty fd. What the
+// server changes on its socket file goes through it, never through the name, which another user
+// may have swapped in a directory they can write.
+host::UniqueFd open_own_socket_file(const std::string& path);
+
 // Removes the socket file if it is still the one `listener` made.
 void remove_socket_file(const Listener& listener);
 

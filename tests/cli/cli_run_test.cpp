@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -558,6 +559,43 @@ TEST(CliRun, InteractiveTtyPassesKeysSizeAndControlC) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << seen;
+  close(outer);
+}
+
+// A CLI that dies of a signal while its terminal is raw puts the terminal back first. A payload
+// that floods a closed stdout made the CLI die of SIGPIPE, and the person's terminal stayed raw
+// (found by attacking it).
+TEST(CliRun, ADeathBySignalLeavesTheTerminalAsItWas) {
+  const int outer = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(outer, 0);
+  ASSERT_EQ(grantpt(outer), 0);
+  ASSERT_EQ(unlockpt(outer), 0);
+  const std::string name = ptsname(outer);
+  int closed_out[2];
+  ASSERT_EQ(pipe2(closed_out, O_CLOEXEC), 0);
+  const std::string binary = bin_path("rlm-sandbox");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    const int terminal = open(name.c_str(), O_RDWR);
+    if (terminal < 0) _exit(126);
+    dup2(terminal, 0);
+    dup2(closed_out[1], 1);  // a reader that has gone: the first write is SIGPIPE
+    dup2(terminal, 2);
+    execl(binary.c_str(), binary.c_str(), "run", "-it", "--", "sh", "-c",
+          "yes | head -c 300000; sleep 2", nullptr);
+    _exit(127);
+  }
+  close(closed_out[0]);
+  close(closed_out[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE) << status;
+  termios modes{};
+  ASSERT_EQ(tcgetattr(outer, &modes), 0);
+  EXPECT_TRUE(modes.c_lflag & ICANON) << "left raw";
+  EXPECT_TRUE(modes.c_lflag & ECHO) << "left raw";
+  EXPECT_TRUE(modes.c_lflag & ISIG) << "left raw";
   close(outer);
 }
 

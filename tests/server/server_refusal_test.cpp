@@ -2,14 +2,19 @@
 // that loosens the policy, a bind outside what it permits, a peer uid it does not allow. Each is
 // exit 125 with the reason from the CLI, and nothing runs anywhere else.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <grp.h>
 
+#include <cstring>
+
 #include "../cli/cli_test_util.hpp"
 #include "rlm_sandbox/client.hpp"
+#include "server/listener.hpp"
 #include "server_fixture.hpp"
 
 namespace rlm::test {
@@ -154,6 +159,39 @@ TEST(ServerAllowList, AllowedUidsAndGidsReachTheSocketWithoutASocketMode) {
         cli_as_nobody({"run", "--server", server.socket(), "--", "/bin/sh", "-c", "exit 7"});
     EXPECT_EQ(outcome.exit_code, 7) << flag << ": " << outcome.err << server.log();
   }
+}
+
+// What the server changes on its socket file (mode, ACL) goes through an fd of the file it made,
+// never the name: in a directory another user writes, the name may be swapped for a symlink to
+// any file between bind and chmod (an attack won that race: root's 0600 file got the allowed
+// uid's ACL). The check that fd passes: a socket, ours, one link, not a symlink.
+TEST(ServerSocketFile, OnlyASocketFileOfOurOwnIsTakenForTheServers) {
+  TempDir dir;
+  const auto bound = [&](const std::string& name) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    const std::string path = dir.file(name);
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+    close(fd);
+    return path;
+  };
+  const std::string own = bound("own.sock");
+  EXPECT_TRUE(server::open_own_socket_file(own)) << "the socket this process made";
+
+  dir.write("secret", "root's own");
+  ASSERT_EQ(symlink(dir.file("secret").c_str(), dir.file("link.sock").c_str()), 0);
+  EXPECT_FALSE(server::open_own_socket_file(dir.file("link.sock"))) << "a symlink to a file";
+  ASSERT_EQ(symlink(own.c_str(), dir.file("link-to-socket.sock").c_str()), 0);
+  EXPECT_FALSE(server::open_own_socket_file(dir.file("link-to-socket.sock")))
+      << "a symlink, even to a socket";
+  EXPECT_FALSE(server::open_own_socket_file(dir.file("secret"))) << "not a socket";
+  const std::string theirs = bound("theirs.sock");
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(server::open_own_socket_file(theirs)) << "another user's socket";
+  ASSERT_EQ(link(own.c_str(), dir.file("second-name.sock").c_str()), 0);
+  EXPECT_FALSE(server::open_own_socket_file(own)) << "a socket with a second name";
 }
 
 TEST(ServerAllowList, AUidTheSocketShutsOutIsToldPermissionDeniedAndTheFix) {

@@ -218,6 +218,32 @@ TEST_F(ServerRunTest, ASignalToTheClientStopsTheRunAsInterrupted) {
   EXPECT_EQ(run.out(), "up\ngot TERM\n");
 }
 
+// A client's own stdin pipe never reaches the sandbox: it is pumped through a pipe of the
+// client library's. Passed as it was, and opened by path (/dev/stdin), it let the payload write
+// into the caller's input, which the caller's next reader took (`... | while read` ran a line the
+// payload chose; found by attacking it).
+TEST_F(ServerRunTest, APayloadCannotWriteIntoTheCallersStdin) {
+  int input[2];
+  ASSERT_EQ(pipe2(input, O_CLOEXEC), 0);
+  ASSERT_EQ(write(input[1], "first\n", 6), 6);
+  const std::string binary = bin_path("rlm-sandbox");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(input[0], 0);
+    execl(binary.c_str(), binary.c_str(), "run", "--server", server_->socket().c_str(), "--", "sh",
+          "-c", "read a; echo \"got $a\"; echo injected > /dev/stdin", nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  close(input[1]);
+  char left[64] = {};
+  const ssize_t got = read(input[0], left, sizeof left - 1);
+  EXPECT_LE(got, 0) << "the caller's stdin holds what the payload wrote: " << left;
+  close(input[0]);
+}
+
 // Two clients at once: the second run completes while the first is still running.
 TEST_F(ServerRunTest, TwoClientsAreServedInParallel) {
   int out = -1;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "cli.hpp"
@@ -26,6 +27,36 @@ constexpr auto kDrainLimit = std::chrono::seconds(1);
 
 std::atomic<int> resize_fd{-1};
 struct sigaction previous_winch;
+
+// While this terminal is raw, a signal that ends the CLI puts it back first: a payload that
+// floods a closed stdout (SIGPIPE, found by attacking it) or anyone's kill -USR1 left the
+// person's terminal raw.
+constexpr int kFatalSignals[] = {SIGPIPE, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM,
+                                 SIGSEGV, SIGBUS,  SIGABRT, SIGFPE,  SIGILL};
+termios raw_saved;
+std::atomic<bool> raw_active{false};
+struct sigaction previous_fatal[std::size(kFatalSignals)];
+
+void restore_and_reraise(int signal) {
+  if (raw_active.exchange(false)) tcsetattr(STDIN_FILENO, TCSANOW, &raw_saved);
+  raise(signal);  // SA_RESETHAND: the default disposition now
+}
+
+void guard_raw_mode(const termios& saved) {
+  raw_saved = saved;
+  raw_active = true;
+  struct sigaction action {};
+  action.sa_handler = restore_and_reraise;
+  action.sa_flags = SA_RESETHAND;
+  for (std::size_t i = 0; i < std::size(kFatalSignals); ++i)
+    sigaction(kFatalSignals[i], &action, &previous_fatal[i]);
+}
+
+void end_raw_mode() {
+  if (raw_active.exchange(false)) tcsetattr(STDIN_FILENO, TCSANOW, &raw_saved);
+  for (std::size_t i = 0; i < std::size(kFatalSignals); ++i)
+    sigaction(kFatalSignals[i], &previous_fatal[i], nullptr);
+}
 
 void on_resize(int) {
   const int saved = errno;
@@ -73,7 +104,7 @@ PayloadTerminal::~PayloadTerminal() {
     sigaction(SIGWINCH, &previous_winch, nullptr);
     resize_fd = -1;
   }
-  if (raw_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  if (raw_) end_raw_mode();
   for (const int fd : {primary_, replica_, wake_[0], wake_[1]})
     if (fd >= 0) close(fd);
 }
@@ -82,7 +113,9 @@ void PayloadTerminal::start() {
   if (isatty(STDIN_FILENO) && forward_input_ && tcgetattr(STDIN_FILENO, &saved_) == 0) {
     termios raw = saved_;
     cfmakeraw(&raw);
+    guard_raw_mode(saved_);
     raw_ = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+    if (!raw_) end_raw_mode();
   }
   resize_fd = wake_[1];
   struct sigaction action {};
@@ -100,7 +133,7 @@ void PayloadTerminal::finish() {
   if (!relay_.joinable()) return;
   [[maybe_unused]] const ssize_t ignored = write(wake_[1], &kFinished, 1);
   relay_.join();
-  if (raw_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  if (raw_) end_raw_mode();
   raw_ = false;
 }
 
