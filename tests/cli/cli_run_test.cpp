@@ -502,44 +502,66 @@ TEST(CliRun, TtyGivesThePayloadATerminal) {
   EXPECT_EQ(refused.exit_code, 2);
 }
 
+// The terminal a person types at, played by the test: a pseudo-terminal whose other side becomes
+// the CLI's controlling terminal and stdio (stdout elsewhere when `out` >= 0).
+class PersonsTerminal {
+ public:
+  PersonsTerminal() {
+    primary_ = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (primary_ >= 0 && grantpt(primary_) == 0 && unlockpt(primary_) == 0)
+      replica_ = ptsname(primary_);
+  }
+  ~PersonsTerminal() {
+    if (primary_ >= 0) close(primary_);
+  }
+  PersonsTerminal(const PersonsTerminal&) = delete;
+  PersonsTerminal& operator=(const PersonsTerminal&) = delete;
+
+  int fd() const { return primary_; }
+  bool ready() const { return !replica_.empty(); }
+
+  // Starts `rlm-sandbox ARGS...` with this terminal as its own.
+  pid_t start(const std::vector<std::string>& args, int out = -1) const {
+    std::vector<std::string> words{bin_path("rlm-sandbox")};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& word : words) argv.push_back(word.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setsid();
+      const int terminal = open(replica_.c_str(), O_RDWR);  // the controlling terminal now
+      if (terminal < 0) _exit(126);
+      dup2(terminal, 0);
+      dup2(out >= 0 ? out : terminal, 1);
+      dup2(terminal, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+ private:
+  int primary_ = -1;
+  std::string replica_;
+};
+
 // -it from a terminal, as a person uses it: what they type reaches the payload's terminal (raw
 // mode here, so Ctrl-C is a key the payload's terminal turns into SIGINT for its foreground job,
 // not a signal to the CLI), the window size is passed on, and the payload's exit status is the
 // CLI's. The test plays the person's terminal with a pseudo-terminal of its own.
 TEST(CliRun, InteractiveTtyPassesKeysSizeAndControlC) {
-  const int outer = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(outer, 0);
-  ASSERT_EQ(grantpt(outer), 0);
-  ASSERT_EQ(unlockpt(outer), 0);
-  const std::string name = ptsname(outer);
+  const PersonsTerminal person;
+  ASSERT_TRUE(person.ready());
+  const int outer = person.fd();
   winsize size{};
   size.ws_row = 33;
   size.ws_col = 77;
   ASSERT_EQ(ioctl(outer, TIOCSWINSZ, &size), 0);
-  const std::string binary = bin_path("rlm-sandbox");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setsid();
-    const int terminal = open(name.c_str(), O_RDWR);  // becomes the controlling terminal
-    if (terminal < 0) _exit(126);
-    dup2(terminal, 0);
-    dup2(terminal, 1);
-    dup2(terminal, 2);
-    execl(binary.c_str(), binary.c_str(), "run", "-it", "--", "sh", nullptr);
-    _exit(127);
-  }
+  const pid_t pid = person.start({"run", "-it", "--", "sh"});
   std::string seen;
   const auto wait_for = [&](const std::string& text) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (seen.find(text) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd readable{outer, POLLIN, 0};
-      if (poll(&readable, 1, 1000) <= 0) continue;
-      char buffer[4096];
-      const ssize_t got = read(outer, buffer, sizeof buffer);
-      if (got <= 0) break;
-      seen.append(buffer, static_cast<std::size_t>(got));
-    }
-    return seen.find(text) != std::string::npos;
+    return read_until(outer, seen, text, std::chrono::seconds(30));
   };
   const auto type = [&](const std::string& keys) {
     ASSERT_EQ(write(outer, keys.data(), keys.size()), static_cast<ssize_t>(keys.size()));
@@ -559,44 +581,28 @@ TEST(CliRun, InteractiveTtyPassesKeysSizeAndControlC) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status << "\n" << seen;
-  close(outer);
 }
 
 // A CLI that dies of a signal while its terminal is raw puts the terminal back first. A payload
 // that floods a closed stdout made the CLI die of SIGPIPE, and the person's terminal stayed raw
 // (found by attacking it).
 TEST(CliRun, ADeathBySignalLeavesTheTerminalAsItWas) {
-  const int outer = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(outer, 0);
-  ASSERT_EQ(grantpt(outer), 0);
-  ASSERT_EQ(unlockpt(outer), 0);
-  const std::string name = ptsname(outer);
-  int closed_out[2];
+  const PersonsTerminal person;
+  ASSERT_TRUE(person.ready());
+  int closed_out[2];  // a reader that has gone: the CLI's first write is SIGPIPE
   ASSERT_EQ(pipe2(closed_out, O_CLOEXEC), 0);
-  const std::string binary = bin_path("rlm-sandbox");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setsid();
-    const int terminal = open(name.c_str(), O_RDWR);
-    if (terminal < 0) _exit(126);
-    dup2(terminal, 0);
-    dup2(closed_out[1], 1);  // a reader that has gone: the first write is SIGPIPE
-    dup2(terminal, 2);
-    execl(binary.c_str(), binary.c_str(), "run", "-it", "--", "sh", "-c",
-          "yes | head -c 300000; sleep 2", nullptr);
-    _exit(127);
-  }
+  const pid_t pid = person.start({"run", "-it", "--", "sh", "-c", "yes | head -c 300000; sleep 2"},
+                                 closed_out[1]);
   close(closed_out[0]);
   close(closed_out[1]);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE) << status;
   termios modes{};
-  ASSERT_EQ(tcgetattr(outer, &modes), 0);
+  ASSERT_EQ(tcgetattr(person.fd(), &modes), 0);
   EXPECT_TRUE(modes.c_lflag & ICANON) << "left raw";
   EXPECT_TRUE(modes.c_lflag & ECHO) << "left raw";
   EXPECT_TRUE(modes.c_lflag & ISIG) << "left raw";
-  close(outer);
 }
 
 TEST(CliRun, HelpTeachesWithExamples) {

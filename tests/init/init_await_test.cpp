@@ -99,15 +99,7 @@ supervisor::PayloadMessage touching(const TempDir& dir) {
 // One line from `fd` (without waiting for EOF), or what came before `limit` ran out.
 std::string read_line(int fd, std::chrono::milliseconds limit) {
   std::string line;
-  const auto until = Clock::now() + limit;
-  while (line.find('\n') == std::string::npos && Clock::now() < until) {
-    pollfd entry{fd, POLLIN, 0};
-    if (poll(&entry, 1, 50) <= 0) continue;
-    char buffer[256];
-    const ssize_t count = read(fd, buffer, sizeof buffer);
-    if (count <= 0) break;
-    line.append(buffer, static_cast<std::size_t>(count));
-  }
+  test::read_until(fd, line, "\n", limit);
   return line;
 }
 

@@ -182,4 +182,17 @@ ChildWithPipe::~ChildWithPipe() {
   if (from >= 0) close(from);
 }
 
+bool read_until(int fd, std::string& seen, std::string_view text, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (seen.find(text) == std::string::npos && std::chrono::steady_clock::now() < until) {
+    pollfd entry{fd, POLLIN, 0};
+    if (poll(&entry, 1, 50) <= 0) continue;
+    char buffer[4096];
+    const ssize_t count = read(fd, buffer, sizeof buffer);
+    if (count <= 0) break;
+    seen.append(buffer, static_cast<std::size_t>(count));
+  }
+  return seen.find(text) != std::string::npos;
+}
+
 }  // namespace rlm::test

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rlm::test {
@@ -40,6 +41,10 @@ std::string read_to_eof(int fd);
 
 // True when a process with this pid exists (zombies count as gone).
 bool process_alive(pid_t pid);
+
+// Reads `fd` into `seen` until it holds `text`, the fd ends, or `limit` passes (each poll is
+// short, so a slow writer is waited for); true when `seen` holds `text`.
+bool read_until(int fd, std::string& seen, std::string_view text, std::chrono::milliseconds limit);
 
 // A child the test started, with the read end of a pipe from it: on destruction the child, if
 // still the test's, is SIGKILLed and reaped, and the pipe closed.
