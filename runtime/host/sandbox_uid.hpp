@@ -32,10 +32,11 @@ inline constexpr const char* kUidLockDirVariable = "RLM_SANDBOX_UID_LOCK_DIR";
 inline constexpr const char* kUidLockDirName = "rlm-sandbox-uid";
 inline constexpr const char* kDefaultUidLockDir = "/run/rlm-sandbox-uid";
 
-// The host uid (and gid) that owns what a root caller's sandboxes write through read-write binds
-// (sandbox_write_owner): RLM_SANDBOX_OUTPUT_UID, by default 1879113728, the id right after the
-// default range. No process ever runs as it (it is never a sandbox's, and set-id bits are refused),
-// so what it owns grants nobody anything, and the runtime follows no link it owns.
+// The host uid (and gid) that owns what a root caller's landlock sandboxes write through
+// read-write binds (sandbox_write_owner; the namespace backend idmaps them to root instead):
+// RLM_SANDBOX_OUTPUT_UID, by default 1879113728, the id right after the default range. No process
+// ever runs as it (it is never a sandbox's, and set-id bits are refused), so what it owns grants
+// nobody anything, and the runtime follows no link it owns.
 inline constexpr const char* kOutputUidVariable = "RLM_SANDBOX_OUTPUT_UID";
 inline constexpr uid_t kDefaultOutputUid = 0x70010000u;
 
@@ -57,10 +58,11 @@ UidRange sandbox_uid_range();
 // Parses "FIRST-LAST"; throws rlm::Error as above (`origin` names where the text came from).
 UidRange parse_uid_range(const std::string& text, const std::string& origin);
 
-// Whose the files a sandbox writes for `caller` become on the host: the caller's own ids, except
-// that root's become the output uid's. Files a sandbox made that root owned would be trusted as
-// root's own: the runtime follows a link in a bind source only when root or its own user owns it
-// (docs/security.md #27), and so do many host tools. Throws rlm::Error when RLM_SANDBOX_OUTPUT_UID
+// Whose the files a landlock sandbox writes for `caller` become on the host, once it ended: the
+// caller's own ids, except that root's become the output uid's. That backend runs in place and
+// cannot idmap or mark what it wrote (namespace/written_mark.hpp): files a sandbox made that root
+// owned would be trusted as root's own, since the runtime follows a link in a bind source when
+// root owns it (docs/security.md #27). Throws rlm::Error when RLM_SANDBOX_OUTPUT_UID
 // is malformed, 0, 65534, 65535, 4294967295 or inside the sandbox uid range.
 HostIds sandbox_write_owner(const HostIds& caller);
 

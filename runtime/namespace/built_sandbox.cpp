@@ -19,7 +19,6 @@
 #include <optional>
 
 #include "cgroup/cgroup.hpp"
-#include "host/owned_files.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/limits.hpp"
@@ -92,8 +91,6 @@ struct Preparation {
   // carries the payload message and, by closing, tells init its host is gone.
   UniqueFd await_host, await_init;
   ChildPlan plan;
-  std::optional<HostIds>
-      reclaim_to;  // whose the sandbox uid's files in the read-write binds become
 };
 
 // The live counters a caller may read from another thread while run() supervises.
@@ -147,15 +144,10 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   p.ids = prepare_id_mapping(policy.user);
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
   // A root runtime's sandbox uid must own nothing that outlives it (idmap.hpp): its read-write
-  // binds are idmapped to their owner, or, for root's (which must not become root's files, see
-  // sandbox_write_owner), what it wrote is given to the output uid when it ends.
-  if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds()) {
-    const HostIds owner = host::sandbox_write_owner(bind_owner);
-    if (owner == bind_owner)
-      p.rootfs->idmap_writable_binds(owner, p.ids.host_uid, p.ids.host_gid);
-    else
-      p.reclaim_to = owner;
-  }
+  // binds are idmapped to their owner, root included (whose directories are then marked,
+  // written_mark.hpp).
+  if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds())
+    p.rootfs->idmap_writable_binds(bind_owner, p.ids.host_uid, p.ids.host_gid);
   if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
   // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
@@ -301,7 +293,7 @@ struct BuiltSandbox::State {
   bool launched = false;
   bool exec_pending = false;        // started without waiting for init's exec (run_cold)
   HostIds bind_owner;               // whose the files written through its read-write binds are
-  bool has_writable_binds = false;  // built for `bind_owner` (idmapped, or reclaimed for root)
+  bool has_writable_binds = false;  // built for `bind_owner` (idmapped to it)
 };
 
 BuiltSandbox::BuiltSandbox() : state_(std::make_unique<State>()) {}
@@ -315,13 +307,6 @@ BuiltSandbox::~BuiltSandbox() {
     while (waitpid(process.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     process.pid = -1;
-  }
-  Preparation& p = state_->p;
-  if (p.reclaim_to) {
-    p.cgroup.reset();  // killed and removed: nothing of the sandbox writes any more
-    for (const auto& source : p.rootfs->writable_bind_sources())
-      if (!host::give_to_owner(source, p.ids.host_uid, p.ids.host_gid, *p.reclaim_to))
-        p.ids.slot.quarantine();
   }
   // The Preparation goes next: the cgroup is killed and removed, then the uid is freed.
 }

@@ -37,8 +37,8 @@ class BuiltSandbox final : public PreparedSandbox {
   // Whether launch() can give a policy with these limits what it asks for -- the root
   // filesystem's tmpfs sizes are the built ones, and a CPU bandwidth other than the built one
   // needs a group that has one -- and whether files written through its read-write binds become
-  // `bind_owner`'s (a root runtime idmaps them to the owner it was built for, or reclaims root's
-  // for the output uid, idmap.hpp): a request of another owner needs another sandbox. (Whether
+  // `bind_owner`'s (a root runtime idmaps them to the owner it was built for, idmap.hpp): a
+  // request of another owner needs another sandbox. (Whether
   // the limits are no looser is the caller's to check.)
   bool can_serve(const Limits& limits, const HostIds& bind_owner) const override;
 

@@ -46,7 +46,6 @@ class RootfsPlan {
   // apply() attaches in place of the bind. Throws Error naming the mount when one cannot be.
   void idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid);
   bool has_writable_binds() const;
-  std::vector<std::string> writable_bind_sources() const;  // their host paths
 
   struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.hpp
 

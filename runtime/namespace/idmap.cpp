@@ -15,6 +15,7 @@
 
 #include "namespace/mounts.hpp"
 #include "namespace/setup_fix.hpp"
+#include "namespace/written_mark.hpp"
 #include "process/child_start.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -47,6 +48,18 @@ void write_map(const std::string& path, const std::string& line) {
     throw SetupError("write " + path, errno);
 }
 
+// The source as prepare() resolved it, opened without following a link planted meanwhile.
+UniqueFd open_resolved(const std::string& host_path, int flags, const std::string& where) {
+  open_how how{};
+  how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(
+      static_cast<int>(syscall(SYS_openat2, AT_FDCWD, host_path.c_str(), &how, sizeof how)));
+  if (!fd && errno != ENOTDIR)
+    throw Error(where + ": cannot open " + host_path + ": " + sys::errno_text(errno));
+  return fd;
+}
+
 }  // namespace
 
 UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
@@ -67,12 +80,7 @@ UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
 }
 
 UniqueFd idmapped_tree(const std::string& host_path, int userns, const std::string& where) {
-  // The source as prepare() resolved it, opened without following a link planted meanwhile.
-  open_how how{};
-  how.flags = O_PATH | O_CLOEXEC;
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  const UniqueFd source(
-      static_cast<int>(syscall(SYS_openat2, AT_FDCWD, host_path.c_str(), &how, sizeof how)));
+  const UniqueFd source = open_resolved(host_path, O_PATH, where);
   if (!source) throw Error(where + ": cannot open " + host_path + ": " + sys::errno_text(errno));
   UniqueFd tree(static_cast<int>(
       syscall(SYS_open_tree, source.get(), "",
@@ -94,7 +102,8 @@ UniqueFd idmapped_tree(const std::string& host_path, int userns, const std::stri
                 "); files the sandbox wrote there would belong to the sandbox's own host uid, "
                 "which a later sandbox may be given, so it does not run. To fix: bind a directory "
                 "on a filesystem that supports idmapped mounts (ext4, xfs, btrfs, tmpfs, "
-                "overlayfs on Linux 5.19+), or run rlm-sandbox as that user instead of root");
+                "overlayfs on Linux 5.19+), or run rlm-sandbox rootless as the user who is to own "
+                "the files");
   }
   return tree;
 }
@@ -105,20 +114,20 @@ bool RootfsPlan::has_writable_binds() const {
   return false;
 }
 
-std::vector<std::string> RootfsPlan::writable_bind_sources() const {
-  std::vector<std::string> sources;
-  for (const Op& op : ops_)
-    if (!op.writable_bind_at.empty()) sources.push_back(op.host_source);
-  return sources;
-}
-
 void RootfsPlan::idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
   if (!has_writable_binds()) return;
   const UniqueFd userns = owner_idmap(owner, host_uid, host_gid);
   for (Op& op : ops_) {
     if (op.writable_bind_at.empty()) continue;
-    trees_.push_back(idmapped_tree(op.host_source, userns.get(), op.writable_bind_at + ".source"));
+    const std::string where = op.writable_bind_at + ".source";
+    trees_.push_back(idmapped_tree(op.host_source, userns.get(), where));
     op.idmapped_tree = trees_.back().get();
+    // A root owner's sandbox plants links that are root's: its directories are marked, before it
+    // starts, as ones whose links a bind source does not follow. A file bind holds no link.
+    if (owner.uid == 0) {
+      const UniqueFd dir = open_resolved(op.host_source, O_RDONLY | O_DIRECTORY, where);
+      if (dir) mark_sandbox_written(dir.get(), op.host_source, where);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "namespace/mounts.hpp"
+#include "namespace/written_mark.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/self_readings.hpp"
 #include "rlm_sys/sys.hpp"
@@ -54,7 +55,8 @@ std::map<std::string, unsigned long> read_host_mounts() {
 
 // Sandboxes run as other host uids (each its own uid of the sandbox range when the runtime is
 // root), so a link one of them planted in a directory it could write, through a read-write bind,
-// is never followed into a later sandbox's view of the host.
+// is never followed into a later sandbox's view of the host; a root owner's sandboxes write as
+// root, so their directories carry a mark instead (written_mark.hpp).
 std::optional<std::string> resolve_host_source(const std::string& source,
                                                const std::string& where) {
   constexpr int kMaxLinks = 40;  // the kernel's own limit
@@ -92,6 +94,14 @@ std::optional<std::string> resolve_host_source(const std::string& source,
               next + " is a symlink owned by uid " + std::to_string(info.st_uid) +
                   ", which a sandbox may have planted; a bind source follows only links "
                   "owned by root or by the runtime's user: bind the path it points to instead");
+    // Root's links too, beneath a directory a root owner's sandbox wrote (written_mark.hpp).
+    if (const auto marked = sandbox_written_ancestor(resolved.empty() ? "/" : resolved))
+      fail_at(where, next + " is a symlink in " + *marked + ", which a sandbox wrote (it carries " +
+                         kWrittenMarkName +
+                         "); a bind source follows no link a sandbox may have planted: bind the "
+                         "path it points to instead (or, once you trust what is there, remove "
+                         "the mark: setfattr -x " +
+                         kWrittenMarkName + " " + *marked + ")");
     if (++links > kMaxLinks) {
       errno = ELOOP;
       return std::nullopt;

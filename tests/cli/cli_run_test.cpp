@@ -280,12 +280,13 @@ TEST(CliRun, MountsApplyInTheOrderGiven) {
   dir.write("input.txt", "data\n");
   const std::string out = dir.file("out");
   std::filesystem::create_directory(out);
-  // Readable and, for out/, writable by all: under a root runtime the sandbox user owns neither.
+  // Readable by all: under a root runtime a read-only bind is read as the sandbox's own uid.
+  // out/ keeps its owner's modes: a writable bind is idmapped to the caller.
   std::filesystem::permissions(
       dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
                       std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
                       std::filesystem::perms::others_exec);
-  std::filesystem::permissions(out, std::filesystem::perms::all);
+  std::filesystem::permissions(out, std::filesystem::perms::owner_all);
   auto run = cli({"run", "--bind-ro", dir.path() + ":/work", "--bind", out + ":/work/out", "-w",
                   "/work", "sh", "-c",
                   "cat input.txt && echo written > out/result && ! touch not-here 2>/dev/null"});
@@ -300,6 +301,34 @@ TEST(CliRun, MountsApplyInTheOrderGiven) {
   EXPECT_EQ(hidden.exit_code, 2);
   EXPECT_TRUE(one_line(hidden.err)) << hidden.err;
   EXPECT_NE(hidden.err.find("mounts apply in the order given"), std::string::npos) << hidden.err;
+}
+
+// A writable bind is idmapped to the caller under a root runtime; where its filesystem (or one
+// mounted below it) cannot be, the run does not start, and the message names the flag and the fix.
+TEST(CliRun, AWritableBindThatCannotBeIdmappedIsNamedBeforeTheRun) {
+  if (geteuid() != 0) GTEST_SKIP() << "only a root runtime idmaps its binds";
+  TempDir dir;
+  const std::string below = dir.file("ramfs");
+  std::filesystem::create_directory(below);
+  // ramfs cannot be idmapped; mounted in a mount namespace of the test's own, gone with it.
+  const std::string script = "mount --make-rprivate / && mount -t ramfs none " + below +
+                             " && exec " + bin_path("rlm-sandbox") + " run --bind " + dir.path() +
+                             ":/out -- sh -c 'echo x > /out/made'";
+  const std::string unshare = access("/usr/bin/unshare", X_OK) == 0 ? "/usr/bin/unshare" : "";
+  if (unshare.empty()) GTEST_SKIP() << "util-linux's unshare is not installed";
+  const auto run = run_process({unshare, "--mount", "/bin/sh", "-c", script});
+  if (run.exit_code != 125 &&
+      (run.err.rfind("unshare:", 0) == 0 || run.err.rfind("mount:", 0) == 0))
+    GTEST_SKIP() << "no mount namespace of its own for the test here: " << run.err;
+  EXPECT_EQ(run.exit_code, 125) << run.err;
+  EXPECT_TRUE(one_line(run.err)) << run.err;
+  for (const std::string& words : std::vector<std::string>{
+           "--bind " + dir.path() + ":/out", "cannot be idmapped",
+           "does not support idmapped mounts",
+           "To fix: bind a directory on a filesystem that supports idmapped mounts"})
+    EXPECT_NE(run.err.find(words), std::string::npos) << words << "\n" << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("made")));
+  EXPECT_FALSE(std::filesystem::exists(below + "/made"));
 }
 
 // docker's -v habit: SRC:DST:ro and :rw choose the mode (and -v is --bind). Before, the suffix

@@ -562,8 +562,10 @@ TEST(LandlockEscape, NothingTheSandboxUidMadeOutlivesTheRun) {
   for (const char* name : {"file", "dir", "dir/inner", "link", "px"}) {
     struct stat st {};
     ASSERT_EQ(lstat((out.path() + "/" + name).c_str(), &st), 0) << name;
-    EXPECT_EQ(st.st_uid, rlm::test::written_uid()) << name << " belongs to uid " << st.st_uid;
-    EXPECT_EQ(st.st_gid, rlm::test::written_gid()) << name << " belongs to gid " << st.st_gid;
+    EXPECT_EQ(st.st_uid, rlm::test::landlock_written_uid())
+        << name << " belongs to uid " << st.st_uid;
+    EXPECT_EQ(st.st_gid, rlm::test::landlock_written_gid())
+        << name << " belongs to gid " << st.st_gid;
     EXPECT_EQ(st.st_mode & 06000, 0u) << name;
   }
   struct stat st {};

@@ -96,7 +96,7 @@ TEST(NamespaceBackend, FilesWrittenToAWritableBindBelongToTheCaller) {
   EXPECT_EQ(result.stdout_data, "1000\n");  // inside, the file is the sandbox user's
   struct stat info {};
   ASSERT_EQ(stat(dir.file("made").c_str(), &info), 0);
-  EXPECT_EQ(info.st_uid, written_uid());  // the caller's (a root caller's: the output uid)
+  EXPECT_EQ(info.st_uid, written_uid());  // the caller's, root's too
   EXPECT_EQ(info.st_gid, written_gid());
   EXPECT_EQ(dir.read("made"), "1000\n");
 }

@@ -2,10 +2,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -390,6 +392,51 @@ TEST_F(Rootfs, BindSourcesFollowOnlyLinksOwnedByRootOrTheRuntime) {
                 std::string::npos)
           << *error;
   }
+}
+
+// A root owner's sandbox writes as root (idmapped), so the directories it wrote carry a mark that
+// only host root can set or remove, and beneath one even root's own links are not followed.
+TEST_F(Rootfs, BindSourcesFollowNoLinkBeneathADirectoryASandboxWrote) {
+  if (geteuid() != 0) GTEST_SKIP() << "trusted attributes are host root's only";
+  rlm::test::TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ASSERT_EQ(mkdir(dir.file("out").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(dir.file("out/sub").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(dir.file("real").c_str(), 0755), 0);
+  dir.write("real/hello", "through the link\n");
+  chmod(dir.file("real/hello").c_str(), 0644);
+  ASSERT_EQ(symlink("../../real", dir.file("out/sub/link").c_str()), 0);  // root's
+  Mount mount;
+  mount.source = dir.file("out/sub/link");
+  mount.target = "/data";
+  const Policy policy = with_mount(policy_, mount);
+  ASSERT_FALSE(refusal(policy)) << "a root-owned link in an unmarked directory is followed";
+
+  ASSERT_EQ(setxattr(dir.file("out").c_str(), "trusted.rlm-sandbox.written", "1", 1, 0), 0)
+      << strerror(errno);
+  for (const std::string& source : {dir.file("out/sub/link"), dir.file("out/sub/link/hello")}) {
+    Mount m;
+    m.source = source;
+    m.target = "/data";
+    const Policy refused = with_mount(policy_, m);
+    const auto error = refusal(refused);
+    if (!error) {
+      ADD_FAILURE() << "prepare() followed " << source;
+      continue;
+    }
+    EXPECT_NE(error->find(last_mount_path(refused, "source") + ": " + dir.file("out/sub/link") +
+                          " is a symlink in " + dir.file("out") + ", which a sandbox wrote"),
+              std::string::npos)
+        << *error;
+    EXPECT_NE(error->find("setfattr -x trusted.rlm-sandbox.written " + dir.file("out")),
+              std::string::npos)
+        << *error;
+  }
+  // The marked directory itself, and what is in it, are still bound: only links are refused.
+  Mount plain;
+  plain.source = dir.file("out/sub");
+  plain.target = "/data";
+  EXPECT_FALSE(refusal(with_mount(policy_, plain)));
 }
 
 TEST_F(Rootfs, ADescriptorOpenedBeforeTheNamespacesStillExecsAfterPivotRoot) {

@@ -3,6 +3,7 @@
 // number), the UTS namespace, and what /proc tells of the host. Each is tried for real from inside,
 // never checked in the configuration.
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -164,16 +165,63 @@ for name, call in [('setuid0', lambda: os.setuid(0)), ('setgid0', lambda: os.set
   }
 }
 
+// The caller's own directory, with its own modes (a fresh one is 0700): no mode bits to open up,
+// root included, and what the payload writes is the caller's, as with `docker run -v`.
 TEST_F(NamespaceTest, CliBindFilesBelongToTheCaller) {
-  SharedDir shared;
-  auto out = cli({"run", "--bind", shared.path() + ":/out", "--", "sh", "-c",
-                  "id -u; id -g; echo hi > /out/cli-file"});
+  test::TempDir own;
+  ASSERT_EQ(::chmod(own.path().c_str(), 0700), 0);
+  auto out = cli({"run", "--bind", own.path() + ":/out", "--", "sh", "-c",
+                  "id -u; id -g; echo hi > /out/cli-file; mkdir /out/cli-dir"});
   ASSERT_EQ(out.exit_code, 0) << out.err;
   EXPECT_EQ(out.out, "1000\n1000\n");
+  for (const char* name : {"cli-file", "cli-dir"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(own.file(name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, rlm::test::written_uid()) << name;
+    EXPECT_EQ(st.st_gid, rlm::test::written_gid()) << name;
+  }
+  EXPECT_EQ(own.read("cli-file"), "hi\n");
+}
+
+// A root caller's sandbox writes as root, so the bind's directory carries the mark that keeps the
+// runtime from following a link planted there (written_mark.hpp): the payload can neither read,
+// remove nor forge it, and set-id bits stay refused on what it makes (now root's).
+TEST_F(NamespaceTest, ARootCallersWritableBindIsMarkedAndThePayloadCannotUnmarkIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only a root caller's sandbox writes as root";
+  test::TempDir own;
+  auto result = python(R"PY(
+import errno, os
+def attempt(label, call):
+    try:
+        call()
+        print(label, 'SUCCEEDED')
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, str(e.errno)))
+name = 'trusted.rlm-sandbox.written'
+attempt('get', lambda: os.getxattr('/out', name))
+attempt('remove', lambda: os.removexattr('/out', name))
+attempt('set', lambda: os.setxattr('/out', name, b'0'))
+os.mkdir('/out/d')
+attempt('mark_own_dir', lambda: os.setxattr('/out/d', 'trusted.other', b'1'))
+with open('/out/f', 'w') as f:
+    f.write('x')
+attempt('setuid', lambda: os.chmod('/out/f', 0o4755))
+attempt('setgid_dir', lambda: os.chmod('/out/d', 0o2775))
+)PY",
+                       with_rw_bind(own.path(), "/out"));
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  auto v = parse_lines(result.stdout_data);
+  // Unprivileged, the trusted namespace is invisible (ENODATA) or refused (EPERM).
+  EXPECT_TRUE(v["get"] == "ENODATA" || v["get"] == "EPERM") << v["get"];
+  for (const char* key : {"remove", "set", "mark_own_dir", "setuid", "setgid_dir"})
+    EXPECT_TRUE(v[key] == "EPERM" || v[key] == "ENODATA") << key << ": " << v[key];
+  char value[8] = {};
+  EXPECT_EQ(::getxattr(own.path().c_str(), "trusted.rlm-sandbox.written", value, sizeof value), 1)
+      << "the bind's directory is not marked: " << std::strerror(errno);
   struct stat st {};
-  ASSERT_EQ(::lstat(shared.file("cli-file").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, rlm::test::written_uid());
-  EXPECT_EQ(st.st_gid, rlm::test::written_gid());
+  ASSERT_EQ(::stat(own.file("f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u);
 }
 
 // ---- Dangerous syscalls -------------------------------------------------------------------------

@@ -88,7 +88,7 @@ TEST(ServerTenant, ASandboxMakesNoSetIdFileAndWhatItWritesThroughABindIsTheClien
 }
 
 // A policy the server offers with a read-write bind has warm sandboxes built for the server's own
-// uid (root's output is given to the inert output uid). A client of another uid must not be served
+// uid (idmapped to root, the bind's directory marked). A client of another uid must not be served
 // from them: its sandbox writes as the client, so it can write the client's own directory, and
 // what it writes is the client's.
 TEST(ServerTenant, AWarmSandboxBuiltForTheServerIsNotAnotherClientsWriter) {

@@ -12,13 +12,22 @@
 
 namespace rlm::test {
 
-// Whose the files are on the host that a sandbox run by this process writes through a read-write
-// bind (runtime/host/sandbox_uid.hpp, sandbox_write_owner): this process's own ids, except
-// root's, which become the output uid's (RLM_SANDBOX_OUTPUT_UID, unset in the tests).
+// Whose the files are on the host that a namespace sandbox run by this process writes through a
+// read-write bind: this process's own (idmapped to them, root's too: namespace/idmap.hpp).
 inline uid_t written_uid() {
-  return getuid() == 0 ? 0x70010000u : getuid();
+  return getuid();
 }
 inline gid_t written_gid() {
+  return getgid();
+}
+
+// The same for a landlock sandbox (runtime/host/sandbox_uid.hpp, sandbox_write_owner): this
+// process's own ids, except root's, which become the output uid's (RLM_SANDBOX_OUTPUT_UID, unset
+// in the tests).
+inline uid_t landlock_written_uid() {
+  return getuid() == 0 ? 0x70010000u : getuid();
+}
+inline gid_t landlock_written_gid() {
   return getgid() == 0 ? 0x70010000u : getgid();
 }
 

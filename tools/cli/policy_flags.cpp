@@ -159,6 +159,23 @@ bool changes_policy(const std::vector<MountFlag>& mounts, const po::variables_ma
          values.count("hostname") || values.count("network");
 }
 
+std::string name_mount_flags(std::string detail, const Policy& policy,
+                             const std::vector<MountFlag>& mounts) {
+  const auto& list = policy.filesystem.mounts;
+  for (const auto& flag : mounts)
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (list[i].target != flag.target) continue;
+      const std::string path = "filesystem.mounts[" + std::to_string(i) + "]";
+      const std::string named = path + " (" + flag.shown + ")";
+      for (auto at = detail.find(path); at != std::string::npos;
+           at = detail.find(path, at + named.size())) {
+        if (detail.compare(at, named.size(), named) == 0) continue;
+        detail.insert(at + path.size(), " (" + flag.shown + ")");
+      }
+    }
+  return detail;
+}
+
 // Flags that change the policy itself (mounts, workdir, image, hostname, network) are applied to
 // a copy and the result validated again, so a flag can never produce a policy the loader would
 // reject.

@@ -40,6 +40,11 @@ bool changes_policy(const std::vector<MountFlag>& mounts,
 Policy apply_policy_flags(Policy policy, const std::vector<MountFlag>& mounts,
                           const boost::program_options::variables_map& values);
 
+// `detail` (a Result's, from a run of `policy`) with each "filesystem.mounts[N]" that a mount flag
+// made followed by that flag as it was given: "filesystem.mounts[9] (--bind out:/out).source: ...".
+std::string name_mount_flags(std::string detail, const Policy& policy,
+                             const std::vector<MountFlag>& mounts);
+
 // --env NAME=VALUE or NAME (this process's value; left out when it has none), and --env-file
 // FILE (such lines; blank ones and # comments skipped), into `env`: files first, then --env.
 void add_env_flags(const boost::program_options::variables_map& values,

@@ -44,6 +44,9 @@ Options end at "--" or at the first word that is not an option: `run ls -la /` r
 Mounts (--bind, --bind-ro, -v, --tmpfs) are applied after the policy's, in the order given, as
 bwrap does: a later mount may sit inside an earlier one (--bind-ro "$PWD:/work" then
 --bind "$PWD/out:/work/out"). SRC:DST:ro and SRC:DST:rw choose the mode, as docker's -v does.
+What the payload writes through a writable bind is yours on the host (root's, run as root), and
+it may write wherever you may there: the bind is idmapped to you. A filesystem that cannot be
+idmapped is named before the run, with the fix.
 Units: a duration is seconds when bare (30) or 500ms, 1.5s, 2m, 1h; a size needs its unit
 (64M, 1G, 4096B).
 
@@ -290,6 +293,7 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   const Interrupts interrupts;
   request.stop_fd = interrupts.stop_fd();
   Result result;
+  std::optional<Policy> run_policy;  // the policy the flags made, when they changed it
   if (auto server = server_socket(values)) {
     // Nothing about the policy is loaded here unless a flag changes it: the server has it.
     const bool changed = overrides.wall_time || overrides.cpu_time || overrides.memory_bytes ||
@@ -298,7 +302,8 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
     if (changed)
       change = [&](Policy policy) {
         tighten(policy, overrides);
-        return apply_policy_flags(std::move(policy), mounts, values);
+        run_policy = apply_policy_flags(std::move(policy), mounts, values);
+        return *run_policy;
       };
     if (terminal) terminal->start();
     result = run_on_server(*server, server_uid(values), values["policy"].as<std::string>(), request,
@@ -306,11 +311,12 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   } else {
     Policy policy = load_policy(values["policy"].as<std::string>());
     tighten(policy, overrides);
-    policy = apply_policy_flags(std::move(policy), mounts, values);
-    auto backend = select_backend(policy, values["backend"].as<std::string>());
+    run_policy = apply_policy_flags(std::move(policy), mounts, values);
+    auto backend = select_backend(*run_policy, values["backend"].as<std::string>());
     if (terminal) terminal->start();
-    result = backend->run(request, policy);
+    result = backend->run(request, *run_policy);
   }
+  if (run_policy) result.detail = name_mount_flags(std::move(result.detail), *run_policy, mounts);
   if (terminal) terminal->finish();
   interrupts.explain(result);
 
