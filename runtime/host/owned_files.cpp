@@ -1,13 +1,10 @@
 #include "host/owned_files.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <vector>
-
+#include "host/tree_walk.hpp"
 #include "host/unique_fd.hpp"
 
 namespace rlm::host {
@@ -25,65 +22,16 @@ bool reclaim(int fd, const struct stat& st, uid_t uid, gid_t gid, const HostIds&
 }  // namespace
 
 bool give_to_owner(const std::string& root, uid_t uid, gid_t gid, const HostIds& owner,
-                   const OwnedFilesLimits& limits) {
+                   const TreeLimits& limits) {
   UniqueFd top(open(root.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!top) return errno == ENOENT;  // nothing there: nothing of the uid's either
-  struct stat st {};
-  if (fstat(top.get(), &st) != 0 || !reclaim(top.get(), st, uid, gid, owner)) return false;
-  if (!S_ISDIR(st.st_mode)) return true;
-
-  struct Level {
-    DIR* dir;
-  };
-  std::vector<Level> stack;
-  const auto close_all = [&] {
-    for (auto& level : stack) closedir(level.dir);
-    stack.clear();
-  };
-  const auto push = [&](int path_fd) {
-    const int fd = openat(path_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return false;
-    DIR* dir = fdopendir(fd);
-    if (!dir) {
-      close(fd);
-      return false;
-    }
-    stack.push_back({dir});
-    return true;
-  };
-  if (!push(top.get())) return false;
-  std::size_t entries = 0;
-  bool complete = true;
-  while (!stack.empty()) {
-    DIR* dir = stack.back().dir;
-    errno = 0;
-    const dirent* entry = readdir(dir);
-    if (!entry) {
-      if (errno != 0) complete = false;
-      closedir(dir);
-      stack.pop_back();
-      continue;
-    }
-    if (std::strcmp(entry->d_name, ".") == 0 || std::strcmp(entry->d_name, "..") == 0) continue;
-    if (++entries > limits.max_entries) {
-      complete = false;
-      break;
-    }
-    const UniqueFd fd(openat(dirfd(dir), entry->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd || fstat(fd.get(), &st) != 0) {
-      if (errno != ENOENT) complete = false;  // gone meanwhile: nothing of it left
-      continue;
-    }
-    if (!reclaim(fd.get(), st, uid, gid, owner)) complete = false;
-    if (S_ISDIR(st.st_mode)) {
-      if (stack.size() >= limits.max_depth || !push(fd.get())) {
-        complete = false;
-        break;
-      }
-    }
-  }
-  close_all();
-  return complete;
+  bool changed = true;
+  const bool walked =
+      walk_tree(top.get(), limits, [&](int fd, const struct stat& st, const std::string&) {
+        if (!reclaim(fd, st, uid, gid, owner)) changed = false;
+        return true;
+      });
+  return walked && changed;
 }
 
 }  // namespace rlm::host

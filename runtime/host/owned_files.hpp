@@ -10,14 +10,10 @@
 #include <cstddef>
 #include <string>
 
+#include "host/tree_walk.hpp"
 #include "rlm_sandbox/request.hpp"
 
 namespace rlm::host {
-
-struct OwnedFilesLimits {
-  std::size_t max_entries = 1'000'000;
-  std::size_t max_depth = 256;
-};
 
 // Every entry beneath `root` (itself included) whose owner is `uid` or whose group is `gid` gets
 // `owner`'s uid or gid in its place (root's chown also clears set-id bits). Walks the tree as the
@@ -26,6 +22,6 @@ struct OwnedFilesLimits {
 // was checked), bounded by `limits`. True when the whole tree was walked and every such entry
 // changed; false otherwise (the caller must then not hand `uid` out again).
 bool give_to_owner(const std::string& root, uid_t uid, gid_t gid, const HostIds& owner,
-                   const OwnedFilesLimits& limits = {});
+                   const TreeLimits& limits = {});
 
 }  // namespace rlm::host

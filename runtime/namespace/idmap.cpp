@@ -6,13 +6,16 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 
+#include "host/tree_walk.hpp"
 #include "namespace/mounts.hpp"
 #include "namespace/setup_fix.hpp"
 #include "namespace/written_mark.hpp"
@@ -60,6 +63,40 @@ UniqueFd open_resolved(const std::string& host_path, int flags, const std::strin
   return fd;
 }
 
+// Through a bind idmapped to root the sandbox owns root's files there: it may write an existing
+// set-uid or set-gid program, or one with file capabilities, and a write through a shared mapping
+// keeps those bits (the kernel drops them for write(2) and truncation only), which would leave a
+// privileged program of the payload's on the host. So such a file in a root owner's bind refuses
+// the run, and so does a tree too large to be checked (host/tree_walk.hpp's bounds).
+void refuse_privileged_programs(int source, const std::string& host_path,
+                                const std::string& where) {
+  std::string found;
+  const bool walked =
+      host::walk_tree(source, {}, [&](int fd, const struct stat& st, const std::string& path) {
+        if (!S_ISREG(st.st_mode)) return true;
+        const bool set_id =
+            (st.st_mode & S_ISUID) || ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP));
+        const std::string self = "/proc/self/fd/" + std::to_string(fd);
+        if (!set_id && getxattr(self.c_str(), "security.capability", nullptr, 0) < 0) return true;
+        found = (path.empty() ? host_path : host_path + "/" + path) +
+                (set_id ? ", a set-uid or set-gid program" : ", a program with file capabilities");
+        return false;
+      });
+  if (!found.empty())
+    throw Error(where + ": the read-write bind of " + host_path + " holds " + found +
+                ". The payload writes there as root, the owner, and could change what it runs "
+                "while it stays privileged, so it does not run. To fix: bind it read-only, or bind "
+                "a directory without such programs, or drop the privilege (chmod ug-s FILE, "
+                "setcap -r FILE)");
+  if (!walked)
+    throw Error(where + ": the read-write bind of " + host_path +
+                " could not be checked for set-uid, set-gid and file-capability programs (more "
+                "than 1,000,000 entries or 256 levels, or a directory that cannot be read); the "
+                "payload writes there as root, so it does not run. To fix: bind a smaller "
+                "directory read-write, or run rlm-sandbox rootless as the user who is to own the "
+                "files");
+}
+
 }  // namespace
 
 UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
@@ -79,11 +116,10 @@ UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
   return userns;
 }
 
-UniqueFd idmapped_tree(const std::string& host_path, int userns, const std::string& where) {
-  const UniqueFd source = open_resolved(host_path, O_PATH, where);
-  if (!source) throw Error(where + ": cannot open " + host_path + ": " + sys::errno_text(errno));
+UniqueFd idmapped_tree(int source, const std::string& host_path, int userns,
+                       const std::string& where) {
   UniqueFd tree(static_cast<int>(
-      syscall(SYS_open_tree, source.get(), "",
+      syscall(SYS_open_tree, source, "",
               OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE)));
   if (!tree)
     throw Error(where + ": cannot clone the mount of " + host_path +
@@ -120,14 +156,18 @@ void RootfsPlan::idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_
   for (Op& op : ops_) {
     if (op.writable_bind_at.empty()) continue;
     const std::string where = op.writable_bind_at + ".source";
-    trees_.push_back(idmapped_tree(op.host_source, userns.get(), where));
-    op.idmapped_tree = trees_.back().get();
+    // Opened once: the tree cloned is the directory marked (a file bind holds no link).
+    UniqueFd source = open_resolved(op.host_source, O_RDONLY | O_DIRECTORY, where);
+    const bool directory = static_cast<bool>(source);
+    if (!directory) source = open_resolved(op.host_source, O_PATH, where);
+    if (!source)
+      throw Error(where + ": cannot open " + op.host_source + ": " + sys::errno_text(errno));
     // A root owner's sandbox plants links that are root's: its directories are marked, before it
-    // starts, as ones whose links a bind source does not follow. A file bind holds no link.
-    if (owner.uid == 0) {
-      const UniqueFd dir = open_resolved(op.host_source, O_RDONLY | O_DIRECTORY, where);
-      if (dir) mark_sandbox_written(dir.get(), op.host_source, where);
-    }
+    // starts, as ones whose links a bind source does not follow.
+    if (owner.uid == 0) refuse_privileged_programs(source.get(), op.host_source, where);
+    if (owner.uid == 0 && directory) mark_sandbox_written(source.get(), op.host_source, where);
+    trees_.push_back(idmapped_tree(source.get(), op.host_source, userns.get(), where));
+    op.idmapped_tree = trees_.back().get();
   }
 }
 

@@ -25,8 +25,10 @@ namespace rlm::ns {
 // Throws SetupError naming the step.
 host::UniqueFd owner_idmap(const HostIds& owner, uid_t host_uid, gid_t host_gid);
 
-// Parent: `host_path`'s mount tree cloned (detached, recursive), idmapped with `userns`, nosuid and
-// nodev. Throws Error at `where` with the fix when the kernel or the filesystem cannot idmap it.
-host::UniqueFd idmapped_tree(const std::string& host_path, int userns, const std::string& where);
+// Parent: the mount tree at `source` (an fd of `host_path`) cloned (detached, recursive), idmapped
+// with `userns`, nosuid and nodev. Throws Error at `where` with the fix when the kernel or the
+// filesystem cannot idmap it.
+host::UniqueFd idmapped_tree(int source, const std::string& host_path, int userns,
+                             const std::string& where);
 
 }  // namespace rlm::ns

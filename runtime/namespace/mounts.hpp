@@ -68,9 +68,10 @@ unsigned long locked_flags_of(const std::string& host_path, const std::string& w
 std::map<std::string, unsigned long> read_host_mounts();
 
 // A bind source resolved on the host like realpath(3), except that a symlink is followed only when
-// root or the runtime's own user owns it and no directory it is in carries the mark of a
-// sandbox's writes (written_mark.hpp). nullopt with errno set when a component is missing or
-// unreadable; throws for a link it will not follow.
+// root or the runtime's own user owns it, the directory holding it is theirs and nobody else may
+// write it, and no directory it is in carries the mark of a sandbox's writes (written_mark.hpp).
+// nullopt with errno set when a component is missing or unreadable; throws for a link it will not
+// follow.
 std::optional<std::string> resolve_host_source(const std::string& source, const std::string& where);
 
 }  // namespace rlm::ns

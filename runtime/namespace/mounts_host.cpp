@@ -94,8 +94,25 @@ std::optional<std::string> resolve_host_source(const std::string& source,
               next + " is a symlink owned by uid " + std::to_string(info.st_uid) +
                   ", which a sandbox may have planted; a bind source follows only links "
                   "owned by root or by the runtime's user: bind the path it points to instead");
+    // A link is only as trustworthy as whoever may put one where it is: another user who may
+    // write its directory could have moved in a link root owns (one a root owner's sandbox made
+    // in a directory it opened to everyone, say). Group-writable is fine for root's group and
+    // the runtime's own (a user's private group).
+    const std::string holder_path = resolved.empty() ? "/" : resolved;
+    struct stat holder {};
+    if (lstat(holder_path.c_str(), &holder) != 0) return std::nullopt;
+    const bool others_write =
+        (holder.st_mode & S_IWOTH) ||
+        ((holder.st_mode & S_IWGRP) && holder.st_gid != 0 && holder.st_gid != getegid());
+    if ((holder.st_uid != 0 && holder.st_uid != geteuid()) || others_write)
+      fail_at(where, next + " is a symlink in " + holder_path + ", a directory " +
+                         (others_write ? std::string("others may write")
+                                       : "of uid " + std::to_string(holder.st_uid)) +
+                         ", who could have put it there; a bind source follows links only in "
+                         "directories no one but root or the runtime's user may write: bind the "
+                         "path it points to instead");
     // Root's links too, beneath a directory a root owner's sandbox wrote (written_mark.hpp).
-    if (const auto marked = sandbox_written_ancestor(resolved.empty() ? "/" : resolved))
+    if (const auto marked = sandbox_written_ancestor(holder_path))
       fail_at(where, next + " is a symlink in " + *marked + ", which a sandbox wrote (it carries " +
                          kWrittenMarkName +
                          "); a bind source follows no link a sandbox may have planted: bind the "

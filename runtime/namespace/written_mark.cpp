@@ -15,14 +15,15 @@ void mark_sandbox_written(int dir_fd, const std::string& host_path, const std::s
   // The value says nothing; the name is the mark. "1" so that getfattr shows it plainly.
   if (fsetxattr(dir_fd, kWrittenMarkName, "1", 1, 0) == 0) return;
   const int error = errno;
-  fail_at(where, "cannot mark " + host_path + " as written by a sandbox (" +
-                     sys::errno_text(error) + (error == ENOTSUP || error == EOPNOTSUPP
-                                                   ? ": its filesystem keeps no trusted attributes"
+  fail_at(
+      where,
+      "cannot mark " + host_path + " as written by a sandbox (" + sys::errno_text(error) +
+          (error == ENOTSUP || error == EOPNOTSUPP ? ": its filesystem keeps no trusted attributes"
                                                    : "") +
-                     "); without the mark a link the sandbox planted there would be root's and "
-                     "followed like root's own, so it does not run. To fix: bind a directory on "
-                     "a filesystem with extended attributes (ext4, xfs, btrfs, tmpfs), bind it "
-                     "read-only, or run rlm-sandbox as a user other than root");
+          "); without the mark a link the sandbox planted there would be root's and "
+          "followed like root's own, so it does not run. To fix: bind a directory on "
+          "a filesystem with extended attributes (ext4, xfs, btrfs, tmpfs), bind it "
+          "read-only, or run rlm-sandbox as a user other than root");
 }
 
 std::optional<std::string> sandbox_written_ancestor(const std::string& path) {

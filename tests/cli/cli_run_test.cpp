@@ -139,6 +139,32 @@ TEST(CliRun, ResultFileStreamsOutputAndWritesTheResult) {
   EXPECT_EQ(result["stdout"], "") << "streamed output is not kept twice";
 }
 
+// The result file's directory may be the payload's output directory: nothing is written through a
+// name a payload planted there (a link from an earlier run at the old PATH.tmp, or at PATH), and
+// the file has no name the payload could see or replace while it runs.
+TEST(CliRun, AResultFileIsNeverWrittenThroughALinkAPayloadPlanted) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  std::filesystem::create_directory(out);
+  dir.write("victim", "the host's own\n");
+  dir.write("victim2", "the host's own too\n");
+  auto plant = cli({"run", "-q", "--bind", out + ":/out", "--", "sh", "-c",
+                    "ln -s " + dir.file("victim") + " /out/result.json.tmp && ln -s " +
+                        dir.file("victim2") + " /out/result.json"});
+  ASSERT_EQ(plant.exit_code, 0) << plant.err;
+  auto run = cli({"run", "-q", "--bind", out + ":/out", "--result-file", out + "/result.json", "--",
+                  "sh", "-c", "ls -A /out"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "result.json\nresult.json.tmp\n") << "the payload saw the result file";
+  EXPECT_EQ(dir.read("victim"), "the host's own\n");
+  EXPECT_EQ(dir.read("victim2"), "the host's own too\n");
+  EXPECT_FALSE(std::filesystem::is_symlink(out + "/result.json"));
+  EXPECT_EQ(json::parse(dir.read("out/result.json"))["status"], "ok");
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(out)) ++entries;
+  EXPECT_EQ(entries, 2u) << "a stray file was left in " << out;
+}
+
 TEST(CliRun, IsolatingPolicyFailsClosedOnTheLocalBackend) {
   auto out = cli({"run", "--policy", "default", "--backend", "local", "--", "true"});
   EXPECT_EQ(out.exit_code, 125);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "child_setup_harness.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -437,6 +438,41 @@ TEST_F(Rootfs, BindSourcesFollowNoLinkBeneathADirectoryASandboxWrote) {
   plain.source = dir.file("out/sub");
   plain.target = "/data";
   EXPECT_FALSE(refusal(with_mount(policy_, plain)));
+}
+
+// A link root owns is only as trustworthy as whoever may put it where it is: one moved by another
+// user into a directory of theirs, or into one everybody may write, is not followed.
+TEST_F(Rootfs, BindSourcesFollowNoLinkInADirectoryOthersMayWrite) {
+  if (geteuid() != 0) GTEST_SKIP() << "only root can make a link root owns for another's directory";
+  rlm::test::TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ASSERT_EQ(mkdir(dir.file("real").c_str(), 0755), 0);
+  for (const auto& [name, mode, owner] :
+       {std::tuple{"open", 0777, 0}, std::tuple{"users", 0755, 65534},
+        std::tuple{"group", 0775, 65534}}) {
+    const std::string holder = dir.file(name);
+    ASSERT_EQ(mkdir(holder.c_str(), 0700), 0);
+    ASSERT_EQ(chmod(holder.c_str(), static_cast<mode_t>(mode)), 0);
+    ASSERT_EQ(chown(holder.c_str(), static_cast<uid_t>(owner), static_cast<gid_t>(owner)), 0);
+    ASSERT_EQ(symlink("../real", (holder + "/link").c_str()), 0);  // root's
+    Mount m;
+    m.source = holder + "/link";
+    m.target = "/data";
+    const Policy refused = with_mount(policy_, m);
+    const auto error = refusal(refused);
+    if (!error) {
+      ADD_FAILURE() << "prepare() followed " << m.source;
+      continue;
+    }
+    EXPECT_NE(error->find(m.source + " is a symlink in " + holder), std::string::npos) << *error;
+    EXPECT_NE(error->find("who could have put it there"), std::string::npos) << *error;
+  }
+  // The same link in a directory only root may write is followed.
+  ASSERT_EQ(symlink("real", dir.file("link").c_str()), 0);
+  Mount trusted;
+  trusted.source = dir.file("link");
+  trusted.target = "/data";
+  EXPECT_FALSE(refusal(with_mount(policy_, trusted)));
 }
 
 TEST_F(Rootfs, ADescriptorOpenedBeforeTheNamespacesStillExecsAfterPivotRoot) {

@@ -1,5 +1,6 @@
 // `rlm-sandbox run`: one command or piece of code under a policy.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <random>
 
 #include "cli.hpp"
 #include "interrupts.hpp"
@@ -87,39 +89,80 @@ bool stdin_is_open() {
   return fcntl(STDIN_FILENO, F_GETFD) != -1;
 }
 
-// --result-file PATH: PATH.tmp is created before anything runs (a path that cannot be written
-// fails the command before the payload starts), and renamed onto PATH once the Result is in it,
-// so PATH is never half a Result.
+// --result-file PATH: a file is made in PATH's directory before anything runs (a path that cannot
+// be written fails the command before the payload starts) and given PATH's name once the Result is
+// in it, so PATH is never half a Result. The directory may be one the payload writes (a bind): the
+// file has no name there while the payload runs (O_TMPFILE; where the filesystem has none, a
+// random name made with O_EXCL), and nothing is opened by a name the payload could have planted.
 class ResultFile {
  public:
-  explicit ResultFile(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp") {
-    fd_ = open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd_ < 0)
-      throw Error("--result-file " + path_ + ": cannot create " + temporary_ + ": " +
-                  std::strerror(errno));
+  explicit ResultFile(std::string path) : path_(std::move(path)) {
+    const auto slash = path_.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash ? slash : 1);
+    name_ = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+    if (name_.empty() || name_ == "." || name_ == "..")
+      throw Error("--result-file " + path_ + ": names a directory, not a file");
+    dir_ = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_ < 0) fail("cannot open its directory " + dir, errno);
+    mode_t mask = umask(0);
+    umask(mask);
+    fd_ = openat(dir_, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~mask);
+    if (fd_ < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+      fail("cannot create a file in " + dir, errno);
+    if (fd_ < 0) {  // no O_TMPFILE here: a name nobody can have planted
+      for (int attempt = 0; fd_ < 0 && attempt < 16; ++attempt) {
+        temporary_ = unique_name();
+        fd_ = openat(dir_, temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     0666 & ~mask);
+        if (fd_ < 0 && errno != EEXIST) fail("cannot create a file in " + dir, errno);
+      }
+      if (fd_ < 0) fail("cannot create a file in " + dir, EEXIST);
+    }
   }
   ~ResultFile() {
-    if (fd_ < 0) return;
-    close(fd_);
-    unlink(temporary_.c_str());  // never written: no stray .tmp
+    if (fd_ >= 0) close(fd_);
+    if (!temporary_.empty()) unlinkat(dir_, temporary_.c_str(), 0);  // never written: no stray
+    if (dir_ >= 0) close(dir_);
   }
   ResultFile(const ResultFile&) = delete;
   ResultFile& operator=(const ResultFile&) = delete;
 
   void write(const Result& result) {
-    const bool written = write_all(fd_, result.to_json().dump(2) + "\n");
+    bool written = write_all(fd_, result.to_json().dump(2) + "\n");
+    if (written && temporary_.empty()) {  // O_TMPFILE: a name now, a fresh one, then PATH's
+      const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+      written = false;
+      for (int attempt = 0; !written && attempt < 16; ++attempt) {
+        temporary_ = unique_name();
+        written = linkat(AT_FDCWD, self.c_str(), dir_, temporary_.c_str(), AT_SYMLINK_FOLLOW) == 0;
+        if (!written && errno != EEXIST) {
+          temporary_.clear();
+          break;
+        }
+      }
+    }
     close(fd_);
     fd_ = -1;
-    if (!written || std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    if (!written || renameat(dir_, temporary_.c_str(), dir_, name_.c_str()) != 0) {
       const int error = errno;
-      unlink(temporary_.c_str());
-      throw Error("--result-file " + path_ + ": " + std::strerror(error));
+      fail("cannot write it", error);
     }
+    temporary_.clear();
   }
 
  private:
-  std::string path_, temporary_;
-  int fd_ = -1;
+  [[noreturn]] void fail(const std::string& what, int error) const {
+    throw Error("--result-file " + path_ + ": " + what + ": " + std::strerror(error));
+  }
+  std::string unique_name() const {
+    static std::mt19937_64 random{std::random_device{}()};
+    char suffix[17];
+    std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(random()));
+    return "." + name_ + "." + suffix;
+  }
+
+  std::string path_, name_, temporary_;
+  int dir_ = -1, fd_ = -1;
 };
 
 // One line on stderr for outcomes a person would otherwise miss in streamed mode.
