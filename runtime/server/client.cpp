@@ -29,6 +29,21 @@ json ServerConnection::hello() {
   return server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
 }
 
+json ServerConnection::status() {
+  server::send_to_server(state_->socket.get(), {{"op", "status"}});
+  json reply = server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
+  if (reply["op"] != "status" || !reply.value("running", json()).is_array())
+    throw ServerRefused("internal", "the server answered out of turn");
+  return reply;
+}
+
+void ServerConnection::kill(std::uint64_t id) {
+  server::send_to_server(state_->socket.get(), {{"op", "kill"}, {"id", id}});
+  const json reply =
+      server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
+  if (reply["op"] != "killed") throw ServerRefused("internal", "the server answered out of turn");
+}
+
 Policy ServerConnection::policy(const std::string& name) {
   server::send_to_server(state_->socket.get(), {{"op", "policy"}, {"policy", name}});
   const json reply =

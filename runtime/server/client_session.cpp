@@ -1,6 +1,9 @@
 // A session relayed to the server: each call is one frame and its answer; the cell's llm_call
 // frames are answered by the caller's LlmHandler, from whatever thread it answers on.
+#include <sys/socket.h>
+
 #include <atomic>
+#include <mutex>
 
 #include "host/context_fd.hpp"
 #include "server/client_state.hpp"
@@ -71,12 +74,21 @@ class RelayedSession final : public Session {
     }
     ended_ = "the session was closed";
     outbox_->detach();
-    socket_.reset();
+    {
+      std::lock_guard lock(socket_mutex_);
+      socket_.reset();
+    }
     closed_ = result;
     return result;
   }
 
   std::string ended() const override { return ended_; }
+
+  // The server ends the session once its connection is gone.
+  void kill(const std::string&) override {
+    std::lock_guard lock(socket_mutex_);
+    if (socket_) shutdown(socket_.get(), SHUT_RDWR);
+  }
 
  private:
   // A cell (execute, add_context): its frame, its result; a lost connection is a session_error.
@@ -157,6 +169,7 @@ class RelayedSession final : public Session {
     llm_->answer(std::move(call), std::move(reply));
   }
 
+  std::mutex socket_mutex_;  // kill() against close()'s reset
   UniqueFd socket_;
   std::shared_ptr<SharedSender> outbox_;
   std::shared_ptr<LlmHandler> llm_;

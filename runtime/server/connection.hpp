@@ -17,6 +17,8 @@
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/pool.hpp"
 #include "rlm_sandbox/server.hpp"
+#include "server/activities.hpp"
+#include "server/event_log.hpp"
 #include "server/peer.hpp"
 #include "server/wire.hpp"
 
@@ -34,6 +36,14 @@ struct Connection {
   const ServerConfig& config;
   const std::map<std::string, Offer>& offers;
   FrameBudget& frame_budget;  // the server's: every frame this peer sends counts against it
+  Activities& activities;     // the server's runs and sessions, for status and kill
+  const EventLog& log;
+  uid_t server_uid;  // the server's own: like root, it sees and kills every client's activity
+
+  // Root or the server's own uid: the operator.
+  bool operator_peer() const { return peer.uid == 0 || peer.uid == server_uid; }
+  // The peer, for a log line.
+  nlohmann::json who() const { return {{"uid", peer.uid}, {"gid", peer.gid}, {"pid", peer.pid}}; }
 
   // One frame of the client's, within the server's bounds (wire.hpp's receive_frame).
   std::optional<Frame> receive(Clock::time_point first_byte_deadline) const {

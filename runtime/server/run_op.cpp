@@ -1,5 +1,6 @@
 // The "run" op: one payload in a sandbox of the client's pool, its stdio the client's three fds.
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <limits>
 
@@ -132,14 +133,44 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
   // The client's next frame (a stop) or its hangup stops the run.
   request.stop_fd = connection.socket;
 
+  const std::string& offered = admitted.offer->offered.name;
+  // A kill (status and kill ops, another connection's thread) ends the run as the client's own
+  // hangup would: our side of the socket stops reading, which the run's stop_fd sees.
+  const auto activity = connection.activities.add(
+      "run", connection.peer, offered,
+      [socket = connection.socket](const std::string&) { shutdown(socket, SHUT_RD); });
+  json request_event{{"event", "request"},
+                     {"op", "run"},
+                     {"id", activity->id()},
+                     {"policy", offered},
+                     {"tightened", admitted.candidate != nullptr}};
+  request_event.update(connection.who());
+  connection.log.record(std::move(request_event));
+
   const std::uint64_t cap = policy.limits.output_bytes;
-  connection.send(
-      {{"op", "started"}, {"policy", admitted.offer->offered.name}, {"output_bytes", cap}});
+  connection.send({{"op", "started"}, {"policy", offered}, {"output_bytes", cap}});
   Result result = admitted.candidate ? admitted.offer->pool->run(request, policy)
                                      : admitted.offer->pool->run(request);
   fds.clear();  // the client reads its pipes to EOF: none of their ends may stay here
-  explain(result, stop_frame(connection), cap);
-  result.policy = admitted.offer->offered.name;
+  if (const auto killed = activity->killed()) {
+    result.status = Status::interrupted;
+    result.detail = *killed;
+  } else {
+    explain(result, stop_frame(connection), cap);
+  }
+  result.policy = offered;
+  json end{{"event", "end"},
+           {"op", "run"},
+           {"id", activity->id()},
+           {"policy", offered},
+           {"status", to_string(result.status)},
+           {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(result.wall).count()},
+           {"cpu_ms", std::chrono::duration_cast<std::chrono::milliseconds>(result.cpu).count()}};
+  if (result.exit_code >= 0) end["exit_code"] = result.exit_code;
+  if (result.signal > 0) end["signal"] = result.signal;
+  if (!result.detail.empty()) end["detail"] = result.detail;
+  end.update(connection.who());
+  connection.log.record(std::move(end));
   connection.send({{"op", "result"}, {"result", result.to_json()}});
 }
 

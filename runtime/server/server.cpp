@@ -34,6 +34,9 @@ struct Server::State {
 
   uid_t own_uid = geteuid();
   std::unique_ptr<server::FrameBudget> frame_budget;  // every connection's frames count in it
+  server::Activities activities;
+  std::unique_ptr<server::EventLog> log;
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   std::mutex mutex;
   std::condition_variable idle;
@@ -49,6 +52,12 @@ struct Server::State {
   void work(UniqueFd first);
   void serve_connection(UniqueFd socket);
   void dispatch(const server::Connection& connection);
+  // The status and kill ops: answered, then the connection ends.
+  void serve_status(const server::Connection& connection);
+  void serve_kill(const server::Connection& connection, const json& frame);
+  // Logs a refusal (`who`: the peer as far as it is known) and sends it as an error frame now.
+  void refuse_now(int socket, json who, const std::string& op, const std::string& kind,
+                  const std::string& message) const;
   // Why a connection of `uid` cannot be served now (max_clients, the slots kept for the
   // server's own uid, max_clients_per_uid); nullopt when it can. With `mutex` held.
   std::optional<std::string> over_capacity(uid_t uid) const;
@@ -63,6 +72,15 @@ namespace {
 
 constexpr std::size_t kSpareWorkers = 4;
 constexpr auto kSpareIdle = std::chrono::seconds(30);  // a spare nobody needed this long exits
+
+// A refusal's log line.
+json refusal_event(json who, const std::string& op, const std::string& kind,
+                   const std::string& message) {
+  json event{{"event", "refusal"}, {"kind", kind}, {"message", message}};
+  if (!op.empty()) event["op"] = op;
+  for (auto& [key, value] : who.items()) event[key] = value;
+  return event;
+}
 
 json policy_names(const std::map<std::string, server::Offer>& offers) {
   json names = json::array();
@@ -102,6 +120,12 @@ std::optional<std::string> Server::State::over_capacity(uid_t uid) const {
            " connections, the most one uid may hold at once (max_clients_per_uid, a cap per "
            "uid); try again when one of them ends";
   return std::nullopt;
+}
+
+void Server::State::refuse_now(int socket, json who, const std::string& op, const std::string& kind,
+                               const std::string& message) const {
+  log->record(refusal_event(std::move(who), op, kind, message));
+  server::send_frame_now(socket, server::error_frame(kind, message));
 }
 
 void Server::State::add_connection(int socket, uid_t uid) {
@@ -153,6 +177,7 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
                                          config.allow_uids, config.allow_gids);
   }
   // A uid's share is at most the whole (lowering max_bytes_in_flight alone lowers both).
+  state_->log = std::make_unique<server::EventLog>(config.log);
   state_->frame_budget = std::make_unique<server::FrameBudget>(
       config.max_bytes_in_flight,
       std::min(config.max_bytes_in_flight, config.max_bytes_in_flight_per_uid));
@@ -174,6 +199,15 @@ void Server::stop() {
 }
 
 void Server::serve(int stop_fd) {
+  json offered = json::object();
+  for (const auto& [name, offer] : state_->offers)
+    offered[name] = {{"sandboxes", offer.offered.sandboxes}, {"sessions", offer.offered.sessions}};
+  state_->log->record(
+      {{"event", "listening"},
+       {"socket", state_->config.socket_path.empty() ? json("(the socket systemd passed)")
+                                                     : json(state_->config.socket_path)},
+       {"pid", getpid()},
+       {"pools", offered}});
   for (;;) {
     pollfd fds[3] = {{state_->listener.fd.get(), POLLIN, 0},
                      {state_->wake.get(), POLLIN, 0},
@@ -188,14 +222,14 @@ void Server::serve(int stop_fd) {
     if (!socket) continue;  // the peer left already, or fds ran out: go on serving the rest
     const auto uid = server::peer_uid(socket.get());
     if (!uid) {
-      server::send_frame_now(socket.get(),
-                             server::error_frame("refused", "the peer's credentials are unknown"));
+      state_->refuse_now(socket.get(), json::object(), "", "refused",
+                         "the peer's credentials are unknown");
       continue;
     }
     std::unique_lock lock(state_->mutex);
     if (const auto full = state_->over_capacity(*uid)) {
       lock.unlock();
-      server::send_frame_now(socket.get(), server::error_frame("unavailable", *full));
+      state_->refuse_now(socket.get(), {{"uid", *uid}}, "", "unavailable", *full);
       continue;
     }
     state_->add_connection(socket.get(), *uid);
@@ -220,6 +254,7 @@ void Server::serve(int stop_fd) {
   }
   // Stopped: no new connections; those being served are ended, their runs stopped.
   state_->end_connections();
+  state_->log->record({{"event", "stopped"}, {"pid", getpid()}});
 }
 
 void Server::State::work(UniqueFd first) {
@@ -253,15 +288,14 @@ void Server::State::serve_connection(UniqueFd socket) {
   try {
     const auto peer = server::peer_of(fd);
     if (!peer) {
-      server::send_frame_now(fd,
-                             server::error_frame("refused", "the peer's credentials are unknown"));
+      refuse_now(fd, json::object(), "", "refused", "the peer's credentials are unknown");
     } else if (!server::peer_allowed(*peer, geteuid(), config.allow_uids, config.allow_gids)) {
-      server::send_frame_now(
-          fd, server::error_frame("refused", server::describe(*peer) +
-                                                 " is not allowed to use this server "
-                                                 "(its --allow-uid / --allow-gid)"));
+      refuse_now(fd, {{"uid", peer->uid}, {"gid", peer->gid}, {"pid", peer->pid}}, "", "refused",
+                 server::describe(*peer) +
+                     " is not allowed to use this server (its --allow-uid / --allow-gid)");
     } else {
-      dispatch(server::Connection{fd, *peer, config, offers, *frame_budget});
+      dispatch(
+          server::Connection{fd, *peer, config, offers, *frame_budget, activities, *log, own_uid});
     }
   } catch (...) {
   }
@@ -283,7 +317,7 @@ void Server::State::dispatch(const server::Connection& connection) {
       frame =
           connection.receive(std::min(Clock::now() + config.first_frame_timeout, negotiation_end));
     } catch (const server::FrameRefused& refused) {
-      server::send_frame_now(connection.socket, server::error_frame("unavailable", refused.what()));
+      refuse_now(connection.socket, connection.who(), "", "unavailable", refused.what());
       return;
     } catch (const server::WireError& error) {
       const std::string message =
@@ -293,18 +327,16 @@ void Server::State::dispatch(const server::Connection& connection) {
                     " ms of connecting (the negotiation deadline, which hello and policy frames "
                     "do not move)"
               : std::string(error.what());
-      server::send_frame_now(connection.socket, server::error_frame("invalid", message));
+      refuse_now(connection.socket, connection.who(), "", "invalid", message);
       return;
     }
     if (!frame) return;
     const std::string op = frame->message["op"].get<std::string>();
     if ((op == "hello" || op == "policy") && ++negotiation_frames > config.max_negotiation_frames) {
-      server::send_frame_now(
-          connection.socket,
-          server::error_frame("invalid", "more than " +
-                                             std::to_string(config.max_negotiation_frames) +
-                                             " hello and policy frames (the negotiation's "
-                                             "bound) without a run or session_open"));
+      refuse_now(connection.socket, connection.who(), op, "invalid",
+                 "more than " + std::to_string(config.max_negotiation_frames) +
+                     " hello and policy frames (the negotiation's bound) without a run or "
+                     "session_open");
       return;
     }
     try {
@@ -327,20 +359,59 @@ void Server::State::dispatch(const server::Connection& connection) {
       if (op == "run") return server::serve_run(connection, frame->message, std::move(frame->fds));
       if (op == "session_open")
         return server::serve_session(connection, frame->message, std::move(frame->fds));
-      connection.send(server::error_frame(
-          "invalid", "unknown op; expected hello, policy, run or session_open"));
-      return;
+      if (op == "status") return serve_status(connection);
+      if (op == "kill") return serve_kill(connection, frame->message);
+      throw server::Refusal(
+          "invalid", "unknown op; expected hello, policy, run, session_open, status or kill");
     } catch (const server::Refusal& refusal) {
+      log->record(refusal_event(connection.who(), op, refusal.kind, refusal.what()));
       connection.send(server::error_frame(refusal.kind, refusal.what(), refusal.diagnostics));
       if (op == "policy") continue;
       return;
     } catch (const server::WireError&) {
       return;
     } catch (const std::exception& error) {
+      log->record(refusal_event(connection.who(), op, "internal", error.what()));
       connection.send(server::error_frame("internal", error.what()));
       return;
     }
   }
+}
+
+void Server::State::serve_status(const server::Connection& connection) {
+  const bool all = connection.operator_peer();
+  log->record({{"event", "request"},
+               {"op", "status"},
+               {"uid", connection.peer.uid},
+               {"gid", connection.peer.gid},
+               {"pid", connection.peer.pid}});
+  json status{{"op", "status"},
+              {"pid", getpid()},
+              {"uptime_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - started)
+                                .count()},
+              {"pools", pool_stats(offers)},
+              {"scope", all ? "all" : "own"},
+              {"running", activities.list(connection.peer, all)}};
+  connection.send(status);
+}
+
+void Server::State::serve_kill(const server::Connection& connection, const json& frame) {
+  const auto id = frame.find("id");
+  if (id == frame.end() || !id->is_number_unsigned())
+    throw server::Refusal("invalid", "kill needs \"id\" (a number from status)");
+  const std::uint64_t target = id->get<std::uint64_t>();
+  log->record({{"event", "request"},
+               {"op", "kill"},
+               {"target", target},
+               {"uid", connection.peer.uid},
+               {"gid", connection.peer.gid},
+               {"pid", connection.peer.pid}});
+  if (!activities.kill(target, connection.peer, connection.operator_peer()))
+    throw server::Refusal("refused", "no run or session " + std::to_string(target) +
+                                         (connection.operator_peer() ? "" : " of yours") +
+                                         " is running (rlm-sandbox server status lists them)");
+  connection.send({{"op", "killed"}, {"id", target}});
 }
 
 }  // namespace rlm

@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -273,6 +275,36 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
     throw Refusal("unavailable", std::string("the session could not start: ") + error.what());
   }
   context.reset();
+  const std::string& offered = admitted.offer->offered.name;
+  // A kill ends the sandbox now: a cell in progress and every later call fail saying so.
+  // Declared after the session, so it is gone from the registry before the session is.
+  const auto activity = connection.activities.add(
+      "session", connection.peer, offered,
+      [session = session.get()](const std::string& why) { session->kill(why); });
+  json request_event{{"event", "request"},
+                     {"op", "session"},
+                     {"id", activity->id()},
+                     {"policy", offered},
+                     {"tightened", admitted.candidate != nullptr}};
+  request_event.update(connection.who());
+  connection.log.record(std::move(request_event));
+  std::atomic<std::uint64_t> cells{0};
+  std::atomic<bool> closed{false}, lifetime_over{false};  // the executor's, the loop's
+  // The end's line, once whatever the executor ran is over (declared before it: destroyed after).
+  struct AtEnd {
+    std::function<void()> log;
+    ~AtEnd() { log(); }
+  } const log_end{[&] {
+    const auto killed = activity->killed();
+    const std::string end_reason = killed          ? *killed
+                                   : closed        ? "closed"
+                                   : lifetime_over ? "its lifetime ran out"
+                                                   : "the client left";
+    json end{{"event", "end"},    {"op", "session"},       {"id", activity->id()},
+             {"policy", offered}, {"cells", cells.load()}, {"reason", end_reason}};
+    end.update(connection.who());
+    connection.log.record(std::move(end));
+  }};
   if (!link->send({{"op", "session_opened"}, {"backend", session->backend()}})) {
     client->close();
     session->close();
@@ -307,6 +339,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
           execute.fetch = fetch->get<std::string>();
         }
         const CellResult cell = session->execute(code->get<std::string>(), execute);
+        ++cells;
         link->send({{"op", "cell_result"}, {"result", cell.to_json()}});
       } else if (name == "add_context") {
         const CellResult cell =
@@ -322,6 +355,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
       } else if (name == "close") {
         client->close();
         const Result result = session->close();
+        closed = true;
         link->send({{"op", "closed"}, {"result", result.to_json()}});
         return false;
       }
@@ -334,7 +368,11 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   // The connection's thread: frames in, until close is done, the client leaves or breaks the
   // protocol. An idle client is bounded by the session's lifetime.
   for (;;) {
-    if (executor.finished() || Clock::now() >= end_of_life) break;
+    if (executor.finished()) break;
+    if (Clock::now() >= end_of_life) {
+      lifetime_over = true;
+      break;
+    }
     std::optional<Frame> next;
     try {
       // Short waits, so a close done by the executor is noticed.

@@ -198,10 +198,10 @@ CellResult Cell::run() {
   } catch (const Error& error) {
     // The sandbox broke the protocol (garbage, an oversize frame, a wrong reply): the session
     // cannot be trusted any more. The cell says why; later calls throw.
-    s_.ended_ = error.what();
+    s_.ended_ = s_.end_reason(error.what());
     s_.abandon();
     result_.status = CellStatus::session_error;
-    result_.error = std::string("the session ended: ") + error.what();
+    result_.error = "the session ended: " + s_.ended_;
   }
   calls_.cancel();  // calls this cell made that are still queued in a handler are dropped
   result_.wall = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start_);

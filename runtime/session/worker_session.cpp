@@ -341,7 +341,26 @@ std::string WorkerSession::run_summary() {
   return summary;
 }
 
+std::string WorkerSession::end_reason(const std::string& seen) const {
+  std::lock_guard lock(kill_mutex_);
+  return killed_.empty() ? seen : killed_;
+}
+
+void WorkerSession::kill(const std::string& why) {
+  {
+    std::lock_guard lock(kill_mutex_);
+    if (!killed_.empty()) return;
+    killed_ = why.empty() ? "killed" : why;
+  }
+  // The timer is the run's stop_fd: the sandbox ends, and the thread in a cell sees it end.
+  arm_stop(std::chrono::nanoseconds(0));
+}
+
 bool WorkerSession::lifetime_ran_out() const {
+  {
+    std::lock_guard lock(kill_mutex_);
+    if (!killed_.empty()) return false;
+  }
   if (stopping_) return lifetime_over_;
   itimerspec left{};
   return lifetime_armed_ && timerfd_gettime(stop_timer_.get(), &left) == 0 &&
@@ -349,6 +368,10 @@ bool WorkerSession::lifetime_ran_out() const {
 }
 
 std::string WorkerSession::run_end_detail() {
+  {
+    std::lock_guard lock(kill_mutex_);
+    if (!killed_.empty()) return ": " + killed_;
+  }
   if (lifetime_ran_out())
     return ": the session's lifetime of " + format_duration(options_.lifetime) + " ran out";
   std::lock_guard lock(run_->mutex);
@@ -388,9 +411,10 @@ void WorkerSession::abandon() {
 }
 
 void WorkerSession::fail(const std::string& why) {
-  if (ended_.empty()) ended_ = why;
+  const std::string reason = end_reason(why);
+  if (ended_.empty()) ended_ = reason;
   abandon();
-  throw Error("the session ended: " + why + run_summary());
+  throw Error("the session ended: " + reason + run_summary());
 }
 
 void WorkerSession::require_alive() const {

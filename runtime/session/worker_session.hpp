@@ -101,6 +101,7 @@ class WorkerSession final : public Session {
   SnapshotId snapshot() override;
   void restore(SnapshotId id) override;
   Result close() override;
+  void kill(const std::string& why) override;
 
  private:
   friend class Cell;
@@ -114,6 +115,9 @@ class WorkerSession final : public Session {
   std::string run_summary();
   // Why the run ended, for a cell's error: the Result's detail, or the lifetime running out.
   std::string run_end_detail();
+  // Why the session ended, given what a call saw break: the kill's words once it was killed (what
+  // it saw then is only the symptom).
+  std::string end_reason(const std::string& seen) const;
   // The lifetime timer (armed at the hand-over) has fired.
   bool lifetime_ran_out() const;
   void stop_run();
@@ -151,6 +155,9 @@ class WorkerSession final : public Session {
   // The run's stop_fd: a timerfd, armed with the lifetime at the hand-over, fired by stop_run().
   host::UniqueFd stop_timer_;
   bool stopping_ = false;  // stop_run() was called
+  // kill(): why, once; read by the session's thread, written by any.
+  mutable std::mutex kill_mutex_;
+  std::string killed_;
   bool lifetime_armed_ = false;
   bool lifetime_over_ = false;  // the lifetime had run out when stop_run() was called
   std::chrono::steady_clock::time_point run_ends_;

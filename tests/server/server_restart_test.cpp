@@ -119,7 +119,8 @@ TEST(ServerLimits, TheOpenFilesLimitIsRaisedAndAShortOneIsSaid) {
                            {"/usr/bin/prlimit", "--nofile=256:512", "--"});
     ASSERT_TRUE(server.ready()) << server.log();
     EXPECT_EQ(soft_limit_of(server.pid()), 512u);
-    EXPECT_NE(server.log().find("note: the open-files limit (512) is below"), std::string::npos)
+    EXPECT_NE(server.log().find("\"message\":\"the open-files limit (512) is below"),
+              std::string::npos)
         << server.log();
   }
 }

@@ -20,6 +20,7 @@ commands:
   run       run a command or code in a sandbox and report what happened
   repl      a persistent sandboxed Python session driven over JSON lines (for RLM loops)
   serve     keep warm sandboxes for run/repl --server behind a unix socket
+  server    status / kill ID: what a running server runs, with owner and age; end one
   health    which backends work on this host, what each enforces, how to fix the rest
   doctor    the same as health
   policy    check, show or list policy files
@@ -35,6 +36,7 @@ examples:
   rlm-sandbox health
   rlm-sandbox serve --socket /tmp/rlm.sock --pool default=4 &
   rlm-sandbox run --server /tmp/rlm.sock -- /bin/true
+  rlm-sandbox server status --server /tmp/rlm.sock
 )";
 
 // The static CLI has no HTTP client; its dynamically linked sibling does the same command.
@@ -70,6 +72,7 @@ int main_of(const std::vector<std::string>& words, char** argv) {
     if (command == "run") return rlm::cli::run_command(rest);
     if (command == "repl") return rlm::cli::repl_command(rest);
     if (command == "serve") return rlm::cli::serve_command(rest);
+    if (command == "server") return rlm::cli::server_command(rest);
     if (command == "health" || command == "doctor") return rlm::cli::health_command(rest);
     if (command == "policy") return rlm::cli::policy_command(rest);
     if (command == "help" && rest.size() == 1 && rest.front() != "help")

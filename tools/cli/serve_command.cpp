@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <mutex>
+#include <string_view>
 
 #include "cli.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -43,6 +45,12 @@ limit; otherwise, a delegated cgroup v2 subtree (see `rlm-sandbox health`). Stop
 or SIGINT: every run and session it holds is stopped and the socket file removed. Killed with
 SIGKILL, it leaves no sandbox behind (they die with it), and a restart replaces the stale socket.
 Under systemd, socket activation (LISTEN_FDS) replaces --socket: packaging/systemd/.
+
+It says what it does on stderr, one JSON object per line: {"event":"request"} for each run,
+session, status and kill (its id, op, policy and the client's uid, gid and pid), "refusal" for
+each request refused (kind and message), and "end" for each run (status, exit code, wall and CPU
+time) and session (cells, why it ended). `rlm-sandbox server status` lists what runs now, with
+owner and age; `rlm-sandbox server kill ID` ends one (a client only its own; root any).
 )";
 
 constexpr const char* kExamples = R"(
@@ -127,11 +135,14 @@ void raise_open_files_limit(const ServerConfig& config) {
   for (const auto& offered : config.policies) warm += offered.sandboxes + offered.sessions;
   const std::uint64_t needed = 64 + 2 * 16 * warm + 8 * config.max_clients;
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed)
-    std::cerr << "rlm-sandbox serve: note: the open-files limit (" << limit.rlim_cur
-              << ") is below the about " << needed
-              << " fds these pools and clients may hold; raise it (ulimit -n, or LimitNOFILE= in "
-                 "the systemd unit), or warm sandboxes will fail to build and runs go cold"
-              << std::endl;
+    config.log(nlohmann::json{
+        {"event", "note"},
+        {"message", "the open-files limit (" + std::to_string(limit.rlim_cur) +
+                        ") is below the about " + std::to_string(needed) +
+                        " fds these pools and clients may hold; raise it (ulimit -n, or "
+                        "LimitNOFILE= in the systemd unit), or warm sandboxes will fail to build "
+                        "and runs go cold"}}
+                   .dump());
 }
 
 }  // namespace
@@ -228,18 +239,15 @@ int serve_command(const std::vector<std::string>& args) {
   const int stop_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
   if (stop_fd < 0) throw Error("signalfd failed");
 
+  // The server's account: one JSON line per request, refusal and end, one write each.
+  config.log = [](std::string_view line) {
+    static std::mutex mutex;
+    const std::lock_guard lock(mutex);
+    write_all(STDERR_FILENO, std::string(line) + "\n");
+  };
   raise_open_files_limit(config);
   Server server(std::move(config));
-  std::string offered;
-  for (const auto& policy : server.config().policies)
-    offered += (offered.empty() ? "" : ", ") + policy.name + " (" +
-               std::to_string(policy.sandboxes) + " warm sandboxes, " +
-               std::to_string(policy.sessions) + " warm sessions)";
-  std::cerr << "rlm-sandbox serve: listening on "
-            << (server.config().socket_path.empty() ? "the socket systemd passed"
-                                                    : server.config().socket_path)
-            << "; offering " << offered << std::endl;
-  server.serve(stop_fd);
+  server.serve(stop_fd);  // its first line says where it listens and what it offers
   close(stop_fd);
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,16 @@ class ServerConnection {
   nlohmann::json hello();
   // The effective policy the server offers under `name` (a base to tighten).
   Policy policy(const std::string& name);
+
+  // What the server runs, as this client may see it (ends the connection):
+  // {"op":"status","pid":N,"uptime_ms":N,"pools":{NAME:{...}},"scope":"own"|"all",
+  //  "running":[{"id","op":"run"|"session","policy","uid","gid","pid","age_ms","started",
+  //  "killed"}]}. A client sees its own uid's runs and sessions; root and the server's uid see all.
+  nlohmann::json status();
+  // Ends run or session `id` (from status) now: a run ends interrupted, a session's cell and
+  // every later call fail, each saying who killed it. A client may kill only its own uid's; root
+  // and the server's uid any. Throws ServerRefused ("refused") otherwise (ends the connection).
+  void kill(std::uint64_t id);
 
   // Runs `request` under the offered policy `policy_name`, tightened to `overrides` when given.
   // Ends the connection. Throws ServerRefused when the server refuses, Error for a request invalid

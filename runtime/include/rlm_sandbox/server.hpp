@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,11 @@ struct ServerConfig {
   // that no frame moves, and a count.
   std::chrono::milliseconds negotiation_timeout{10'000};
   std::size_t max_negotiation_frames = 16;
+
+  // Where the server's account goes: one JSON object per line (no newline in `line`) for each
+  // request, refusal and end, called from the connections' threads. Empty: none is kept.
+  // docs/pools-and-server.md lists the events and their fields.
+  std::function<void(std::string_view line)> log;
 
   // max_clients_per_uid with its default applied, and the slots kept for the server's own uid.
   std::size_t clients_per_uid() const {

@@ -145,6 +145,10 @@ class Session {
   virtual Result close() = 0;
   // "" while the session is usable; else why it ended.
   virtual std::string ended() const = 0;
+  // Callable from any thread, while another uses the session: ends its sandbox now (a server's
+  // `kill`). A cell in progress ends as a session_error saying `why`, and so does every later
+  // call; close() still returns the sandbox's Result. Only the first call's `why` is kept.
+  virtual void kill(const std::string& why) = 0;
 };
 
 }  // namespace rlm
