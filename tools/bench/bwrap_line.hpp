@@ -8,15 +8,22 @@
 
 namespace rlm::bench {
 
+// The same sandbox running `payload` (argv) instead of /bin/true.
+inline std::vector<std::string> bwrap_line(const std::string& bwrap,
+                                           const std::vector<std::string>& payload) {
+  std::vector<std::string> line = {bwrap,       "--unshare-all", "--die-with-parent",
+                                   "--ro-bind", "/usr",          "/usr",
+                                   "--symlink", "usr/lib",       "/lib",
+                                   "--symlink", "usr/lib64",     "/lib64",
+                                   "--symlink", "usr/bin",       "/bin",
+                                   "--proc",    "/proc",         "--dev",
+                                   "/dev",      "--tmpfs",       "/tmp"};
+  line.insert(line.end(), payload.begin(), payload.end());
+  return line;
+}
+
 inline std::vector<std::string> bwrap_true(const std::string& bwrap) {
-  return {bwrap,       "--unshare-all", "--die-with-parent",
-          "--ro-bind", "/usr",          "/usr",
-          "--symlink", "usr/lib",       "/lib",
-          "--symlink", "usr/lib64",     "/lib64",
-          "--symlink", "usr/bin",       "/bin",
-          "--proc",    "/proc",         "--dev",
-          "/dev",      "--tmpfs",       "/tmp",
-          "/bin/true"};
+  return bwrap_line(bwrap, {"/bin/true"});
 }
 
 }  // namespace rlm::bench

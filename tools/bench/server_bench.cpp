@@ -12,14 +12,19 @@
 //     until the pool is full again, so a refill never runs beside another column's sample (the
 //     pool's promise is a sandbox ready before the request; what refills cost shows in
 //     "sustained" below).
+//  3. whole cost (after 2): CPU per run, machine-wide, for /bin/true and `python3 -c pass`: the
+//     busy time /proc/stat counts on every CPU (user, nice, system, irq, softirq, steal: the
+//     client, the server and its sandboxes, bwrap, the kernel's workers) over --cost-runs runs
+//     back to back in one thread, the pool's refill after them included, less the background
+//     rate measured in an idle window beside each block. Lines are interleaved block by block.
 //  2. throughput: two client threads running back to back, against two threads running bwrap:
 //     runs per second. "burst" starts with the pool full and ends when the pool's sandboxes are
 //     used; "sustained" runs for --seconds, refills included. Clients are the CLI (an exec per
 //     run) and the library (a connection per run).
 // Build optimised (tools/build does, RelWithDebInfo) before believing any figure.
 //
-//   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--rlm-sandbox=PATH]
-//                    [--bwrap=PATH]
+//   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--cost-runs=N]
+//                    [--rlm-sandbox=PATH] [--bwrap=PATH]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -52,6 +57,7 @@ struct Settings {
   // quarter is left, overlaps the same share of any burst).
   long samples = 300, warmup = 10, pool = 32;
   double seconds = 10;
+  long cost_runs = 200;  // per line and payload, in blocks of a quarter
   std::string rlm_sandbox, bwrap = "/usr/bin/bwrap";
 };
 
@@ -129,6 +135,29 @@ bool wait_for_full_pool(const std::string& socket, long size) {
   return false;
 }
 
+// Busy CPU time of the whole machine so far, in ms: /proc/stat's first line, every CPU.
+double machine_busy_ms() {
+  std::FILE* stat = std::fopen("/proc/stat", "r");
+  if (!stat) return 0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                     steal = 0;
+  const int read = std::fscanf(stat, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice,
+                               &system, &idle, &iowait, &irq, &softirq, &steal);
+  std::fclose(stat);
+  if (read < 8) return 0;
+  const double tick_ms = 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(user + nice + system + irq + softirq + steal) * tick_ms;
+}
+
+// What runs on the machine besides us: busy ms per second over an idle `window`.
+double background_rate(std::chrono::milliseconds window) {
+  const double before = machine_busy_ms();
+  const auto begin = Clock::now();
+  std::this_thread::sleep_for(window);
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  return (machine_busy_ms() - before) / seconds;
+}
+
 bool flag(const std::string& arg, const char* name, std::string& value) {
   const std::string prefix = std::string(name) + "=";
   if (arg.rfind(prefix, 0) != 0) return false;
@@ -153,13 +182,15 @@ int main(int argc, char** argv) {
       settings.pool = std::max(1L, std::atol(value.c_str()));
     else if (flag(arg, "--seconds", value))
       settings.seconds = std::atof(value.c_str());
+    else if (flag(arg, "--cost-runs", value))
+      settings.cost_runs = std::max(4L, std::atol(value.c_str()));
     else if (flag(arg, "--rlm-sandbox", value))
       settings.rlm_sandbox = value;
     else if (flag(arg, "--bwrap", value))
       settings.bwrap = value;
     else {
       std::printf(
-          "rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S]\n"
+          "rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--cost-runs=N]\n"
           "                 [--rlm-sandbox=PATH] [--bwrap=PATH]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
@@ -278,6 +309,64 @@ int main(int argc, char** argv) {
         "sustained %.2f\n",
         library_burst / bwraps, library_burst / bwraps >= 3 ? "met" : "NOT met",
         library_sustained / bwraps);
+  }
+
+  // The whole cost: machine-wide CPU per run, background subtracted.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> payloads = {
+      {"/bin/true", {"/bin/true"}}, {"python3 -c pass", {"python3", "-c", "pass"}}};
+  for (const auto& [payload_name, payload] : payloads) {
+    struct CostLine {
+      std::string name;
+      std::vector<std::string> argv;  // empty: the library's client
+      bool through_server = false;
+      double busy_ms = 0;
+      long runs = 0, failed = 0;
+    };
+    std::vector<std::string> cli_server = {settings.rlm_sandbox, "run",     "--server", socket,
+                                           "--policy",           "default", "--"};
+    std::vector<std::string> cli_cold = {settings.rlm_sandbox, "run", "--policy", "default", "--"};
+    cli_server.insert(cli_server.end(), payload.begin(), payload.end());
+    cli_cold.insert(cli_cold.end(), payload.begin(), payload.end());
+    std::vector<CostLine> cost = {{"rlm-sandbox run --server", cli_server, true},
+                                  {"library client via server", {}, true},
+                                  {"bwrap", rlm::bench::bwrap_line(settings.bwrap, payload)},
+                                  {"rlm-sandbox run (cold)", cli_cold}};
+    const long block = std::max(1L, settings.cost_runs / 4);
+    for (int round = 0; round < 4; ++round)
+      for (std::size_t k = 0; k < cost.size(); ++k) {
+        CostLine& line = cost[(static_cast<std::size_t>(round) + k) % cost.size()];
+        if (line.through_server) wait_for_full_pool(socket, settings.pool);
+        const double rate = background_rate(std::chrono::milliseconds(300));
+        const double before = machine_busy_ms();
+        const auto begin = Clock::now();
+        for (long i = 0; i < block; ++i) {
+          bool ok = false;
+          if (line.argv.empty()) {
+            rlm::Request request;
+            request.argv = payload;
+            try {
+              ok = rlm::ServerConnection(socket).run(request, "default").status == rlm::Status::ok;
+            } catch (const rlm::Error&) {
+            }
+          } else {
+            ok = time_command(line.argv).has_value();
+          }
+          (ok ? line.runs : line.failed) += 1;
+        }
+        // The refill the block caused is part of what its runs cost.
+        if (line.through_server) wait_for_full_pool(socket, settings.pool);
+        const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+        line.busy_ms += machine_busy_ms() - before - rate * seconds;
+      }
+    std::printf("\n  whole cost of %s, CPU ms per run (machine-wide, background subtracted):\n",
+                payload_name.c_str());
+    const double bwrap_cost =
+        cost[2].runs ? cost[2].busy_ms / static_cast<double>(cost[2].runs) : 0;
+    for (const auto& line : cost) {
+      const double per_run = line.runs ? line.busy_ms / static_cast<double>(line.runs) : 0;
+      std::printf("  %-32s %8.2f  %5.2fx bwrap  (%ld runs, %ld failed)\n", line.name.c_str(),
+                  per_run, bwrap_cost > 0 ? per_run / bwrap_cost : 0.0, line.runs, line.failed);
+    }
   }
   stop_server();
   return 0;
