@@ -294,6 +294,43 @@ TEST_P(SessionTest, CloseLeavesNothingBehind) {
 INSTANTIATE_TEST_SUITE_P(Backends, SessionTest, ::testing::Values("namespace", "local"),
                          [](const auto& info) { return info.param; });
 
+// Session::kill from another thread (a server's `kill`): the sandbox ends now, not when the cell's
+// wall time would have; the cell in progress and every later call say why; nothing is left.
+TEST(NamespaceSession, KillFromAnotherThreadEndsTheCellAtOnceSayingWhy) {
+  Policy policy = repl_policy();
+  policy.limits.wall_time = std::chrono::seconds(120);
+  auto backend = make_backend("namespace");
+  const auto cgroups = own_cgroup_dirs();
+  auto session = backend->open_session(policy, {});
+  std::atomic<bool> started{false};
+  CellResult cell;
+  std::thread runner([&] {
+    started = true;
+    cell = session->execute("import os\nprint(os.getpid(), flush=True)\nwhile True: pass");
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto killed_at = std::chrono::steady_clock::now();
+  session->kill("stopped by the test");
+  session->kill("a second kill is ignored");
+  runner.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(30))
+      << "the cell ran on after the kill";
+  EXPECT_EQ(cell.status, CellStatus::session_error) << cell.to_json().dump();
+  EXPECT_NE(cell.error.find("stopped by the test"), std::string::npos) << cell.error;
+  EXPECT_NE(session->ended().find("stopped by the test"), std::string::npos) << session->ended();
+  try {
+    const auto later = session->execute("1");
+    EXPECT_NE(later.status, CellStatus::ok);
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("stopped by the test"), std::string::npos)
+        << error.what();
+  }
+  session->close();
+  session.reset();
+  EXPECT_EQ(own_cgroup_dirs(), cgroups);
+}
+
 // The cgroup's OOM kill is told apart from other deaths: memory_limit, rolled back.
 TEST(NamespaceSession, AMemoryBalloonIsRolledBackAsMemoryLimit) {
   Policy policy = repl_policy();
