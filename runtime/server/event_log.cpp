@@ -51,7 +51,44 @@ void EventLog::record(json event) const noexcept {
     if (event.contains("event")) line["event"] = nlohmann::ordered_json(event["event"]);
     for (const auto& [key, value] : event.items())
       if (key != "event") line[key] = nlohmann::ordered_json(value);
-    sink_(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    // ASCII only: no control character of any encoding reaches a terminal that shows the log.
+    sink_(line.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace));
+  } catch (...) {
+  }
+}
+
+void EventLog::record_limited(json event, std::optional<std::uint32_t> uid) const noexcept {
+  if (!sink_) return;
+  constexpr std::size_t kMaxWindows = 4096;
+  const std::uint64_t key = uid ? *uid : ~std::uint64_t{0};
+  const auto now = std::chrono::steady_clock::now();
+  std::uint64_t left_out = 0;
+  try {
+    {
+      std::lock_guard lock(mutex_);
+      if (windows_.size() >= kMaxWindows && !windows_.count(key)) {
+        // Forget the windows that are over; past that, one shared window for the rest.
+        std::erase_if(windows_, [&](const auto& entry) {
+          return now - entry.second.start >= std::chrono::seconds(1) &&
+                 entry.second.suppressed == 0;
+        });
+      }
+      Window& window = windows_.size() < kMaxWindows || windows_.count(key)
+                           ? windows_[key]
+                           : windows_[~std::uint64_t{0} - 1];
+      if (now - window.start >= std::chrono::seconds(1)) {
+        window.start = now;
+        window.written = 0;
+      }
+      if (window.written >= kLimitedPerSecond) {
+        ++window.suppressed;
+        return;
+      }
+      ++window.written;
+      left_out = std::exchange(window.suppressed, 0);
+    }
+    if (left_out) event["suppressed"] = left_out;
+    record(std::move(event));
   } catch (...) {
   }
 }

@@ -124,7 +124,10 @@ std::optional<std::string> Server::State::over_capacity(uid_t uid) const {
 
 void Server::State::refuse_now(int socket, json who, const std::string& op, const std::string& kind,
                                const std::string& message) const {
-  log->record(refusal_event(std::move(who), op, kind, message));
+  const auto uid = who.contains("uid")
+                       ? std::optional<std::uint32_t>(who["uid"].get<std::uint32_t>())
+                       : std::nullopt;
+  log->record_limited(refusal_event(std::move(who), op, kind, message), uid);
   server::send_frame_now(socket, server::error_frame(kind, message));
 }
 
@@ -299,10 +302,14 @@ void Server::State::serve_connection(UniqueFd socket) {
     }
   } catch (...) {
   }
+  // Forgotten before it is closed: once closed, its number is the next accepted connection's,
+  // whose count this would otherwise take away (leaving the new one's uncounted for ever).
+  {
+    std::lock_guard lock(mutex);
+    remove_connection(fd);
+    idle.notify_all();
+  }
   socket.reset();
-  std::lock_guard lock(mutex);
-  remove_connection(fd);
-  idle.notify_all();
 }
 
 // hello and policy, each within first_frame_timeout of the last, at most max_negotiation_frames
@@ -364,14 +371,16 @@ void Server::State::dispatch(const server::Connection& connection) {
       throw server::Refusal(
           "invalid", "unknown op; expected hello, policy, run, session_open, status or kill");
     } catch (const server::Refusal& refusal) {
-      log->record(refusal_event(connection.who(), op, refusal.kind, refusal.what()));
+      log->record_limited(refusal_event(connection.who(), op, refusal.kind, refusal.what()),
+                          connection.peer.uid);
       connection.send(server::error_frame(refusal.kind, refusal.what(), refusal.diagnostics));
       if (op == "policy") continue;
       return;
     } catch (const server::WireError&) {
       return;
     } catch (const std::exception& error) {
-      log->record(refusal_event(connection.who(), op, "internal", error.what()));
+      log->record_limited(refusal_event(connection.who(), op, "internal", error.what()),
+                          connection.peer.uid);
       connection.send(server::error_frame("internal", error.what()));
       return;
     }
@@ -380,11 +389,12 @@ void Server::State::dispatch(const server::Connection& connection) {
 
 void Server::State::serve_status(const server::Connection& connection) {
   const bool all = connection.operator_peer();
-  log->record({{"event", "request"},
-               {"op", "status"},
-               {"uid", connection.peer.uid},
-               {"gid", connection.peer.gid},
-               {"pid", connection.peer.pid}});
+  log->record_limited({{"event", "request"},
+                       {"op", "status"},
+                       {"uid", connection.peer.uid},
+                       {"gid", connection.peer.gid},
+                       {"pid", connection.peer.pid}},
+                      connection.peer.uid);
   json status{{"op", "status"},
               {"pid", getpid()},
               {"uptime_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -401,12 +411,13 @@ void Server::State::serve_kill(const server::Connection& connection, const json&
   if (id == frame.end() || !id->is_number_unsigned())
     throw server::Refusal("invalid", "kill needs \"id\" (a number from status)");
   const std::uint64_t target = id->get<std::uint64_t>();
-  log->record({{"event", "request"},
-               {"op", "kill"},
-               {"target", target},
-               {"uid", connection.peer.uid},
-               {"gid", connection.peer.gid},
-               {"pid", connection.peer.pid}});
+  log->record_limited({{"event", "request"},
+                       {"op", "kill"},
+                       {"target", target},
+                       {"uid", connection.peer.uid},
+                       {"gid", connection.peer.gid},
+                       {"pid", connection.peer.pid}},
+                      connection.peer.uid);
   if (!activities.kill(target, connection.peer, connection.operator_peer()))
     throw server::Refusal("refused", "no run or session " + std::to_string(target) +
                                          (connection.operator_peer() ? "" : " of yours") +

@@ -1,9 +1,13 @@
 // Tenants of one server against its resources (issue 24): one uid holding every connection, a
 // connection held open by chatting, stalled frames holding the server's memory.
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <thread>
 
 #include "../cli/cli_test_util.hpp"
@@ -52,6 +56,90 @@ TEST(ServerConnectionCaps, OneUidCannotTakeEveryConnection) {
   for (int i = 0; i < 2; ++i) send_bytes(held[i].get(), hello);
   expect_served(server.socket());
   for (int i = 0; i < 2; ++i) EXPECT_EQ(answer(held[i].get()).value("op", ""), "hello");
+}
+
+// A connection's count was forgotten after its fd was closed: a connection accepted in between got
+// the same fd number, and its uid's count was taken for the old one's and never given back. A
+// client polling status in a loop locked its own uid out (issue 26's attack on line 12). The
+// tenant polls as fast as it can for 3 s, then both its slots must still be there.
+TEST(ServerConnectionCaps, AConnectionsCountSurvivesItsFdNumberBeingReused) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ServerUnderTest server(dir, {"--pool", "default=0", "--socket-mode", "0666", "--allow-uid",
+                               std::to_string(kTenant), "--max-clients-per-uid", "2"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  const std::string status = frame_bytes(R"({"op":"status"})");
+  const pid_t poller = fork();
+  if (poller == 0) {
+    if (setgroups(0, nullptr) != 0 || setresgid(kTenant, kTenant, kTenant) != 0 ||
+        setresuid(kTenant, kTenant, kTenant) != 0)
+      _exit(126);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    long served = 0;
+    while (std::chrono::steady_clock::now() < end) {
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::strncpy(address.sun_path, server.socket().c_str(), sizeof address.sun_path - 1);
+      const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) _exit(125);
+      if (send(fd, status.data(), status.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(status.size()))
+        _exit(124);
+      char reply[65536];
+      while (read(fd, reply, sizeof reply) > 0) {
+      }
+      close(fd);
+      ++served;
+    }
+    _exit(served > 100 ? 0 : 123);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(poller, &wait_status, 0), poller);
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  ASSERT_EQ(WEXITSTATUS(wait_status), 0) << "the polling tenant failed";
+  // Both of the tenant's slots are free again: neither connection is refused.
+  auto held = connections_as(kTenant, server.socket(), 2);
+  ASSERT_EQ(held.size(), 2u);
+  for (auto& connection : held) {
+    send_bytes(connection.get(), frame_bytes(R"({"op":"hello","version":1})"));
+    const json reply = answer(connection.get(), std::chrono::seconds(10));
+    EXPECT_EQ(reply.value("op", ""), "hello") << reply.dump();
+  }
+}
+
+// A tenant refused in a loop (here: not on the allow list) cannot flood the log: its refusals
+// take at most 20 lines a second, and a later line says how many were left out.
+TEST(ServerLogBounds, ATenantRefusedInALoopTakesABoundedShareOfTheLog) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ServerUnderTest server(dir, {"--pool", "default=0", "--socket-mode", "0666"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  const auto begin = std::chrono::steady_clock::now();
+  for (int round = 0; round < 4; ++round) {
+    auto refused = connections_as(kTenant, server.socket(), 200);
+    for (auto& connection : refused) (void)answer(connection.get(), std::chrono::seconds(10));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  // One more, in a later second: its line says how many of the tenant's were left out.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto last = connections_as(kTenant, server.socket(), 1);
+  ASSERT_EQ(last.size(), 1u);
+  (void)answer(last[0].get(), std::chrono::seconds(10));
+  const std::string log = server.log();
+  std::size_t lines = 0;
+  std::string last_line;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"event\":\"refusal\"") == std::string::npos) continue;
+    if (line.find("\"uid\":65534") == std::string::npos) continue;
+    ++lines;
+    last_line = line;
+  }
+  EXPECT_LE(static_cast<double>(lines), 20.0 * (seconds + 3))
+      << lines << " lines for 801 refusals in " << seconds << " s";
+  EXPECT_NE(last_line.find("\"suppressed\":"), std::string::npos) << last_line;
+  expect_served(server.socket());
 }
 
 TEST(ServerConnectionCaps, HelloDoesNotHoldAConnectionPastTheNegotiationDeadline) {
