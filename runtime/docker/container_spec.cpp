@@ -142,7 +142,7 @@ nlohmann::json create_body(const Policy& policy, const ContainerPlan& plan) {
   }
 
   nlohmann::json host_config = {
-      {"NetworkMode", policy.network == Network::none ? "none" : "host"},
+      {"NetworkMode", policy.network == Network::host ? "host" : "none"},
       {"Memory", limits.memory_bytes},
       {"MemorySwap", limits.memory_bytes},  // equal: no swap on top of the memory limit
       {"PidsLimit", limits.pids},

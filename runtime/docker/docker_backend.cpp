@@ -202,6 +202,8 @@ class DockerBackend final : public Backend {
     require_runnable(request);
     // An invalid request throws here, before anything starts.
     supervisor::RunStart run("docker", request, policy);
+    if (auto why = supervisor::unenforceable_network(policy); !why.empty())
+      return run.setup_failed(why);
     const auto deadline = run.deadline();
 
     const auto endpoint = endpoint_from_environment();

@@ -66,7 +66,7 @@ Confinement Confinement::prepare(const Policy& policy, const std::string& init_p
     c.gid_ = getgid();
   }
 
-  const bool network_none = policy.network == Network::none;
+  const bool network_none = policy.network != Network::host;  // an allowlist: nothing open here
   const landlock::RulesetOptions wanted{.filesystem = true,
                                         .deny_tcp = network_none,
                                         .scope_abstract_unix = true,

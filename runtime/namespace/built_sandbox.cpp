@@ -48,7 +48,7 @@ std::uint64_t clone_flags(const Policy& policy) {
   if (policy.namespaces.mount) flags |= CLONE_NEWNS;
   // "none" is what the network namespace gives; "host" shares the host's (policy validation
   // makes namespaces.net agree; a policy built in code that does not is held to `network`).
-  if (policy.network == Network::none) flags |= CLONE_NEWNET;
+  if (policy.network != Network::host) flags |= CLONE_NEWNET;
   if (policy.namespaces.ipc) flags |= CLONE_NEWIPC;
   if (policy.namespaces.uts) flags |= CLONE_NEWUTS;
   // The cgroup namespace is made by the child once it is inside the run's group.
@@ -148,7 +148,7 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   // written_mark.hpp).
   if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds())
     p.rootfs->idmap_writable_binds(bind_owner, p.ids.host_uid, p.ids.host_gid);
-  if (policy.network == Network::none) p.loopback = LoopbackPlan::prepare();
+  if (policy.network != Network::host) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
   // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
   // the sandbox sees the host's tree by design, and nothing is added.

@@ -55,7 +55,7 @@ std::optional<LandlockPlan> LandlockPlan::prepare(const Policy& policy, const Ro
   landlock::RulesetOptions options;
   options.filesystem = true;
   options.scope_signals = policy.namespaces.pid;
-  options.scope_abstract_unix = policy.network == Network::none;
+  options.scope_abstract_unix = policy.network != Network::host;
   landlock::Ruleset ruleset = landlock::prepare_ruleset(options);
   // The child execs init by fd; Landlock checks that exec against init's path on the host (the
   // file itself: a rule names no link, so an installed link is resolved first).

@@ -250,9 +250,9 @@ void read_docker(JsonReader& reader, const json& value, const std::string& path,
 
 // Settings that are each valid but contradict one another.
 void check_consistency(JsonReader& reader, const Policy& policy) {
-  if (policy.network == Network::none && !policy.namespaces.net)
+  if (policy.network != Network::host && !policy.namespaces.net)
     reader.error("namespaces.net",
-                 "must be true when network is \"none\": without its own "
+                 "must be true when network is \"none\" or an allowlist: without its own "
                  "network namespace a sandbox shares the host's network");
   if (policy.network == Network::host && policy.namespaces.net)
     reader.error("namespaces.net",
@@ -291,15 +291,9 @@ Policy read_policy(const json& document, std::string name, std::vector<Diagnosti
     read_namespaces(reader, *v, "namespaces", policy.namespaces);
   if (const json* v = member(document, "filesystem"))
     read_filesystem(reader, *v, "filesystem", policy.filesystem);
-  read_member(
-      document, "", "network",
-      [&](const json& v, const std::string& p) -> std::optional<Network> {
-        constexpr std::string_view kNetworks[] = {"none", "host"};
-        auto text = read_choice(reader, v, p, kNetworks);
-        if (!text) return std::nullopt;
-        return *text == "host" ? Network::host : Network::none;
-      },
-      policy.network);
+  if (const json* v = member(document, "network"))
+    if (auto network = read_network(reader, *v, "network", policy.egress))
+      policy.network = *network;
   if (const json* v = member(document, "seccomp"))
     read_seccomp(reader, *v, "seccomp", policy.seccomp);
   read_member(

@@ -38,6 +38,33 @@ json seccomp_to_json(const Seccomp& seccomp) {
 
 }  // namespace
 
+namespace {
+
+json egress_to_json(const Egress& egress) {
+  json allow = json::array(), deny = json::array(), inject = json::array();
+  for (const auto& rule : egress.allow) allow.push_back(rule.text);
+  for (const auto& rule : egress.deny) deny.push_back(rule.text);
+  for (const auto& injection : egress.inject) {
+    json item{{"host", injection.host}, {"header", injection.header}};
+    if (!injection.value_from_env.empty()) item["value_from_env"] = injection.value_from_env;
+    if (!injection.value_from_file.empty()) item["value_from_file"] = injection.value_from_file;
+    inject.push_back(std::move(item));
+  }
+  const auto& limits = egress.limits;
+  return {{"allow", std::move(allow)},
+          {"deny", std::move(deny)},
+          {"private", egress.allow_private},
+          {"inject", std::move(inject)},
+          {"limits",
+           {{"connections", limits.connections},
+            {"names", limits.names},
+            {"idle_ms", limits.idle.count()},
+            {"client_hello_bytes", limits.client_hello_bytes},
+            {"client_hello_wait_ms", limits.client_hello_wait.count()}}}};
+}
+
+}  // namespace
+
 json Policy::to_json() const {
   json mounts = json::array();
   for (const auto& mount : filesystem.mounts)
@@ -69,7 +96,8 @@ json Policy::to_json() const {
        {{"mounts", std::move(mounts)},
         {"workdir", filesystem.workdir},
         {"allow_kernel_interface_binds", filesystem.allow_kernel_interface_binds}}},
-      {"network", std::string(to_string(network))},
+      {"network", network == Network::allowlist ? egress_to_json(egress)
+                                                : json(std::string(to_string(network)))},
       {"seccomp", seccomp_to_json(seccomp)},
       {"capabilities", capabilities},
       {"env", {{"clear", env.clear}, {"set", env.set}, {"pass", env.pass}}},

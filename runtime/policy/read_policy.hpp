@@ -31,5 +31,8 @@ void read_seccomp(JsonReader& reader, const nlohmann::json& value, const std::st
                   Seccomp& seccomp);
 void read_python(JsonReader& reader, const nlohmann::json& value, const std::string& path,
                  PythonEnvironment& python);
+// network_from_json.cpp: "none", "host" or an allowlist (filling `egress`); nullopt when invalid.
+std::optional<Network> read_network(JsonReader& reader, const nlohmann::json& value,
+                                    const std::string& path, Egress& egress);
 
 }  // namespace rlm::policy

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "policy/json_text.hpp"
+#include "policy/network_rules.hpp"
 #include "policy/tightening.hpp"
 #include "rlm_sandbox/tightening.hpp"
 #include "rlm_sandbox/units.hpp"
@@ -92,10 +93,62 @@ void compare_backend(Findings& findings, const BackendPreference& base,
     findings.add("backend.allow_unisolated", "turned on; the offered policy never runs unisolated");
 }
 
+// none < an allowlist < host; an allowlist only narrows an allowlist (network_rules.hpp).
+void compare_network(Findings& findings, const Policy& base, const Policy& candidate) {
+  if (candidate.network == Network::none || base.network == Network::host) return;
+  const std::string offered = std::string(to_string(base.network));
+  if (candidate.network == Network::host) {
+    findings.add("network", "host is not offered; the offered policy's network is " + offered);
+    return;
+  }
+  if (base.network == Network::none) {
+    findings.add("network", "an allowlist is looser than the offered policy's network, none");
+    return;
+  }
+  const Egress& asked = candidate.egress;
+  const Egress& given = base.egress;
+  for (std::size_t i = 0; i < asked.allow.size(); ++i)
+    if (!policy::covered_by_any(given.allow, asked.allow[i]))
+      findings.add(index_path("network.allow", i),
+                   asked.allow[i].text + " is not within the offered policy's allowlist");
+  for (const auto& rule : given.deny)
+    if (!policy::covered_by_any(asked.deny, rule))
+      findings.add("network.deny", "drops the offered policy's deny entry " + rule.text);
+  if (asked.allow_private && !given.allow_private)
+    findings.add("network.private", "turned on; the offered policy refuses private addresses");
+  for (std::size_t i = 0; i < asked.inject.size(); ++i) {
+    const auto& injection = asked.inject[i];
+    const bool offered_too =
+        std::any_of(given.inject.begin(), given.inject.end(), [&](const auto& g) {
+          return g.host == injection.host && g.header == injection.header &&
+                 g.value_from_env == injection.value_from_env &&
+                 g.value_from_file == injection.value_from_file;
+        });
+    if (!offered_too)
+      findings.add(index_path("network.inject", i), "injects " + injection.header + " for " +
+                                                        injection.host +
+                                                        ", which the offered policy does not");
+  }
+  const auto above = [&](std::string_view key, auto asked_value, auto offered_value,
+                         const std::string& asked_text, const std::string& offered_text) {
+    if (asked_value > offered_value)
+      findings.add(key_path("network.limits", key),
+                   asked_text + " is above the offered policy's " + offered_text);
+  };
+  const auto& a = asked.limits;
+  const auto& g = given.limits;
+  above("connections", a.connections, g.connections, std::to_string(a.connections),
+        std::to_string(g.connections));
+  above("names", a.names, g.names, std::to_string(a.names), std::to_string(g.names));
+  above("idle_ms", a.idle, g.idle, format_duration(a.idle), format_duration(g.idle));
+  above("client_hello_bytes", a.client_hello_bytes, g.client_hello_bytes,
+        std::to_string(a.client_hello_bytes), std::to_string(g.client_hello_bytes));
+  above("client_hello_wait_ms", a.client_hello_wait, g.client_hello_wait,
+        format_duration(a.client_hello_wait), format_duration(g.client_hello_wait));
+}
+
 void compare_identity(Findings& findings, const Policy& base, const Policy& candidate) {
-  if (candidate.network == Network::host && base.network != Network::host)
-    findings.add("network", "host is not offered; the offered policy's network is " +
-                                std::string(to_string(base.network)));
+  compare_network(findings, base, candidate);
   for (std::size_t i = 0; i < candidate.capabilities.size(); ++i) {
     const auto& name = candidate.capabilities[i];
     if (std::find(base.capabilities.begin(), base.capabilities.end(), name) ==
@@ -396,6 +449,37 @@ std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
   compare_env(findings, base.env, candidate.env);
   compare_python(findings, base.python, candidate.python, permitted);
   return findings.take();
+}
+
+Policy narrow_network(Policy policy, const std::vector<std::string>& entries) {
+  std::vector<NetworkRule> rules;
+  std::vector<Diagnostic> malformed;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    std::string why;
+    if (auto rule = policy::parse_network_rule(entries[i], false, why))
+      rules.push_back(std::move(*rule));
+    else
+      malformed.push_back({index_path("--allow-net", i), entries[i] + ": " + why});
+  }
+  if (!malformed.empty()) throw PolicyError("--allow-net", std::move(malformed));
+  if (policy.network == Network::none)
+    throw Error("--allow-net " + entries.front() +
+                ": the policy's network is none; a run may only narrow its policy's network");
+  if (policy.network == Network::allowlist)
+    for (const auto& rule : rules)
+      if (!policy::covered_by_any(policy.egress.allow, rule))
+        throw Error("--allow-net " + rule.text +
+                    ": not within the policy's allowlist; a run may only narrow it");
+  // The policy's deny entries, private setting and limits stay; only what is allowed narrows.
+  policy.network = Network::allowlist;
+  policy.namespaces.net = true;
+  policy.egress.allow = std::move(rules);
+  std::erase_if(policy.egress.inject, [&](const NetworkInjection& injection) {
+    std::string why;
+    const auto host = policy::parse_network_rule(injection.host, false, why);
+    return !host || !policy::covered_by_any(policy.egress.allow, *host);
+  });
+  return policy;
 }
 
 }  // namespace rlm

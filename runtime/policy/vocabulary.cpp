@@ -13,6 +13,8 @@ std::string_view to_string(Network network) {
       return "none";
     case Network::host:
       return "host";
+    case Network::allowlist:
+      return "allowlist";
   }
   return "none";
 }

@@ -39,6 +39,13 @@ std::map<std::string, std::string> request_variables(const Request& request, con
 
 }  // namespace
 
+std::string unenforceable_network(const Policy& policy) {
+  if (policy.network != Network::allowlist) return "";
+  return "network: this build of rlm-sandbox does not enforce an egress allowlist yet, and a run "
+         "never gets more network than its policy asks for, so it does not start; to fix: use "
+         "\"network\": \"none\", or \"host\" where the host's whole network is acceptable";
+}
+
 std::vector<std::string> payload_environment(
     const Environment& rules, const std::map<std::string, std::string>& request_env) {
   std::map<std::string, std::string> variables;

@@ -498,6 +498,41 @@ TEST(CliRun, EnvFlagsTakeTheCallersValueAndFiles) {
 }
 
 // --hostname names the sandbox; --network may only tighten: host to none, never none to host.
+// --allow-net narrows the policy's network to an allowlist and never widens it; no backend enforces
+// an allowlist yet, so such a run is refused before the payload starts (issue 27).
+TEST(CliRun, AllowNetOnlyNarrowsAndAnAllowlistIsNeverRunUnenforced) {
+  TempDir dir;
+  dir.write("host.json",
+            R"({"extends": "default", "network": "host", "namespaces": {"net": false}})");
+  dir.write("listed.json", R"({"extends": "default", "network": {"allow": ["pypi.org:443"]}})");
+  const std::string ran = dir.file("ran");
+  const auto run_with = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {"run", "-q"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "touch", ran});
+    return cli(args);
+  };
+  const auto none = run_with({"--allow-net", "pypi.org:443"});
+  EXPECT_EQ(none.exit_code, 125);
+  EXPECT_NE(none.err.find("the policy's network is none"), std::string::npos) << none.err;
+  const auto malformed = run_with({"--allow-net", "pypi.org"});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.err.find("needs a port"), std::string::npos) << malformed.err;
+  const auto wider =
+      run_with({"--policy", dir.file("listed.json"), "--allow-net", "other.org:443"});
+  EXPECT_EQ(wider.exit_code, 125);
+  EXPECT_NE(wider.err.find("not within the policy's allowlist"), std::string::npos) << wider.err;
+  for (const auto& flags :
+       {std::vector<std::string>{"--policy", dir.file("host.json"), "--allow-net", "pypi.org:443"},
+        std::vector<std::string>{"--policy", dir.file("listed.json")}}) {
+    const auto refused = run_with(flags);
+    EXPECT_EQ(refused.exit_code, 125) << refused.err;
+    EXPECT_NE(refused.err.find("does not enforce an egress allowlist"), std::string::npos)
+        << refused.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(ran)) << "a payload ran";
+}
+
 TEST(CliRun, HostnameAndNetworkFlags) {
   auto named = cli({"run", "--hostname", "box-7", "--", "hostname"});
   EXPECT_EQ(named.exit_code, 0) << named.err;

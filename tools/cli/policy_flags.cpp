@@ -9,6 +9,7 @@
 
 #include "cli.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/tightening.hpp"
 #include "rlm_sandbox/units.hpp"
 
 namespace po = boost::program_options;
@@ -156,7 +157,7 @@ std::vector<MountFlag> mount_flags(const std::vector<po::option>& in_order) {
 // Whether a flag changes the policy itself (beside the limits).
 bool changes_policy(const std::vector<MountFlag>& mounts, const po::variables_map& values) {
   return !mounts.empty() || values.count("workdir") || values.count("image") ||
-         values.count("hostname") || values.count("network");
+         values.count("hostname") || values.count("network") || values.count("allow-net");
 }
 
 std::string name_mount_flags(std::string detail, const Policy& policy,
@@ -216,6 +217,19 @@ Policy apply_policy_flags(Policy policy, const std::vector<MountFlag>& mounts,
     if (network == "none" && policy.network == Network::host)
       policy.namespaces.net = true;  // a network of its own: only loopback
     policy.network = network == "host" ? Network::host : Network::none;
+  }
+  if (values.count("allow-net")) {
+    if (values.count("network") && values["network"].as<std::string>() == "none")
+      throw BadFlagValue("--allow-net cannot be given with --network none");
+    try {
+      policy =
+          narrow_network(std::move(policy), values["allow-net"].as<std::vector<std::string>>());
+    } catch (const PolicyError& error) {
+      std::string message;
+      for (const auto& d : error.diagnostics())
+        message += (message.empty() ? "" : "; ") + d.message;
+      throw BadFlagValue("--allow-net " + message);
+    }
   }
   if (!changes_policy(mounts, values)) return policy;
   Policy checked = policy_from_json(policy.to_json(), policy.name + " with command-line flags");

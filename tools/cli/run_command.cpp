@@ -255,6 +255,10 @@ po::options_description run_options() {
       ("hostname", po::value<std::string>(), "the sandbox's hostname (the policy's hostname)")  //
       ("network", po::value<std::string>(),
        "none or host: the sandbox's network; may only tighten the policy (host to none)")  //
+      ("allow-net", po::value<std::vector<std::string>>()->composing(),
+       "ENTRY: narrow the network to an egress allowlist entry (pypi.org:443, https://NAME, "
+       "10.0.0.0/8:5432; repeatable); never widens it. Not enforced by this build yet: such a "
+       "run is refused (exit 125)")  //
       ("quiet,q", po::bool_switch(),
        "no notes on stderr (what a run could not enforce as meant)")         //
       ("image", po::value<std::string>(), "the docker backend's image")      //

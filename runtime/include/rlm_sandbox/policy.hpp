@@ -2,6 +2,7 @@
 // seccomp rules, capabilities and environment. docs/policy.md documents every field.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -72,7 +73,53 @@ struct Filesystem {
   bool allow_kernel_interface_binds = false;
 };
 
-enum class Network { none, host };
+// "none": loopback only; "host": the host's network; "allowlist": egress by name and port
+// (Egress below). No build enforces an allowlist yet (issue 27): every backend refuses such a
+// policy before anything runs, never running it with more network than it asks for.
+enum class Network { none, host, allowlist };
+
+// One entry of an allowlist's "allow" or "deny" (docs/policy.md, "network"):
+//   "pypi.org:443", "*.githubusercontent.com:443", "host:8000-8100"   a name (or names below one)
+//   "https://pypi.org", "http://deb.debian.org"                        the TLS (443) or HTTP (80)
+//                                                                      protocol checked too
+//   "10.0.0.0/8:5432", "[2001:db8::/32]:443"                           addresses, by CIDR
+// A deny entry may leave the port out (every port).
+struct NetworkRule {
+  enum class Kind { name, wildcard, cidr };
+  enum class Scheme { tcp, https, http };
+  Kind kind = Kind::name;
+  Scheme scheme = Scheme::tcp;
+  std::string name;                        // lowercase; a wildcard's is the part after "*."
+  std::array<std::uint8_t, 16> address{};  // a CIDR's network, IPv4 in the first 4 bytes
+  bool ipv6 = false;
+  unsigned prefix = 0;
+  std::uint16_t first_port = 0, last_port = 0;  // 0-0: every port (deny entries only)
+  std::string text;                             // as written (canonical)
+};
+
+// Credentials the host side adds to requests for one host, never given to the sandbox.
+struct NetworkInjection {
+  std::string host;  // "api.example.com:443", covered by an allow entry
+  std::string header;
+  std::string value_from_env;   // the runtime's environment variable holding the value, or
+  std::string value_from_file;  // an absolute host path holding it
+};
+
+struct EgressLimits {
+  std::uint32_t connections = 64;  // open at once, per sandbox
+  std::uint32_t names = 4096;      // names the sandbox's DNS has answered
+  std::chrono::milliseconds idle{60'000};
+  std::uint32_t client_hello_bytes = 16384;
+  std::chrono::milliseconds client_hello_wait{5000};
+};
+
+struct Egress {
+  std::vector<NetworkRule> allow, deny;  // deny wins
+  bool allow_private = false;  // "private": names may resolve to loopback, RFC 1918, link-local,
+                               // CGNAT and ULA addresses (explicit CIDR entries always may)
+  std::vector<NetworkInjection> inject;
+  EgressLimits limits;
+};
 
 // Docker/OCI seccomp profile format, so one profile serves libseccomp and Docker alike.
 struct SeccompArg {
@@ -128,6 +175,7 @@ struct Policy {
   Namespaces namespaces;
   Filesystem filesystem;
   Network network = Network::none;
+  Egress egress;  // network == allowlist only
   Seccomp seccomp;
   std::vector<std::string> capabilities;  // canonical "CAP_NET_BIND_SERVICE" form
   Environment env;

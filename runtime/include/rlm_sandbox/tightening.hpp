@@ -25,4 +25,11 @@ struct PermittedBind {
 std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
                                    const std::vector<PermittedBind>& permitted);
 
+// `policy` with its network narrowed to the allow entries `entries` (`run --allow-net`): its own
+// allowlist cut to them, or, for a policy on the host's network, an allowlist of them; its deny
+// entries, private setting and limits kept, injections for hosts no longer allowed dropped.
+// Throws PolicyError listing each malformed entry, and Error when the policy's network is none or
+// an entry lets through more than the policy's allowlist.
+Policy narrow_network(Policy policy, const std::vector<std::string>& entries);
+
 }  // namespace rlm
