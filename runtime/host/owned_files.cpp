@@ -26,11 +26,17 @@ bool give_to_owner(const std::string& root, uid_t uid, gid_t gid, const HostIds&
   UniqueFd top(open(root.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!top) return errno == ENOENT;  // nothing there: nothing of the uid's either
   bool changed = true;
-  const bool walked =
-      walk_tree(top.get(), limits, [&](int fd, const struct stat& st, const std::string&) {
-        if (!reclaim(fd, st, uid, gid, owner)) changed = false;
-        return true;
-      });
+  const bool walked = walk_tree(top.get(), limits, [&](const TreeEntry& entry) {
+    if (entry.st.st_uid != uid && entry.st.st_gid != gid) return true;
+    // Changed through an O_PATH fd of exactly the inode that was looked at.
+    UniqueFd fd(*entry.name ? openat(entry.dir_fd, entry.name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                            : fcntl(entry.dir_fd, F_DUPFD_CLOEXEC, 0));
+    struct stat now {};
+    if (!fd || fstat(fd.get(), &now) != 0 || now.st_ino != entry.st.st_ino ||
+        now.st_dev != entry.st.st_dev || !reclaim(fd.get(), now, uid, gid, owner))
+      changed = false;
+    return true;
+  });
   return walked && changed;
 }
 

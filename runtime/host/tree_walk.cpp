@@ -8,15 +8,14 @@
 #include <cstring>
 #include <vector>
 
-#include "host/unique_fd.hpp"
-
 namespace rlm::host {
 
 bool walk_tree(int top_fd, const TreeLimits& limits,
-               const std::function<bool(int, const struct stat&, const std::string&)>& visit) {
+               const std::function<bool(const TreeEntry& entry)>& visit) {
   struct stat st {};
   if (fstat(top_fd, &st) != 0) return false;
-  if (!visit(top_fd, st, "")) return false;
+  const std::string top_path;
+  if (!visit({top_fd, "", st, top_path})) return false;
   if (!S_ISDIR(st.st_mode)) return true;
 
   struct Level {
@@ -24,8 +23,8 @@ bool walk_tree(int top_fd, const TreeLimits& limits,
     std::string path;  // relative to the top, "" for the top itself
   };
   std::vector<Level> stack;
-  const auto push = [&](int path_fd, std::string path) {
-    const int fd = openat(path_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const auto push = [&](int parent_fd, const char* name, std::string path) {
+    const int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return false;
     DIR* dir = fdopendir(fd);
     if (!dir) {
@@ -35,7 +34,7 @@ bool walk_tree(int top_fd, const TreeLimits& limits,
     stack.push_back({dir, std::move(path)});
     return true;
   };
-  if (!push(top_fd, "")) return false;
+  if (!push(top_fd, ".", "")) return false;
   std::size_t entries = 0;
   bool complete = true;
   while (!stack.empty()) {
@@ -53,19 +52,18 @@ bool walk_tree(int top_fd, const TreeLimits& limits,
       complete = false;
       break;
     }
-    const UniqueFd fd(openat(dirfd(dir), entry->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd || fstat(fd.get(), &st) != 0) {
+    if (fstatat(dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno != ENOENT) complete = false;  // gone meanwhile: nothing of it left
       continue;
     }
     const std::string& parent = stack.back().path;
     std::string path = parent.empty() ? entry->d_name : parent + "/" + entry->d_name;
-    if (!visit(fd.get(), st, path)) {
+    if (!visit({dirfd(dir), entry->d_name, st, path})) {
       complete = false;
       break;
     }
     if (S_ISDIR(st.st_mode)) {
-      if (stack.size() >= limits.max_depth || !push(fd.get(), std::move(path))) {
+      if (stack.size() >= limits.max_depth || !push(dirfd(dir), entry->d_name, std::move(path))) {
         complete = false;
         break;
       }

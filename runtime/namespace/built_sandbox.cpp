@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "cgroup/cgroup.hpp"
+#include "host/owned_files.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/limits.hpp"
@@ -91,6 +92,8 @@ struct Preparation {
   // carries the payload message and, by closing, tells init its host is gone.
   UniqueFd await_host, await_init;
   ChildPlan plan;
+  // Where root's binds could not be idmapped: whose the sandbox uid's files there become.
+  std::optional<HostIds> reclaim_to;
 };
 
 // The live counters a caller may read from another thread while run() supervises.
@@ -145,9 +148,12 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
   // A root runtime's sandbox uid must own nothing that outlives it (idmap.hpp): its read-write
   // binds are idmapped to their owner, root included (whose directories are then marked,
-  // written_mark.hpp).
-  if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds())
-    p.rootfs->idmap_writable_binds(bind_owner, p.ids.host_uid, p.ids.host_gid);
+  // written_mark.hpp). Where this host cannot idmap, root's sandbox writes as its own uid (where
+  // the bind's modes let anyone) and what it wrote is given to the output uid when it ends, never
+  // to root (sandbox_write_owner).
+  if (p.rootfs && p.ids.privileged && p.rootfs->has_writable_binds() &&
+      !p.rootfs->idmap_writable_binds(bind_owner, p.ids.host_uid, p.ids.host_gid))
+    p.reclaim_to = host::sandbox_write_owner(bind_owner);
   if (policy.network != Network::host) p.loopback = LoopbackPlan::prepare();
   p.privileges = PrivilegePlan::prepare(policy);
   // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
@@ -307,6 +313,13 @@ BuiltSandbox::~BuiltSandbox() {
     while (waitpid(process.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     process.pid = -1;
+  }
+  Preparation& p = state_->p;
+  if (p.reclaim_to) {
+    p.cgroup.reset();  // killed and removed: nothing of the sandbox writes any more
+    for (const auto& source : p.rootfs->writable_bind_sources())
+      if (!host::give_to_owner(source, p.ids.host_uid, p.ids.host_gid, *p.reclaim_to))
+        p.ids.slot.quarantine();
   }
   // The Preparation goes next: the cgroup is killed and removed, then the uid is freed.
 }
@@ -490,6 +503,15 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
   add_cgroup_account(end, usage, cpu_budget, *stopped_at);
   run.fill_from(std::move(end));
   if (!p.cgroup_problem.empty()) note_limit_fallbacks(run.result, p.cgroup_problem, policy.limits);
+  if (p.reclaim_to)
+    supervisor::add_note(
+        run.result,
+        "note: this host cannot idmap the read-write binds (no CAP_SYS_ADMIN over their "
+        "filesystem, or a filesystem without idmapped mounts), so the sandbox wrote there as its "
+        "own uid, where the modes let anyone, and what it wrote now belongs to uid " +
+            std::to_string(p.reclaim_to->uid) +
+            ", not root; to have root's files written where root may, bind a directory on ext4, "
+            "xfs, btrfs or tmpfs from a host (or a container with CAP_SYS_ADMIN)");
   if (p.cgroup_problem.empty() && !usage.cpu) note_cpu_time_per_process(run.result);
   if (!bandwidth_problem.empty()) note_cpu_bandwidth_missing(run.result, bandwidth_problem);
   return run.finish();

@@ -43,8 +43,11 @@ class RootfsPlan {
 
   // Parent, privileged runtime, after prepare(): each read-write bind of the policy becomes a
   // mount tree idmapped so that the sandbox's host ids stand for `owner`'s (idmap.hpp), which
-  // apply() attaches in place of the bind. Throws Error naming the mount when one cannot be.
-  void idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid);
+  // apply() attaches in place of the bind. Throws Error naming the mount when one cannot be;
+  // for root, false instead when this host cannot idmap (a container without CAP_SYS_ADMIN, a
+  // filesystem without idmapped mounts), nothing changed.
+  bool idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid);
+  std::vector<std::string> writable_bind_sources() const;  // their host paths
   bool has_writable_binds() const;
 
   struct Op;  // opaque: one mount/mkdir/symlink/... step, defined in mounts.hpp

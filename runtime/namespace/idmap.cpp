@@ -63,6 +63,28 @@ UniqueFd open_resolved(const std::string& host_path, int flags, const std::strin
   return fd;
 }
 
+// Whether `name` in the directory `dir_fd` ("" for dir_fd itself) carries security.capability,
+// looked at without following a link: getxattrat (Linux 6.13), else through /proc/self/fd.
+bool has_file_capabilities(int dir_fd, const char* name) {
+#ifndef SYS_getxattrat
+  constexpr long SYS_getxattrat = 464;
+#endif
+  struct {
+    std::uint64_t value;
+    std::uint32_t size;
+    std::uint32_t flags;
+  } args{0, 0, 0};
+  const long size =
+      syscall(SYS_getxattrat, dir_fd, name, AT_SYMLINK_NOFOLLOW | (*name ? 0 : AT_EMPTY_PATH),
+              "security.capability", &args, sizeof args);
+  if (size >= 0) return true;
+  if (errno != ENOSYS) return false;
+  // The last component is not followed (lgetxattr); the fd's own magic link must be (getxattr).
+  const std::string fd_path = "/proc/self/fd/" + std::to_string(dir_fd);
+  return *name ? lgetxattr((fd_path + "/" + name).c_str(), "security.capability", nullptr, 0) >= 0
+               : getxattr(fd_path.c_str(), "security.capability", nullptr, 0) >= 0;
+}
+
 // Through a bind idmapped to root the sandbox owns root's files there: it may write an existing
 // set-uid or set-gid program, or one with file capabilities, and a write through a shared mapping
 // keeps those bits (the kernel drops them for write(2) and truncation only), which would leave a
@@ -71,17 +93,15 @@ UniqueFd open_resolved(const std::string& host_path, int flags, const std::strin
 void refuse_privileged_programs(int source, const std::string& host_path,
                                 const std::string& where) {
   std::string found;
-  const bool walked =
-      host::walk_tree(source, {}, [&](int fd, const struct stat& st, const std::string& path) {
-        if (!S_ISREG(st.st_mode)) return true;
-        const bool set_id =
-            (st.st_mode & S_ISUID) || ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP));
-        const std::string self = "/proc/self/fd/" + std::to_string(fd);
-        if (!set_id && getxattr(self.c_str(), "security.capability", nullptr, 0) < 0) return true;
-        found = (path.empty() ? host_path : host_path + "/" + path) +
-                (set_id ? ", a set-uid or set-gid program" : ", a program with file capabilities");
-        return false;
-      });
+  const bool walked = host::walk_tree(source, {}, [&](const host::TreeEntry& entry) {
+    if (!S_ISREG(entry.st.st_mode)) return true;
+    const auto mode = entry.st.st_mode;
+    const bool set_id = (mode & S_ISUID) || ((mode & S_ISGID) && (mode & S_IXGRP));
+    if (!set_id && !has_file_capabilities(entry.dir_fd, entry.name)) return true;
+    found = (entry.path.empty() ? host_path : host_path + "/" + entry.path) +
+            (set_id ? ", a set-uid or set-gid program" : ", a program with file capabilities");
+    return false;
+  });
   if (!found.empty())
     throw Error(where + ": the read-write bind of " + host_path + " holds " + found +
                 ". The payload writes there as root, the owner, and could change what it runs "
@@ -144,31 +164,72 @@ UniqueFd idmapped_tree(int source, const std::string& host_path, int userns,
   return tree;
 }
 
+std::vector<std::string> RootfsPlan::writable_bind_sources() const {
+  std::vector<std::string> sources;
+  for (const Op& op : ops_)
+    if (!op.writable_bind_at.empty()) sources.push_back(op.host_source);
+  return sources;
+}
+
 bool RootfsPlan::has_writable_binds() const {
   for (const Op& op : ops_)
     if (!op.writable_bind_at.empty()) return true;
   return false;
 }
 
-void RootfsPlan::idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
-  if (!has_writable_binds()) return;
-  const UniqueFd userns = owner_idmap(owner, host_uid, host_gid);
+bool RootfsPlan::idmap_writable_binds(const HostIds& owner, uid_t host_uid, gid_t host_gid) {
+  if (!has_writable_binds()) return true;
+  // Root's may fall back (built_sandbox.cpp): its sandbox then writes as its own uid, and what it
+  // wrote is given to the output uid. Anyone else's files must be their own, or nothing runs.
+  const bool root = owner.uid == 0;
+  UniqueFd userns;
+  try {
+    userns = owner_idmap(owner, host_uid, host_gid);
+  } catch (const Error&) {
+    if (root) return false;
+    throw;
+  }
+  struct Source {
+    Op* op;
+    UniqueFd fd;
+    bool directory;
+    std::string where;
+  };
+  std::vector<Source> sources;
   for (Op& op : ops_) {
     if (op.writable_bind_at.empty()) continue;
-    const std::string where = op.writable_bind_at + ".source";
-    // Opened once: the tree cloned is the directory marked (a file bind holds no link).
-    UniqueFd source = open_resolved(op.host_source, O_RDONLY | O_DIRECTORY, where);
-    const bool directory = static_cast<bool>(source);
-    if (!directory) source = open_resolved(op.host_source, O_PATH, where);
-    if (!source)
-      throw Error(where + ": cannot open " + op.host_source + ": " + sys::errno_text(errno));
-    // A root owner's sandbox plants links that are root's: its directories are marked, before it
-    // starts, as ones whose links a bind source does not follow.
-    if (owner.uid == 0) refuse_privileged_programs(source.get(), op.host_source, where);
-    if (owner.uid == 0 && directory) mark_sandbox_written(source.get(), op.host_source, where);
-    trees_.push_back(idmapped_tree(source.get(), op.host_source, userns.get(), where));
-    op.idmapped_tree = trees_.back().get();
+    std::string where = op.writable_bind_at + ".source";
+    // Opened once: the tree cloned is the one checked and marked (a file bind holds no link).
+    UniqueFd fd = open_resolved(op.host_source, O_RDONLY | O_DIRECTORY, where);
+    const bool directory = static_cast<bool>(fd);
+    if (!directory) fd = open_resolved(op.host_source, O_PATH, where);
+    if (!fd) throw Error(where + ": cannot open " + op.host_source + ": " + sys::errno_text(errno));
+    sources.push_back({&op, std::move(fd), directory, std::move(where)});
   }
+  std::vector<UniqueFd> trees;
+  for (const auto& source : sources) {
+    try {
+      trees.push_back(
+          idmapped_tree(source.fd.get(), source.op->host_source, userns.get(), source.where));
+    } catch (const Error&) {
+      if (root) return false;
+      throw;
+    }
+  }
+  // A root owner's sandbox owns root's files there, and plants links that are root's: no
+  // privileged program may be in reach, and the directories are marked, before it starts, as
+  // ones whose links a bind source does not follow.
+  if (root)
+    for (const auto& source : sources) {
+      refuse_privileged_programs(source.fd.get(), source.op->host_source, source.where);
+      if (source.directory)
+        mark_sandbox_written(source.fd.get(), source.op->host_source, source.where);
+    }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    sources[i].op->idmapped_tree = trees[i].get();
+    trees_.push_back(std::move(trees[i]));
+  }
+  return true;
 }
 
 }  // namespace rlm::ns

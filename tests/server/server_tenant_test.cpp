@@ -87,6 +87,46 @@ TEST(ServerTenant, ASandboxMakesNoSetIdFileAndWhatItWritesThroughABindIsTheClien
   EXPECT_EQ(read("roots-file"), "root's");
 }
 
+// A client's files must be its own: where the bind cannot be idmapped to it (here a ramfs below
+// the directory, in the server's own mount namespace), nothing runs, and the client is told why
+// and the fix before anything starts (issue 26, line 5).
+TEST(ServerTenant, AClientsBindThatCannotBeIdmappedIsRefusedBeforeTheRunWithTheFix) {
+  if (access("/usr/bin/unshare", X_OK) != 0)
+    GTEST_SKIP() << "util-linux's unshare is not installed";
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const std::string out = dir.file("out");
+  ASSERT_EQ(mkdir(out.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((out + "/ramfs").c_str(), 0755), 0);
+  ASSERT_EQ(chown(out.c_str(), 65534, 65534), 0);
+  ServerUnderTest server(
+      dir,
+      {"--pool", "default=0", "--socket-mode", "0666", "--allow-uid", "65534", "--permit-bind",
+       "65534:" + out + ":rw"},
+      {"/usr/bin/unshare", "--mount", "/bin/sh", "-c",
+       "mount --make-rprivate / && mount -t ramfs none " + out + "/ramfs && exec \"$0\" \"$@\""});
+  if (!server.ready())
+    GTEST_SKIP() << "no mount namespace of its own for the server here: " << server.log();
+  int err_pipe[2];
+  ASSERT_EQ(pipe2(err_pipe, O_CLOEXEC), 0);
+  const pid_t client = spawn({bin_path("rlm-sandbox"), "run", "--server", server.socket(), "--bind",
+                              out + ":/out", "--", "sh", "-c", "echo x > /out/made"},
+                             -1, err_pipe[1], /*as_nobody=*/true);
+  close(err_pipe[1]);
+  const std::string err = read_to_eof(err_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(client, &status, 0), client);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 125) << err;
+  for (const std::string& words :
+       {std::string("cannot be idmapped to its owner"),
+        std::string("does not support idmapped mounts"),
+        std::string("To fix: bind a directory on a filesystem that supports idmapped mounts")})
+    EXPECT_NE(err.find(words), std::string::npos) << words << "\n" << err;
+  EXPECT_NE(access((out + "/made").c_str(), F_OK), 0) << "the payload ran";
+}
+
 // A policy the server offers with a read-write bind has warm sandboxes built for the server's own
 // uid (idmapped to root, the bind's directory marked). A client of another uid must not be served
 // from them: its sandbox writes as the client, so it can write the client's own directory, and

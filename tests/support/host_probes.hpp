@@ -2,6 +2,7 @@
 // cgroups, mounts), for tests that check a backend cleans up after itself.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -10,15 +11,52 @@
 #include <string>
 #include <vector>
 
+#include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/policy.hpp"
+
 namespace rlm::test {
 
+// Whether this host idmaps a root caller's read-write binds (namespace/idmap.hpp): that needs
+// CAP_SYS_ADMIN over the filesystem, which a container without it lacks; root's writes then go
+// to the output uid instead. Asked of the namespace backend once (a file written through a bind);
+// rootless, the caller's uid is the sandbox's, and this is true.
+inline bool root_binds_idmapped() {
+  static const bool idmapped = [] {
+    if (getuid() != 0) return true;
+    char dir[] = "/tmp/rlm-idmap-probe-XXXXXX";
+    if (!mkdtemp(dir)) return false;
+    chmod(dir, 0777);  // the fallback writes as the sandbox's own uid
+    rlm::Policy policy = rlm::load_policy("default");
+    rlm::Mount bind;
+    bind.source = dir;
+    bind.target = "/out";
+    bind.type = rlm::Mount::Type::bind;
+    bind.readonly = false;
+    policy.filesystem.mounts.push_back(bind);
+    rlm::Request request;
+    request.argv = {"/bin/sh", "-c", "echo > /out/probe"};
+    const std::string probe = std::string(dir) + "/probe";
+    bool root_owned = false;
+    if (auto backend = rlm::make_backend("namespace");
+        backend && backend->run(request, policy).status == rlm::Status::ok) {
+      struct stat st {};
+      root_owned = lstat(probe.c_str(), &st) == 0 && st.st_uid == 0;
+    }
+    unlink(probe.c_str());
+    rmdir(dir);
+    return root_owned;
+  }();
+  return idmapped;
+}
+
 // Whose the files are on the host that a namespace sandbox run by this process writes through a
-// read-write bind: this process's own (idmapped to them, root's too: namespace/idmap.hpp).
+// read-write bind: this process's own (idmapped to them, root's too), except root's where this
+// host cannot idmap, which the output uid gets (RLM_SANDBOX_OUTPUT_UID, unset in the tests).
 inline uid_t written_uid() {
-  return getuid();
+  return root_binds_idmapped() ? getuid() : 0x70010000u;
 }
 inline gid_t written_gid() {
-  return getgid();
+  return root_binds_idmapped() ? getgid() : 0x70010000u;
 }
 
 // The same for a landlock sandbox (runtime/host/sandbox_uid.hpp, sandbox_write_owner): this

@@ -48,7 +48,8 @@ bwrap does: a later mount may sit inside an earlier one (--bind-ro "$PWD:/work" 
 --bind "$PWD/out:/work/out"). SRC:DST:ro and SRC:DST:rw choose the mode, as docker's -v does.
 What the payload writes through a writable bind is yours on the host (root's, run as root), and
 it may write wherever you may there: the bind is idmapped to you. A filesystem that cannot be
-idmapped is named before the run, with the fix.
+idmapped is named before the run, with the fix (as root where nothing can be idmapped, the
+sandbox writes where anyone may, and an inert uid gets what it wrote).
 Units: a duration is seconds when bare (30) or 500ms, 1.5s, 2m, 1h; a size needs its unit
 (64M, 1G, 4096B).
 
@@ -181,12 +182,15 @@ void report_outcome(const Result& result) {
 void report_stand_ins(const Result& result, bool as_json) {
   // Only where the backend noted a stand-in ("note: ..." in the detail): an unisolated backend's
   // structural list (local) is health's to tell, not every run's.
-  if (result.unenforced.empty() || result.status == Status::sandbox_error ||
-      result.detail.find("note: ") == std::string::npos)
+  if (result.status == Status::sandbox_error || result.detail.find("note: ") == std::string::npos)
     return;
   const bool detail_printed = !as_json && result.status != Status::ok &&
                               !(result.status == Status::exit_nonzero && result.detail.empty());
   if (detail_printed) return;
+  if (result.unenforced.empty()) {  // a note of another kind (how a bind was written)
+    print_error(result.detail.substr(result.detail.find("note: ")));
+    return;
+  }
   std::string line = "note: not enforced as the policy means them here: ";
   for (std::size_t i = 0; i < result.unenforced.size(); ++i)
     line += (i ? ", " : "") + result.unenforced[i];
