@@ -84,8 +84,32 @@ std::optional<Status> status_from_string(std::string_view text) {
   return std::nullopt;
 }
 
+nlohmann::json NetworkAccount::to_json() const {
+  auto allowed_entries = nlohmann::json::array();
+  for (const auto& entry : allowed)
+    allowed_entries.push_back({{"t_ms", entry.at.count()},
+                               {"name", valid_utf8(entry.name)},
+                               {"address", entry.address},
+                               {"port", entry.port},
+                               {"rule", entry.rule},
+                               {"bytes_out", entry.bytes_out},
+                               {"bytes_in", entry.bytes_in},
+                               {"ms", entry.duration.count()}});
+  auto denied_entries = nlohmann::json::array();
+  for (const auto& entry : denied)
+    denied_entries.push_back({{"kind", entry.kind},
+                              {"name", valid_utf8(entry.name)},
+                              {"destination", entry.destination},
+                              {"port", entry.port},
+                              {"count", entry.count}});
+  return {{"allowed", std::move(allowed_entries)},
+          {"denied", std::move(denied_entries)},
+          {"dns", {{"answered", dns_answered}, {"refused", dns_refused}}},
+          {"truncated", truncated}};
+}
+
 nlohmann::json Result::to_json() const {
-  return {
+  auto document = nlohmann::json{
       {"status", to_string(status)},
       {"exit_code", exit_code},
       {"signal", signal},
@@ -101,6 +125,8 @@ nlohmann::json Result::to_json() const {
       {"policy", policy},
       {"unenforced", unenforced},
   };
+  if (network) document["network"] = network->to_json();
+  return document;
 }
 
 }  // namespace rlm
@@ -140,6 +166,51 @@ bool flag(const nlohmann::json& value, const char* key) {
   return value.get<bool>();
 }
 
+NetworkAccount network_from_json(const nlohmann::json& document) {
+  if (!document.is_object()) throw Error("a Result's \"network\" must be an object");
+  NetworkAccount account;
+  auto entries = [&](const char* key) {
+    const auto& list = field(document, key);
+    if (!list.is_null() && !list.is_array())
+      throw Error(std::string("a Result's \"network.") + key + "\" must be an array");
+    for (const auto& entry : list)
+      if (!entry.is_object())
+        throw Error(std::string("a Result's \"network.") + key + "\" holds objects");
+    return list.is_null() ? nlohmann::json::array() : list;
+  };
+  for (const auto& entry : entries("allowed")) {
+    NetworkAllowed allowed;
+    allowed.at =
+        std::chrono::milliseconds(number_or<std::int64_t>(field(entry, "t_ms"), 0, "t_ms"));
+    allowed.name = text_or_empty(field(entry, "name"), "name");
+    allowed.address = text_or_empty(field(entry, "address"), "address");
+    allowed.port = number_or<std::uint16_t>(field(entry, "port"), 0, "port");
+    allowed.rule = text_or_empty(field(entry, "rule"), "rule");
+    allowed.bytes_out = number_or<std::uint64_t>(field(entry, "bytes_out"), 0, "bytes_out");
+    allowed.bytes_in = number_or<std::uint64_t>(field(entry, "bytes_in"), 0, "bytes_in");
+    allowed.duration =
+        std::chrono::milliseconds(number_or<std::int64_t>(field(entry, "ms"), 0, "ms"));
+    account.allowed.push_back(std::move(allowed));
+  }
+  for (const auto& entry : entries("denied")) {
+    NetworkDenied denied;
+    denied.kind = text_or_empty(field(entry, "kind"), "kind");
+    denied.name = text_or_empty(field(entry, "name"), "name");
+    denied.destination = text_or_empty(field(entry, "destination"), "destination");
+    denied.port = number_or<std::uint16_t>(field(entry, "port"), 0, "port");
+    denied.count = number_or<std::uint64_t>(field(entry, "count"), 1, "count");
+    account.denied.push_back(std::move(denied));
+  }
+  const auto& dns = field(document, "dns");
+  if (!dns.is_null()) {
+    if (!dns.is_object()) throw Error("a Result's \"network.dns\" must be an object");
+    account.dns_answered = number_or<std::uint64_t>(field(dns, "answered"), 0, "answered");
+    account.dns_refused = number_or<std::uint64_t>(field(dns, "refused"), 0, "refused");
+  }
+  account.truncated = flag(field(document, "truncated"), "truncated");
+  return account;
+}
+
 }  // namespace
 
 Result result_from_json(const nlohmann::json& document) {
@@ -167,6 +238,8 @@ Result result_from_json(const nlohmann::json& document) {
     for (const auto& item : unenforced)
       result.unenforced.push_back(text_or_empty(item, "unenforced"));
   }
+  if (const auto& network = field(document, "network"); !network.is_null())
+    result.network = network_from_json(network);
   return result;
 }
 

@@ -144,6 +144,7 @@ Health docker_health() {
       "capabilities dropped, no-new-privileges, the policy's seccomp profile, cgroup memory and "
       "pids limits, labelled rlm-sandbox=1";
   health.enforced = enforced_fields();
+  health.network = {"none", "host"};
   if (info.traits.remaps_users) {
     health.enforced.push_back("namespaces.user");
   } else {

@@ -189,6 +189,7 @@ class LandlockBackend final : public Backend {
     const int abi = landlock::abi_version();
     const bool own_uid = runtime_is_root();
     health.enforced = kEnforced;
+    health.network = {"none", "host"};
     if (own_uid) health.enforced.push_back("limits.pids");
     health.unenforced = unenforced_here(own_uid, abi);
     health.fallbacks["limits.memory_bytes"] =

@@ -68,6 +68,7 @@ class LocalBackend final : public Backend {
     Health health;
     health.backend = "local";
     health.isolated = false;
+    health.network = {"host"};
     health.enforced = kEnforced;
     health.unenforced = kUnenforced;
     health.fallbacks["limits.cpu_time_ms"] = kCpuTimeStandIn;

@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "cgroup/cgroup.hpp"
+#include "egress/proxy.hpp"
 #include "host/owned_files.hpp"
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
@@ -82,6 +83,9 @@ struct Preparation {
   IdMapping ids;
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
+  std::optional<EgressCapturePlan> egress_capture;  // an allowlist's routes and listeners
+  std::optional<egress::UpstreamSettings> upstream;
+  std::unique_ptr<egress::EgressProxy> proxy;  // serves them once the child handed them over
   std::optional<PrivilegePlan> privileges;
   std::optional<LandlockPlan> landlock;
   std::unique_ptr<cgroup::RunCgroup> cgroup;
@@ -155,6 +159,15 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
       !p.rootfs->idmap_writable_binds(bind_owner, p.ids.host_uid, p.ids.host_gid))
     p.reclaim_to = host::sandbox_write_owner(bind_owner);
   if (policy.network != Network::host) p.loopback = LoopbackPlan::prepare();
+  if (policy.network == Network::allowlist) {
+    if (!policy.egress.inject.empty())
+      throw Error(
+          "network.inject: this build does not inject credentials yet, and a run never goes "
+          "without what its policy asks for; to fix: leave \"inject\" out and pass the "
+          "credential another way");
+    p.egress_capture = EgressCapturePlan::prepare(policy.egress);
+    p.upstream = egress::UpstreamSettings::from_environment();
+  }
   p.privileges = PrivilegePlan::prepare(policy);
   // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
   // the sandbox sees the host's tree by design, and nothing is added.
@@ -209,12 +222,28 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
     plan.hostname_length = policy.hostname.size();
   }
   plan.loopback = p.loopback ? &*p.loopback : nullptr;
+  plan.egress = p.egress_capture ? &*p.egress_capture : nullptr;
   plan.launch = &*p.launch;
   plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
   plan.privileges = &*p.privileges;
   plan.landlock = p.landlock ? &*p.landlock : nullptr;
   plan.init_fd = p.init_fd.get();
   plan.max_fd = p.launch->max_fd();
+}
+
+std::optional<std::string> read_setup_failure(int error_read);
+
+// The allowlist's host side, on the listeners the child made in the sandbox's network namespace.
+// Before the child's exec (the cold path) it may still be on its way there: a child that failed
+// first said why on its error pipe, which that failure names.
+void start_egress_proxy(Preparation& p, const Policy& policy, Clock::time_point deadline) {
+  try {
+    p.proxy = std::make_unique<egress::EgressProxy>(p.egress_capture->receive(deadline),
+                                                    policy.egress, *p.upstream);
+  } catch (const Error& error) {
+    if (auto failure = read_setup_failure(p.errors.read.get())) throw Error(*failure);
+    throw;
+  }
 }
 
 // Clone, finish the setup from outside while the child waits, release it, and (`wait_exec`) wait
@@ -244,6 +273,7 @@ supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
   p.await_init.reset();
   p.plan.landlock = nullptr;
   p.landlock.reset();  // the child has its own copy of the ruleset
+  if (p.egress_capture) p.egress_capture->close_child_end();
 
   write_id_maps(child.pid, p.ids);
   // The child joins v1 groups itself (ChildPlan::join_cgroup_fds); v2 without clone3 needs us.
@@ -261,6 +291,7 @@ supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
     wait_for_exec(p.errors.read.get(), sys::poll_timeout_ms(deadline));
     p.release.write.reset();  // the child no longer needs to see us alive
   }
+  if (p.egress_capture) start_egress_proxy(p, policy, deadline);
   // Our copies of the child's stdio and report ends go; the child holds its own since the clone.
   auto process = p.launch->finish(child.pid, std::move(pidfd));
   guard.release();
@@ -502,6 +533,11 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
   auto end = supervisor::init_run_end(std::move(supervision), context);
   add_cgroup_account(end, usage, cpu_budget, *stopped_at);
   run.fill_from(std::move(end));
+  if (p.proxy) {
+    // Everything in the sandbox is gone: its connections end with the relays.
+    p.proxy->stop();
+    run.result.network = p.proxy->account();
+  }
   if (!p.cgroup_problem.empty()) note_limit_fallbacks(run.result, p.cgroup_problem, policy.limits);
   if (p.reclaim_to)
     supervisor::add_note(

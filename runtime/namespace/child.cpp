@@ -72,6 +72,7 @@ void run_child(const ChildPlan& plan) noexcept {
   if (plan.hostname && sethostname(plan.hostname, plan.hostname_length) != 0)
     fail(plan, "sethostname");
   if (plan.loopback && !plan.loopback->apply(failure)) fail(plan, failure);
+  if (plan.egress && !plan.egress->apply(failure)) fail(plan, failure);
 
   if (!plan.launch->install_stdio()) fail(plan, "dup2 (stdio and report pipe)");
   supervisor::KeptFds keep = plan.launch->inherited();  // the request's fds, then ours

@@ -183,6 +183,8 @@ Health namespace_health(const supervisor::InitLocation& init) {
       "Result); " +
       LandlockPlan::describe_host();
   health.enforced = always_enforced();
+  // An allowlist on the direct path; a pool's sandboxes refuse one (docs/network.md).
+  health.network = {"none", "host", "allowlist"};
   const cgroup::CgroupSupport cgroups = cgroup::probe_cgroups();
   if (cgroups.mode != cgroup::CgroupSupport::Mode::none) {
     health.detail += "; " + cgroups.detail;

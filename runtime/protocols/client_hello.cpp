@@ -104,7 +104,10 @@ HelloVerdict read_client_hello(std::span<const std::uint8_t> body, ClientHello& 
     seen.set(type);
     if (type == kTlsExtensionServerName && !read_server_name(data, hello))
       return HelloVerdict::malformed;
-    if (type == kTlsExtensionEch) hello.encrypted_client_hello = true;
+    // The RFC's code point, the drafts' before it (0xfe08-0xfe0c) and ESNI's (0xffce): each hides
+    // the name the connection is for.
+    if ((type >= 0xfe08 && type <= kTlsExtensionEch) || type == kTlsExtensionEsni)
+      hello.encrypted_client_hello = true;
   }
   return HelloVerdict::complete;
 }

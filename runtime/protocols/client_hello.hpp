@@ -12,7 +12,8 @@
 
 namespace rlm::protocols {
 
-constexpr std::uint16_t kTlsExtensionServerName = 0, kTlsExtensionEch = 0xfe0d;
+constexpr std::uint16_t kTlsExtensionServerName = 0, kTlsExtensionEch = 0xfe0d,
+                        kTlsExtensionEsni = 0xffce;
 
 enum class HelloVerdict {
   need_more,  // a prefix of a valid hello: read more (up to max_bytes)
@@ -25,7 +26,8 @@ enum class HelloVerdict {
 struct ClientHello {
   std::optional<std::string> server_name;  // the host_name entry, lowercased, trailing dot
                                            // removed; nullopt: no server_name extension
-  bool encrypted_client_hello = false;     // an encrypted_client_hello extension (0xfe0d)
+  bool encrypted_client_hello = false;     // encrypted_client_hello (0xfe0d, drafts
+                                           // 0xfe08-0xfe0c) or ESNI (0xffce)
   bool server_name_invalid = false;        // an SNI present but not one host_name of 1..255
                                            // bytes of LDH, '.', '_' (or several host_names)
   std::size_t bytes = 0;                   // how many bytes of the stream the records took

@@ -57,6 +57,7 @@ nlohmann::json Health::to_json() const {
           {"fix", fix},
           {"enforced", enforced},
           {"unenforced", unenforced},
+          {"network", network},
           {"fallbacks", fallbacks},
           {"host", host}};
 }

@@ -22,8 +22,14 @@ TEST(CliHealth, JsonListsEveryBackendWithWhatItEnforces) {
   std::vector<std::string> names;
   for (const auto& backend : report["backends"]) {
     names.push_back(backend["backend"]);
-    for (const char* key : {"available", "isolated", "detail", "fix", "enforced", "unenforced"})
+    for (const char* key :
+         {"available", "isolated", "detail", "fix", "enforced", "unenforced", "network"})
       EXPECT_TRUE(backend.contains(key)) << key;
+    // The network modes each enforces: an allowlist only on the namespace backend
+    // (docs/network.md).
+    const auto modes = backend["network"].dump();
+    EXPECT_EQ(modes.find("allowlist") != std::string::npos, backend["backend"] == "namespace")
+        << backend["backend"] << ": " << modes;
     if (backend["backend"] == "local") {
       EXPECT_EQ(backend["available"], true);
       EXPECT_EQ(backend["isolated"], false);

@@ -502,7 +502,7 @@ TEST(CliRun, EnvFlagsTakeTheCallersValueAndFiles) {
 // --hostname names the sandbox; --network may only tighten: host to none, never none to host.
 // --allow-net narrows the policy's network to an allowlist and never widens it; no backend enforces
 // an allowlist yet, so such a run is refused before the payload starts (issue 27).
-TEST(CliRun, AllowNetOnlyNarrowsAndAnAllowlistIsNeverRunUnenforced) {
+TEST(CliRun, AllowNetOnlyNarrowsAndTheAllowlistIsEnforcedWithItsDenialsShown) {
   TempDir dir;
   dir.write("host.json",
             R"({"extends": "default", "network": "host", "namespaces": {"net": false}})");
@@ -524,15 +524,26 @@ TEST(CliRun, AllowNetOnlyNarrowsAndAnAllowlistIsNeverRunUnenforced) {
       run_with({"--policy", dir.file("listed.json"), "--allow-net", "other.org:443"});
   EXPECT_EQ(wider.exit_code, 125);
   EXPECT_NE(wider.err.find("not within the policy's allowlist"), std::string::npos) << wider.err;
+  EXPECT_FALSE(std::filesystem::exists(ran)) << "a refused payload ran";
+
+  // Enforced: the sandbox's DNS answers the allowed name (a synthetic address, asked of no
+  // resolver) and nothing else, and the denial is printed on stderr, escaped.
+  const std::string lookup =
+      "import socket\n"
+      "print(socket.gethostbyname('pypi.org').startswith('198.18.'))\n"
+      "try:\n  socket.gethostbyname('evil.org')\nexcept OSError:\n  print('nxdomain')\n";
   for (const auto& flags :
        {std::vector<std::string>{"--policy", dir.file("host.json"), "--allow-net", "pypi.org:443"},
         std::vector<std::string>{"--policy", dir.file("listed.json")}}) {
-    const auto refused = run_with(flags);
-    EXPECT_EQ(refused.exit_code, 125) << refused.err;
-    EXPECT_NE(refused.err.find("does not enforce an egress allowlist"), std::string::npos)
-        << refused.err;
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "python3", "-c", lookup});
+    const auto enforced = cli(args);
+    EXPECT_EQ(enforced.exit_code, 0) << enforced.err;
+    EXPECT_EQ(enforced.out, "True\nnxdomain\n") << enforced.err;
+    EXPECT_NE(enforced.err.find("network: denied (dns) evil.org"), std::string::npos)
+        << enforced.err;
   }
-  EXPECT_FALSE(std::filesystem::exists(ran)) << "a payload ran";
 }
 
 TEST(CliRun, HostnameAndNetworkFlags) {

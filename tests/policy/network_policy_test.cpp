@@ -201,13 +201,15 @@ TEST(NetworkPolicy, NarrowingForRunAllowNet) {
 }
 
 // Fail closed: no backend of this build enforces an allowlist, so none runs one.
-TEST(NetworkPolicy, EveryBackendRefusesAnAllowlistBeforeAnythingRuns) {
+// The namespace backend's direct path enforces an allowlist (tests/egress); everywhere else, and
+// for credential injection, the policy is refused before its payload can run.
+TEST(NetworkPolicy, AnAllowlistIsRefusedWhereverItIsNotEnforced) {
   Policy policy = allowlist({{"allow", {"pypi.org:443"}}});
   policy.backend.allow_unisolated = true;
   const std::string marker = "/tmp/rlm-allowlist-ran-" + std::to_string(getpid());
   Request request;
   request.argv = {"/bin/sh", "-c", "touch " + marker};
-  for (const char* name : {"namespace", "docker", "landlock", "local"}) {
+  for (const char* name : {"docker", "landlock", "local"}) {
     auto backend = make_backend(name);
     ASSERT_TRUE(backend) << name;
     const Result result = backend->run(request, policy);
@@ -216,7 +218,18 @@ TEST(NetworkPolicy, EveryBackendRefusesAnAllowlistBeforeAnythingRuns) {
         << name << ": " << result.detail;
     EXPECT_FALSE(std::filesystem::exists(marker)) << name << " ran the payload";
   }
-  EXPECT_THROW(make_backend("namespace")->build_ahead(policy), Error);
+  try {
+    make_backend("namespace")->build_ahead(policy);
+    ADD_FAILURE() << "a pool's sandbox was built for an allowlist";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("pool"), std::string::npos) << error.what();
+  }
+  Policy injecting = allowlist(
+      {{"allow", {"pypi.org:443"}},
+       {"inject", {{{"host", "pypi.org:443"}, {"header", "X-Token"}, {"value_from_env", "T"}}}}});
+  const Result result = make_backend("namespace")->run(request, injecting);
+  EXPECT_EQ(result.status, Status::sandbox_error) << result.detail;
+  EXPECT_NE(result.detail.find("network.inject"), std::string::npos) << result.detail;
   std::filesystem::remove(marker);
 }
 

@@ -198,6 +198,43 @@ void report_stand_ins(const Result& result, bool as_json) {
   print_error(line);
 }
 
+// An allowlist run's denials, one line each on stderr (the Result has them all, with the allowed
+// connections): what the sandbox tried and was refused, so a missing allow entry is found at once.
+// Names come from the sandbox: printed with anything but printable ASCII escaped, so a name cannot
+// drive the terminal.
+void report_network_denials(const Result& result) {
+  if (!result.network) return;
+  constexpr std::size_t kLines = 20;
+  auto printable = [](const std::string& text) {
+    std::string out;
+    for (const unsigned char c : text) {
+      if (c >= 0x20 && c < 0x7f && c != '\\') {
+        out += static_cast<char>(c);
+      } else {
+        char escaped[5];
+        std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+        out += escaped;
+      }
+    }
+    return out;
+  };
+  const auto& denied = result.network->denied;
+  for (std::size_t i = 0; i < denied.size() && i < kLines; ++i) {
+    const auto& entry = denied[i];
+    std::string line = "network: denied (" + entry.kind + ")";
+    if (!entry.name.empty()) line += " " + printable(entry.name);
+    if (!entry.destination.empty())
+      line += (entry.name.empty() ? " " : " at ") + entry.destination + ":" +
+              std::to_string(entry.port);
+    else if (entry.port && entry.kind != "dns")
+      line += " port " + std::to_string(entry.port);
+    if (entry.count > 1) line += " (" + std::to_string(entry.count) + " times)";
+    print_error(line);
+  }
+  if (denied.size() > kLines || result.network->truncated)
+    print_error("network: more denials than shown; the Result (--json, --result-file) has them");
+}
+
 // The common case through a server, `run [--server S] [--policy P] -- CMD [ARGS...]` (the server
 // named by --server or RLM_SANDBOX_SERVER), read without building the option table: it means
 // exactly what the general parser makes of it, a tenth of a millisecond sooner (a few percent of
@@ -232,6 +269,7 @@ std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
   interrupts.explain(result);
   report_outcome(result);
   report_stand_ins(result, false);
+  report_network_denials(result);
   return exit_status(result);
 }
 
@@ -378,7 +416,10 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
     if (result_file) result_file->write(result);
     report_outcome(result);
   }
-  if (!values["quiet"].as<bool>()) report_stand_ins(result, as_json);
+  if (!values["quiet"].as<bool>()) {
+    report_stand_ins(result, as_json);
+    report_network_denials(result);
+  }
   return exit_status(result);
 }
 

@@ -24,6 +24,9 @@ struct Health {
   std::string fix;                      // the command or step that fixes it; "" when nothing to fix
   std::vector<std::string> enforced;    // policy limits this backend enforces here
   std::vector<std::string> unenforced;  // and those it cannot, so a caller is never misled
+  // The policy's "network" modes it enforces ("none", "host", "allowlist"); a policy asking for
+  // another is refused before it runs.
+  std::vector<std::string> network;
   // Fields enforced here by a stand-in for the backend's usual means (or not at all), and how:
   // e.g. without a cgroup, "limits.pids" -> "RLIMIT_NPROC of the sandbox user ...".
   std::map<std::string, std::string> fallbacks;

@@ -30,6 +30,33 @@ enum class Status {
 std::string_view to_string(Status status);
 std::optional<Status> status_from_string(std::string_view text);
 
+// What a sandbox under an egress allowlist did on the network (docs/network.md, "The account").
+struct NetworkAllowed {
+  std::chrono::milliseconds at{0};  // since the run started
+  std::string name;                 // the name the sandbox asked for ("" for a CIDR entry's)
+  std::string address;              // the upstream address the host side connected to
+  std::uint16_t port = 0;
+  std::string rule;                           // the allow entry, as written
+  std::uint64_t bytes_out = 0, bytes_in = 0;  // sandbox -> upstream, upstream -> sandbox
+  std::chrono::milliseconds duration{0};
+};
+struct NetworkDenied {
+  // dns, no_rule, sni_mismatch, host_mismatch, ech, private_address, not_tls, protocol (CONNECT,
+  // an upgrade, a malformed or second HTTP request), limit, upstream (no address, or it refused)
+  std::string kind;
+  std::string name;         // the name asked for or presented ("" when none)
+  std::string destination;  // the address the sandbox dialled ("" for DNS)
+  std::uint16_t port = 0;
+  std::uint64_t count = 1;  // the same denial, counted once
+};
+struct NetworkAccount {
+  std::vector<NetworkAllowed> allowed;
+  std::vector<NetworkDenied> denied;
+  std::uint64_t dns_answered = 0, dns_refused = 0;
+  bool truncated = false;  // entries past the caps were counted, not kept
+  nlohmann::json to_json() const;
+};
+
 struct Result {
   Status status = Status::sandbox_error;
   int exit_code = -1;  // the payload's exit code, -1 when it did not exit normally
@@ -44,10 +71,12 @@ struct Result {
   // Policy limits ("limits.memory_bytes", ...) this run could not enforce as the policy means
   // them, e.g. without a usable cgroup; `detail` says what stood in. Empty when all held.
   std::vector<std::string> unenforced;
+  // An allowlist run's network account; nullopt under "none" and "host".
+  std::optional<NetworkAccount> network;
 
   // {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms", "peak_memory_bytes",
   //  "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy",
-  //  "unenforced"}.
+  //  "unenforced"}, and "network" ({"allowed", "denied", "dns", "truncated"}) when there is one.
   // Output that is not valid UTF-8 has the offending bytes replaced with U+FFFD.
   nlohmann::json to_json() const;
 };

@@ -1,0 +1,31 @@
+// One TCP connection the sandbox made, from accept to close (docs/network.md, "Per connection"):
+// its destination says what it may be -- a synthetic address is the name the sandbox's DNS bound
+// to it, checked with the port against the name entries; any other address is checked against
+// the CIDR entries -- then, for a name, its first bytes must agree (the ClientHello's SNI on TLS
+// ports, the Host of one HTTP request on http:// entries); the host side resolves the name itself,
+// refuses private answers, dials one pinned address and relays. Everything refused is one entry
+// in the account with its kind. TCP to port 53 that no entry allows is the sandbox's DNS.
+#pragma once
+
+#include "egress/account.hpp"
+#include "egress/dns_stub.hpp"
+#include "egress/synthetic_names.hpp"
+#include "egress/upstream.hpp"
+#include "host/unique_fd.hpp"
+#include "rlm_sandbox/policy.hpp"
+
+namespace rlm::egress {
+
+struct ConnectionContext {
+  const Egress& egress;
+  SyntheticNames& names;
+  Account& account;
+  DnsStub& dns;
+  const UpstreamSettings& upstream;
+  int stop_fd;
+};
+
+// `client`: accepted from a listener in the sandbox's network namespace, non-blocking.
+void serve_connection(const ConnectionContext& context, host::UniqueFd client);
+
+}  // namespace rlm::egress

@@ -1,0 +1,48 @@
+// The host side of one sandbox's egress allowlist (docs/network.md): the listeners its network
+// namespace handed over (namespace/egress_capture.hpp), served from this process's own network
+// namespace. One thread waits on all of them: a DNS datagram is answered there (dns_stub.hpp);
+// each accepted connection gets a thread of its own (connection.hpp), at most
+// `limits.connections` at once -- past that a connection is closed at once and counted as a
+// `limit` denial. Nothing here trusts the sandbox: every read is bounded and every wait ends
+// when the proxy stops.
+#pragma once
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "egress/upstream.hpp"
+#include "host/unique_fd.hpp"
+#include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/result.hpp"
+
+namespace rlm::egress {
+
+class EgressProxy {
+ public:
+  // `listeners`: listening TCP sockets and one UDP socket (DNS), all in the sandbox's network
+  // namespace. Throws Error when the proxy's thread or stop signal cannot be made.
+  EgressProxy(std::vector<host::UniqueFd> listeners, const Egress& egress,
+              UpstreamSettings upstream);
+  // stop().
+  ~EgressProxy();
+  EgressProxy(const EgressProxy&) = delete;
+  EgressProxy& operator=(const EgressProxy&) = delete;
+
+  // Ends every connection and stops answering; waits (bounded) for the connections' threads.
+  // Idempotent.
+  void stop();
+
+  // What the sandbox did so far.
+  NetworkAccount account() const;
+
+  // Connections being served now (tests: none is left once the sandbox is gone).
+  std::size_t active_connections() const;
+
+ private:
+  struct Shared;
+  std::shared_ptr<Shared> shared_;
+  std::thread loop_;
+};
+
+}  // namespace rlm::egress
