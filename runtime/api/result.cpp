@@ -166,7 +166,9 @@ bool flag(const nlohmann::json& value, const char* key) {
   return value.get<bool>();
 }
 
-NetworkAccount network_from_json(const nlohmann::json& document) {
+}  // namespace
+
+NetworkAccount network_account_from_json(const nlohmann::json& document) {
   if (!document.is_object()) throw Error("a Result's \"network\" must be an object");
   NetworkAccount account;
   auto entries = [&](const char* key) {
@@ -211,7 +213,27 @@ NetworkAccount network_from_json(const nlohmann::json& document) {
   return account;
 }
 
-}  // namespace
+NetworkAccount network_since(const NetworkAccount& before, const NetworkAccount& now) {
+  NetworkAccount slice;
+  if (now.allowed.size() > before.allowed.size())
+    slice.allowed.assign(now.allowed.begin() + static_cast<std::ptrdiff_t>(before.allowed.size()),
+                         now.allowed.end());
+  for (const auto& entry : now.denied) {
+    std::uint64_t earlier = 0;
+    for (const auto& old : before.denied)
+      if (old.kind == entry.kind && old.name == entry.name &&
+          old.destination == entry.destination && old.port == entry.port)
+        earlier = old.count;
+    if (entry.count > earlier) {
+      slice.denied.push_back(entry);
+      slice.denied.back().count = entry.count - earlier;
+    }
+  }
+  slice.dns_answered = now.dns_answered - std::min(now.dns_answered, before.dns_answered);
+  slice.dns_refused = now.dns_refused - std::min(now.dns_refused, before.dns_refused);
+  slice.truncated = now.truncated;
+  return slice;
+}
 
 Result result_from_json(const nlohmann::json& document) {
   if (!document.is_object()) throw Error("a Result must be a JSON object");
@@ -239,7 +261,7 @@ Result result_from_json(const nlohmann::json& document) {
       result.unenforced.push_back(text_or_empty(item, "unenforced"));
   }
   if (const auto& network = field(document, "network"); !network.is_null())
-    result.network = network_from_json(network);
+    result.network = network_account_from_json(network);
   return result;
 }
 

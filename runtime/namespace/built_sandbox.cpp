@@ -100,13 +100,16 @@ struct Preparation {
   std::optional<HostIds> reclaim_to;
 };
 
-// The live counters a caller may read from another thread while run() supervises.
+// The live counters a caller may read from another thread while run() supervises: the cgroup's,
+// and an allowlist's network account (a session's cells take their slices of it).
 class CgroupProbe {
  public:
-  explicit CgroupProbe(const cgroup::RunCgroup* cgroup) : cgroup_(cgroup) {}
+  CgroupProbe(const cgroup::RunCgroup* cgroup, const egress::EgressProxy* proxy)
+      : cgroup_(cgroup), proxy_(proxy) {}
   LiveCounters read() {
     std::lock_guard lock(mutex_);
     LiveCounters counters;
+    if (proxy_) counters.network = proxy_->account();
     if (!cgroup_) return counters;
     try {
       counters.oom_kills = cgroup_->oom_kills();
@@ -118,11 +121,13 @@ class CgroupProbe {
   void detach() {
     std::lock_guard lock(mutex_);
     cgroup_ = nullptr;
+    proxy_ = nullptr;
   }
 
  private:
   std::mutex mutex_;
   const cgroup::RunCgroup* cgroup_;
+  const egress::EgressProxy* proxy_;  // an allowlist's account
 };
 
 void collect_stale_groups_once() {
@@ -500,7 +505,7 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
   if (!caller_stdio) supervisor::attach_stdio(s.process, std::move(pipes.host));
 
   // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
-  auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get());
+  auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get(), p.proxy.get());
   if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
   // With a cgroup to count the usage, the Result need not wait for init's exit (the namespaces'
   // teardown, milliseconds): init reports only once every other process is dead and reaped, and

@@ -187,6 +187,7 @@ CellResult Cell::run() {
   const auto counters = s_.counters();
   oom_before_ = counters.oom_kills;
   cpu_start_ = counters.cpu;
+  network_before_ = counters.network;
   s_.await_standby();
   op_["id"] = id_;
   if (fd_ < 0)
@@ -205,6 +206,9 @@ CellResult Cell::run() {
   }
   calls_.cancel();  // calls this cell made that are still queued in a handler are dropped
   result_.wall = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start_);
+  if (network_before_)
+    if (const auto network = s_.counters().network)
+      result_.network = network_since(*network_before_, *network);
   return std::move(result_);
 }
 

@@ -56,6 +56,7 @@ class Cell {
   Clock::time_point start_;
   std::optional<std::uint64_t> oom_before_;
   std::optional<std::chrono::microseconds> cpu_start_;
+  std::optional<NetworkAccount> network_before_;  // an allowlist's account as the cell began
   broker::CellCalls calls_;
   bool held_back_ = false;
   bool pausing_ = false;  // this step's poll waits for the LM

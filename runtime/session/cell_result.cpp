@@ -40,6 +40,7 @@ nlohmann::json CellResult::to_json() const {
   if (locals) document["locals"] = *locals;
   if (fetched) document["fetched"] = *fetched;
   if (index) document["index"] = *index;
+  if (network) document["network"] = network->to_json();
   return document;
 }
 
@@ -106,6 +107,8 @@ CellResult cell_result_from_json(const nlohmann::json& document) {
     if (!locals.is_array()) throw Error("a cell result's \"locals\" must be an array");
     cell.locals = locals;
   }
+  if (const auto& network = get("network"); !network.is_null())
+    cell.network = network_account_from_json(network);
   if (const auto& fetched = get("fetched"); !fetched.is_null()) {
     if (!fetched.is_object()) throw Error("a cell result's \"fetched\" must be an object");
     cell.fetched = fetched;

@@ -4,6 +4,7 @@
 // through it work, so a test cannot pass by everything being cut off).
 #include <dirent.h>
 
+#include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -11,9 +12,12 @@
 #include "egress_world.hpp"
 #include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "rlm_sandbox/session.hpp"
+#include "support/server_process.hpp"
 
 namespace rlm::test {
 namespace {
@@ -483,6 +487,83 @@ print(sum(exchange(ip, 5432, b"x" * 100) == b"x" * 100 for _ in range(20)))
     ASSERT_EQ(result.stdout_data, "20\n") << describe(result);
   }
   EXPECT_EQ(open_fds(), before);
+}
+
+// A REPL session's sandbox is a run like any other: the allowlist holds in its cells, and each
+// cell's result carries what that cell did on the network, no more.
+TEST_F(EgressNamespace, ASessionsCellsEachCarryTheirOwnSliceOfTheAccount) {
+  Policy repl = load_policy_text(
+      json{{"extends", "python-repl"}, {"network", {{"allow", {"pypi.test:443"}}}}}.dump(),
+      "egress-repl.json");
+  world_.bind_into(repl);
+  auto session = ns::make_namespace_backend()->open_session(repl, {});
+  const auto setup = session->execute(std::string(kPrelude), std::chrono::seconds(30));
+  ASSERT_EQ(setup.status, CellStatus::ok) << setup.error;
+  const auto denied = session->execute("print(outcome(socket.gethostbyname, 'evil.test'))",
+                                       std::chrono::seconds(30));
+  ASSERT_EQ(denied.status, CellStatus::ok) << denied.error;
+  EXPECT_EQ(denied.stdout_data, "error:gaierror\n");
+  ASSERT_TRUE(denied.network) << denied.to_json().dump();
+  EXPECT_TRUE(denied.network->allowed.empty()) << denied.to_json().dump();
+  ASSERT_EQ(denied.network->denied.size(), 1u) << denied.to_json().dump();
+  EXPECT_EQ(denied.network->denied[0].kind, "dns");
+  EXPECT_EQ(denied.network->denied[0].name, "evil.test");
+
+  const auto fetched = session->execute("print(https_get('pypi.test'))", std::chrono::seconds(30));
+  ASSERT_EQ(fetched.status, CellStatus::ok) << fetched.error;
+  EXPECT_EQ(fetched.stdout_data, "tls ok sni=pypi.test\n");
+  ASSERT_TRUE(fetched.network) << fetched.to_json().dump();
+  ASSERT_EQ(fetched.network->allowed.size(), 1u) << fetched.to_json().dump();
+  EXPECT_EQ(fetched.network->allowed[0].name, "pypi.test");
+  EXPECT_TRUE(fetched.network->denied.empty()) << fetched.to_json().dump();
+  // What the cell printed over JSON reads back the same (the server relays cells so).
+  const auto relayed = cell_result_from_json(fetched.to_json());
+  ASSERT_TRUE(relayed.network);
+  EXPECT_EQ(relayed.network->allowed.size(), 1u);
+  session->close();
+}
+
+// Through `rlm-sandbox serve` (started in this world, so it serves from its network namespace):
+// a client's run of an offered allowlist is enforced and accounted the same, and a client may
+// narrow the list but not widen it.
+TEST_F(EgressNamespace, ThroughTheServerTheAllowlistHoldsAndOnlyNarrows) {
+  world_.dir();  // the world's directory holds the offered policy
+  const std::string offered = world_.dir().file("offered.json");
+  {
+    std::ofstream file(offered);
+    file << json{{"extends", "default"},
+                 {"network", {{"allow", {"pypi.test:443", "echo.test:5432"}}}},
+                 {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
+                .dump();
+  }
+  ServerProcess server({"--pool", offered + "=1"});
+  Request request;
+  request.argv = {"python3", "-c", std::string(kPrelude) + R"PY(
+print(exchange(socket.gethostbyname("echo.test"), 5432, b"ping"))
+print(outcome(socket.gethostbyname, "evil.test"))
+)PY"};
+  const auto result = ServerConnection(server.socket()).run(request, offered);
+  ASSERT_EQ(result.status, Status::ok) << describe(result) << server.log();
+  EXPECT_EQ(result.stdout_data, "b'ping'\nerror:gaierror\n");
+  ASSERT_TRUE(result.network) << describe(result);
+  ASSERT_EQ(result.network->allowed.size(), 1u) << describe(result);
+  EXPECT_TRUE(denial(result, "dns", "evil.test")) << describe(result);
+
+  // Narrowed to echo.test only: pypi.test is no longer answered.
+  ASSERT_EQ(ServerConnection(server.socket()).policy(offered).egress.allow.front().name,
+            "pypi.test");
+  Policy narrowed = ServerConnection(server.socket()).policy(offered);
+  narrowed.egress.allow.erase(narrowed.egress.allow.begin());
+  request.argv = {"python3", "-c",
+                  std::string(kPrelude) + "print(outcome(socket.gethostbyname, 'pypi.test'))"};
+  const auto narrow = ServerConnection(server.socket()).run(request, offered, &narrowed);
+  EXPECT_EQ(narrow.stdout_data, "error:gaierror\n") << describe(narrow);
+
+  Policy widened = ServerConnection(server.socket()).policy(offered);
+  widened.egress.allow.push_back(widened.egress.allow.front());
+  widened.egress.allow.back().name = "evil.test";
+  widened.egress.allow.back().text = "evil.test:443";
+  EXPECT_THROW(ServerConnection(server.socket()).run(request, offered, &widened), ServerRefused);
 }
 
 TEST_F(EgressNamespace, AnEmptyAllowlistIsNoNetwork) {

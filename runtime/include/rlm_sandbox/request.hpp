@@ -13,12 +13,15 @@
 #include <string_view>
 #include <vector>
 
+#include "rlm_sandbox/result.hpp"
+
 namespace rlm {
 
 // What a running sandbox has counted so far, where the backend can tell (a cgroup).
 struct LiveCounters {
   std::optional<std::uint64_t> oom_kills;        // processes the kernel killed at the memory limit
   std::optional<std::chrono::microseconds> cpu;  // CPU time of every process in the sandbox
+  std::optional<NetworkAccount> network;         // under an egress allowlist: its account so far
 };
 
 // A host uid and gid.

@@ -57,6 +57,14 @@ struct NetworkAccount {
   nlohmann::json to_json() const;
 };
 
+// The account to_json() printed. Throws Error for a document of another shape.
+NetworkAccount network_account_from_json(const nlohmann::json& document);
+
+// What happened between two readings of one sandbox's account (a session's cell): the
+// connections `now` has beyond `before`, each denial's count since (those with none dropped),
+// the DNS answers since; truncated when `now` is.
+NetworkAccount network_since(const NetworkAccount& before, const NetworkAccount& now);
+
 struct Result {
   Status status = Status::sandbox_error;
   int exit_code = -1;  // the payload's exit code, -1 when it did not exit normally

@@ -103,6 +103,9 @@ struct CellResult {
   // ExecuteOptions::fetch: {"value": V} (V as FINAL takes it) or {"error": "..."}.
   std::optional<nlohmann::json> fetched;
   std::optional<std::size_t> index;  // add_context: the N of the context_N or history_N set
+  // Under an egress allowlist: what this cell did on the network (network_since of the
+  // session's account before and after it).
+  std::optional<NetworkAccount> network;
 
   // {"status", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "error", "final",
   //  "has_final", "wall_ms", "cpu_ms", "llm_calls", "rolled_back"}, and "answer", "locals",
