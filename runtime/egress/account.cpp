@@ -91,6 +91,11 @@ void Account::dns_refused() {
   ++account_.dns_refused;
 }
 
+void Account::restart_clock() {
+  std::lock_guard lock(mutex_);
+  started_ = std::chrono::steady_clock::now();
+}
+
 NetworkAccount Account::snapshot() const {
   std::lock_guard lock(mutex_);
   return account_;

@@ -41,6 +41,8 @@ class Account {
   void finish(long index, std::uint64_t bytes_out, std::uint64_t bytes_in);
   void dns_answered();
   void dns_refused();
+  // Times from now on (a sandbox built ahead: its run starts later). Only before anything is kept.
+  void restart_clock();
 
   NetworkAccount snapshot() const;
 

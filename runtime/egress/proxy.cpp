@@ -148,6 +148,10 @@ NetworkAccount EgressProxy::account() const {
   return shared_->account.snapshot();
 }
 
+void EgressProxy::restart_clock() {
+  shared_->account.restart_clock();
+}
+
 std::size_t EgressProxy::active_connections() const {
   std::lock_guard lock(shared_->mutex);
   return shared_->active;

@@ -35,6 +35,8 @@ class EgressProxy {
 
   // What the sandbox did so far.
   NetworkAccount account() const;
+  // The account's times count from now (a sandbox built ahead, at its launch).
+  void restart_clock();
 
   // Connections being served now (tests: none is left once the sandbox is gone).
   std::size_t active_connections() const;

@@ -488,6 +488,7 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
 
   // The release: the wall time is the payload's from here.
   run.start = supervisor::RunStart::Clock::now();
+  if (p.proxy) p.proxy->restart_clock();
   options.deadline = run.deadline();
   try {
     supervisor::send_payload_message(p.await_host.get(), message, run.deadline());

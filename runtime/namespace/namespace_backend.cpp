@@ -38,11 +38,6 @@ class NamespaceBackend final : public Backend {
   std::unique_ptr<PreparedSandbox> build_ahead(const Policy& policy) const override {
     if (init_.path.empty())
       throw Error(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
-    if (policy.network == Network::allowlist)
-      throw Error(
-          "network: a pool's sandboxes do not enforce an egress allowlist yet, and a run never "
-          "gets more network than its policy asks for; to fix: run it without a pool (the "
-          "namespace backend's direct path enforces it), or use \"network\": \"none\"");
     // Built ahead of any request: the policy's wall time bounds how long setting up may take.
     return BuiltSandbox::build(policy, init_.path,
                                std::chrono::steady_clock::now() + policy.limits.wall_time);

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/policy.hpp"
+#include "rlm_sandbox/pool.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
 #include "rlm_sandbox/session.hpp"
@@ -564,6 +566,38 @@ print(outcome(socket.gethostbyname, "evil.test"))
   widened.egress.allow.back().name = "evil.test";
   widened.egress.allow.back().text = "evil.test:443";
   EXPECT_THROW(ServerConnection(server.socket()).run(request, offered, &widened), ServerRefused);
+}
+
+// A pool's warm sandboxes are built with the allowlist's listeners and host side in place, and
+// each run on one is held and accounted the same; a narrower list is another shape, served cold.
+TEST_F(EgressNamespace, APoolsWarmSandboxesEnforceTheAllowlistToo) {
+  const auto allowed = policy({{"allow", {"pypi.test:443", "echo.test:5432"}}});
+  Pool pool(allowed, PoolOptions{});
+  Request request;
+  request.argv = {"python3", "-c", std::string(kPrelude) + R"PY(
+print(https_get("pypi.test"))
+print(outcome(socket.gethostbyname, "evil.test"))
+)PY"};
+  for (int run = 0; run < 3; ++run) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (pool.stats().ready_sandboxes == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto result = pool.run(request);
+    ASSERT_EQ(result.status, Status::ok) << describe(result);
+    EXPECT_EQ(result.stdout_data, "tls ok sni=pypi.test\nerror:gaierror\n");
+    ASSERT_TRUE(result.network) << describe(result);
+    ASSERT_EQ(result.network->allowed.size(), 1u) << describe(result);
+    EXPECT_LT(result.network->allowed[0].at, result.wall + std::chrono::seconds(1))
+        << "times count from the run, not the build";
+    EXPECT_TRUE(denial(result, "dns", "evil.test")) << describe(result);
+  }
+  EXPECT_GE(pool.stats().warm_runs, 1u) << "no run was served warm";
+
+  auto narrowed = allowed;
+  narrowed.egress.allow.erase(narrowed.egress.allow.begin());
+  const auto narrow = pool.run(request, narrowed);
+  EXPECT_NE(narrow.stderr_data.find("gaierror"), std::string::npos) << describe(narrow);
+  EXPECT_TRUE(denial(narrow, "dns", "pypi.test")) << describe(narrow);
 }
 
 TEST_F(EgressNamespace, AnEmptyAllowlistIsNoNetwork) {
