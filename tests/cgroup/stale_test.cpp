@@ -51,41 +51,68 @@ TEST(CgroupStale, CollectsDeadOwnersOnly) {
   cgroup::RunId foreign = dead;
   foreign.pid_ns += 1;
 
-  auto stale1 = make_in_all(parents, recycled.to_string());
-  auto stale2 = make_in_all(parents, dead.to_string());
-  auto other_ns = make_in_all(parents, foreign.to_string());
-  auto decoy = make_in_all(parents, "decoy-not-a-run-id");
-  auto zero = make_in_all(parents, "0" + dead.to_string());  // not canonical: not ours
+  // Whatever this test makes goes again however it ends (an assertion returns early), deepest
+  // first, so that a failed run leaves nothing for the next to trip on.
+  std::vector<std::string> made;
+  struct RemoveMade {
+    std::vector<std::string>& dirs;
+    ~RemoveMade() {
+      for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) ::rmdir(it->c_str());
+    }
+  } remove_made{made};
+  auto make = [&](const std::vector<std::string>& in, const std::string& name) {
+    auto dirs = make_in_all(in, name);
+    made.insert(made.end(), dirs.begin(), dirs.end());
+    return dirs;
+  };
+
+  auto stale1 = make(parents, recycled.to_string());
+  auto stale2 = make(parents, dead.to_string());
+  auto other_ns = make(parents, foreign.to_string());
+  auto decoy = make(parents, "decoy-not-a-run-id-" + std::to_string(::getpid()));
+  auto zero = make(parents, "0" + dead.to_string());  // not canonical: not ours
   std::vector<std::string> nested;  // a stale-looking name under a parent not named rlm-sandbox
   for (const auto& d : decoy) {
     nested.push_back(d + "/" + dead.to_string());
     EXPECT_EQ(::mkdir(nested.back().c_str(), 0755), 0) << nested.back();
+    made.push_back(nested.back());
   }
 
-  // A process left running in a stale group (its runtime was SIGKILLed mid-run).
+  // A process left running in a stale group (its runtime was SIGKILLed mid-run). The group is made
+  // while its owner still lives, so that no collector running beside this test (any sandbox on
+  // the machine collects) can take it before the orphan is inside; then the owner dies.
+  WaitingChild owner([] {
+    for (;;) ::pause();
+    return 0;
+  });
+  owner.release();
+  const auto owner_start = cgroup::process_start_time(owner.pid());
+  ASSERT_TRUE(owner_start.has_value());
+  cgroup::RunId owned = self;
+  owned.pid = owner.pid();
+  owned.start_time = *owner_start;
+  auto stale3 = make(parents, owned.to_string());
   WaitingChild orphan([] {
     for (;;) ::pause();
     return 0;
   });
-  for (const auto& dir : stale1)
+  for (const auto& dir : stale3)
     ASSERT_EQ(cgroup::cgfs::write_file(dir + "/cgroup.procs", std::to_string(orphan.pid())), 0)
         << dir;
+  ::kill(owner.pid(), SIGKILL);
+  owner.wait();  // reaped: its pid no longer names a live process with that start time
 
   cgroup::collect_stale_groups();
 
+  // Another collector may have taken these first; either way they are gone.
   for (const auto& dir : stale1) EXPECT_FALSE(dir_exists(dir)) << dir;
   for (const auto& dir : stale2) EXPECT_FALSE(dir_exists(dir)) << dir;
+  for (const auto& dir : stale3) EXPECT_FALSE(dir_exists(dir)) << dir;
   const int status = orphan.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   for (const auto& dir : dirs_of(*live)) EXPECT_TRUE(dir_exists(dir)) << dir;
   for (const auto* keep : {&other_ns, &decoy, &zero, &nested})
     for (const auto& dir : *keep) EXPECT_TRUE(dir_exists(dir)) << dir;
-
-  // Clean up what this test made (children first).
-  for (const auto* made : {&nested, &decoy, &zero, &other_ns})
-    for (const auto& dir : *made) ::rmdir(dir.c_str());
-  for (const auto* made : {&nested, &decoy, &zero, &other_ns})
-    for (const auto& dir : *made) EXPECT_FALSE(dir_exists(dir)) << dir;
 }
 
 TEST(CgroupStale, ConcurrentCollectorsDoNotTrip) {
