@@ -4,7 +4,7 @@ frames take the same ones): an execute's, and the durations they carry."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from .result import RlmSandboxError
 
@@ -55,3 +55,14 @@ def added_index(result: Dict[str, Any]) -> int:
         raise RlmSandboxError(f"the session did not take it: {result.get('status')}: "
                               f"{result.get('error') or ''}".rstrip(": "))
     return index
+
+
+def checked_allow(allow: Any) -> List[str]:
+    """A narrow_network list as given by the caller: allow entries, each a string (the server
+    or the repl checks each against the session's list)."""
+    if isinstance(allow, str) or not isinstance(allow, (list, tuple)):
+        raise TypeError(f"allow must be a list of allow entries, not {type(allow).__name__}")
+    for entry in allow:
+        if not isinstance(entry, str):
+            raise TypeError(f"each allow entry is a string, not {type(entry).__name__}")
+    return list(allow)

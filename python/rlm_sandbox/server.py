@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._calls import Calls, Dispatcher, split_tools, unencodable
-from ._requests import added_index, checked_index, execute_request
+from ._requests import added_index, checked_allow, checked_index, execute_request
 from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
@@ -414,6 +414,10 @@ class ServerSession:
     def restore(self, snapshot_id: int) -> None:
         """Replaces the interpreter's state with a fresh copy of a snapshot (reusable)."""
         self._request({"op": "restore", "id": int(snapshot_id)}, "restored")
+
+    def narrow_network(self, allow: List[str]) -> None:
+        """Narrows the session's egress allowlist while it runs (RlmSandbox.narrow_network)."""
+        self._request({"op": "narrow_network", "allow": checked_allow(allow)}, "narrowed")
 
     def close(self) -> Dict[str, Any]:
         """Ends the session; returns the sandbox's Result dict. Idempotent."""

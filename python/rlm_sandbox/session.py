@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._calls import Calls, split_tools
 from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode, _finalizing
-from ._requests import added_index, checked_index, execute_request
+from ._requests import added_index, checked_allow, checked_index, execute_request
 from .result import CellResult, LlmCallback, RlmSandboxError
 from .server import ServerSession, server_from_environment
 
@@ -396,6 +396,16 @@ class RlmSandbox:
         if self._remote is not None:
             return self._remote.restore(snapshot_id)
         self._request({"op": "restore", "snapshot": int(snapshot_id)})
+
+    def narrow_network(self, allow: List[str]) -> None:
+        """Narrows the session's egress allowlist while it runs: from now on only ``allow``
+        (policy allow entries such as ``"https://pypi.org"``, each within the list as it is;
+        ``[]`` for no network at all). The sandbox's DNS and new connections follow it at once,
+        and open connections it no longer lets through are ended. Raises RlmSandboxError when
+        the session has no allowlist or an entry would widen it."""
+        if self._remote is not None:
+            return self._remote.narrow_network(allow)
+        self._request({"op": "narrow_network", "allow": checked_allow(allow)})
 
     def close(self) -> Dict[str, Any]:
         """Ends the session and waits for the process; returns the sandbox's Result dict.

@@ -253,7 +253,8 @@ class DockerBackend final : public Backend {
       // tell a cell the OOM killer took (memory_limit) from one that crashed. The files are read
       // by path: once the container is gone they simply answer nothing.
       if (request.on_started)
-        request.on_started([cgroup] { return cgroup ? cgroup->live() : LiveCounters{}; });
+        request.on_started(
+            {[cgroup] { return cgroup ? cgroup->live() : LiveCounters{}; }, nullptr});
       // The container's CPU time, every process together, against limits.cpu_time_ms (RLIMIT_CPU,
       // set through Ulimits, counts each process alone).
       termination.cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);

@@ -24,6 +24,8 @@ class ClientGate {
   virtual std::optional<std::size_t> admit(std::span<const std::uint8_t> peeked) = 0;
   // The most admit() needs to see at once to decide.
   virtual std::size_t window() const = 0;
+  // Whether every byte from now on passes unseen (the relay then splices without peeking).
+  virtual bool passes_everything() const { return false; }
 };
 
 // Who a gate records a refusal against.
@@ -54,6 +56,7 @@ class TlsGate final : public ClientGate {
       : scope_(std::move(scope)), max_hello_(max_hello) {}
   std::optional<std::size_t> admit(std::span<const std::uint8_t> peeked) override;
   std::size_t window() const override;
+  bool passes_everything() const override { return encrypted_; }
 
  private:
   std::optional<std::size_t> refuse(Denial kind, std::string name);

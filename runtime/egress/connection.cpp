@@ -285,6 +285,19 @@ void serve_connection(const ConnectionContext& context, host::UniqueFd client) {
     context.account.deny(Denial::upstream, name.value_or(""), to_string(target->address), port);
     return;
   }
+  // Checked against the list as it was when the connection came: a narrowing since (a live
+  // session's) has the last word, and ends the connection later if it comes after this.
+  const auto admitted =
+      context.rules.admit({name, dialled->address, port, client.get(), upstream.get()});
+  if (!admitted) {
+    context.account.deny(Denial::no_rule, name.value_or(""), destination, port);
+    return;
+  }
+  struct Forget {
+    LiveRules& rules;
+    std::uint64_t token;
+    ~Forget() { rules.forget(token); }
+  } forget{context.rules, *admitted};  // before `upstream` and `client` close
   const long entry =
       context.account.allow(name.value_or(""), to_string(target->address), port, rule->text);
   RelayCount count;

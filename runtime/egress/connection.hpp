@@ -9,6 +9,7 @@
 
 #include "egress/account.hpp"
 #include "egress/dns_stub.hpp"
+#include "egress/live_rules.hpp"
 #include "egress/synthetic_names.hpp"
 #include "egress/upstream.hpp"
 #include "host/unique_fd.hpp"
@@ -17,7 +18,8 @@
 namespace rlm::egress {
 
 struct ConnectionContext {
-  const Egress& egress;
+  const Egress& egress;  // the list as it was when the connection came (rules.current())
+  LiveRules& rules;      // as it is now: the relay starts only if it still lets it through
   SyntheticNames& names;
   Account& account;
   DnsStub& dns;

@@ -68,7 +68,7 @@ std::vector<std::uint8_t> DnsStub::answer(std::span<const std::uint8_t> message)
     return protocols::build_dns_response(*query, DnsRcode::no_error, std::nullopt, &*name,
                                          kTtlSeconds);
   }
-  if (!name_allowed(egress_, question.name)) return refuse(DnsRcode::name_error);
+  if (!name_allowed(*rules_.current(), question.name)) return refuse(DnsRcode::name_error);
   if (question.type != protocols::kDnsTypeA) {
     // AAAA, HTTPS, SVCB, TXT...: the name exists, with nothing of that type (NODATA).
     account_.dns_answered();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "egress/account.hpp"
+#include "egress/live_rules.hpp"
 #include "egress/synthetic_names.hpp"
 #include "rlm_sandbox/policy.hpp"
 
@@ -19,15 +20,16 @@ class DnsStub {
  public:
   static constexpr std::uint32_t kTtlSeconds = 300;
 
-  DnsStub(const Egress& egress, SyntheticNames& names, Account& account)
-      : egress_(egress), names_(names), account_(account) {}
+  // Each answer follows the list as it is at that moment (a live session's may narrow).
+  DnsStub(const LiveRules& rules, SyntheticNames& names, Account& account)
+      : rules_(rules), names_(names), account_(account) {}
 
   // The answer to one message from the sandbox (a UDP datagram, or a TCP frame's body); empty
   // when not even its id could be read (nothing is sent then).
   std::vector<std::uint8_t> answer(std::span<const std::uint8_t> message);
 
  private:
-  const Egress& egress_;
+  const LiveRules& rules_;
   SyntheticNames& names_;
   Account& account_;
 };

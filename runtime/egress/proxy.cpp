@@ -36,11 +36,13 @@ bool is_datagram(int fd) {
 
 struct EgressProxy::Shared {
   Shared(const Egress& policy, UpstreamSettings settings)
-      : egress(policy),
+      : rules(policy),
+        limits(policy.limits),
         names(policy.limits.names),
-        dns(egress, names, account),
+        dns(rules, names, account),
         upstream(std::move(settings)) {}
-  const Egress egress;
+  LiveRules rules;
+  const EgressLimits limits;  // a narrowing keeps them
   SyntheticNames names;
   Account account;
   DnsStub dns;
@@ -52,7 +54,9 @@ struct EgressProxy::Shared {
   std::condition_variable idle;
   std::size_t active = 0;
 
-  ConnectionContext context() { return {egress, names, account, dns, upstream, stop.get()}; }
+  ConnectionContext context(const Egress& egress) {
+    return {egress, rules, names, account, dns, upstream, stop.get()};
+  }
 };
 
 EgressProxy::EgressProxy(std::vector<host::UniqueFd> listeners, const Egress& egress,
@@ -102,7 +106,7 @@ EgressProxy::EgressProxy(std::vector<host::UniqueFd> listeners, const Egress& eg
         if (!client) continue;
         {
           std::lock_guard lock(shared->mutex);
-          if (shared->active >= shared->egress.limits.connections) {
+          if (shared->active >= shared->limits.connections) {
             shared->account.deny(Denial::limit, "", "", 0);
             continue;  // closed: the flood ends here, not in the host side
           }
@@ -111,7 +115,8 @@ EgressProxy::EgressProxy(std::vector<host::UniqueFd> listeners, const Egress& eg
         try {
           std::thread([shared, client = std::move(client)]() mutable {
             try {
-              serve_connection(shared->context(), std::move(client));
+              const auto egress = shared->rules.current();
+              serve_connection(shared->context(*egress), std::move(client));
             } catch (const std::exception&) {
               // A connection that could not be served is closed; the sandbox sees a reset.
             }
@@ -146,6 +151,10 @@ void EgressProxy::stop() {
 
 NetworkAccount EgressProxy::account() const {
   return shared_->account.snapshot();
+}
+
+std::size_t EgressProxy::narrow(const Egress& narrower) {
+  return shared_->rules.replace(narrower);
 }
 
 void EgressProxy::restart_clock() {

@@ -33,6 +33,11 @@ class EgressProxy {
   // Idempotent.
   void stop();
 
+  // From now on `narrower` is the list (a live session's narrowing; the caller checked that it
+  // lets through nothing the list did not): DNS answers and new connections follow it, and open
+  // connections it does not let through end. Returns how many ended.
+  std::size_t narrow(const Egress& narrower);
+
   // What the sandbox did so far.
   NetworkAccount account() const;
   // The account's times count from now (a sandbox built ahead, at its launch).

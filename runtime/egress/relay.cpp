@@ -58,7 +58,7 @@ enum class Step { more, blocked, eof, failed, refused };
 Step fill(Direction& direction, ClientGate* gate, std::vector<std::uint8_t>& window, bool hung_up) {
   const std::size_t room = direction.capacity - direction.in_pipe;
   if (room == 0) return Step::blocked;
-  if (!gate) {
+  if (!gate || gate->passes_everything()) {
     const ssize_t moved = splice(direction.from, nullptr, direction.pipe_write.get(), nullptr, room,
                                  SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     if (moved == 0) return Step::eof;

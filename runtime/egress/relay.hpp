@@ -28,7 +28,8 @@ struct RelayCount {
 void wake_beyond(int fd, std::size_t bytes);
 
 // Both sockets non-blocking. `gate`, when set, judges the sandbox's bytes before they go
-// (client_gate.hpp); bytes it has not admitted yet stay in the socket, read by peeking.
+// (client_gate.hpp); bytes it has not admitted yet stay in the socket, read by peeking. Once it
+// passes everything (a TLS handshake gone encrypted) they are spliced as they come.
 RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds idle,
                ClientGate* gate, RelayCount& count);
 

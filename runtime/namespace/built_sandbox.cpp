@@ -101,10 +101,11 @@ struct Preparation {
 };
 
 // The live counters a caller may read from another thread while run() supervises: the cgroup's,
-// and an allowlist's network account (a session's cells take their slices of it).
+// and an allowlist's network account (a session's cells take their slices of it); and the
+// allowlist's narrowing.
 class CgroupProbe {
  public:
-  CgroupProbe(const cgroup::RunCgroup* cgroup, const egress::EgressProxy* proxy)
+  CgroupProbe(const cgroup::RunCgroup* cgroup, egress::EgressProxy* proxy)
       : cgroup_(cgroup), proxy_(proxy) {}
   LiveCounters read() {
     std::lock_guard lock(mutex_);
@@ -118,6 +119,10 @@ class CgroupProbe {
     }
     return counters;
   }
+  void narrow_network(const Egress& narrower) {
+    std::lock_guard lock(mutex_);
+    if (proxy_) proxy_->narrow(narrower);
+  }
   void detach() {
     std::lock_guard lock(mutex_);
     cgroup_ = nullptr;
@@ -127,7 +132,7 @@ class CgroupProbe {
  private:
   std::mutex mutex_;
   const cgroup::RunCgroup* cgroup_;
-  const egress::EgressProxy* proxy_;  // an allowlist's account
+  egress::EgressProxy* proxy_;  // an allowlist's account and list
 };
 
 void collect_stale_groups_once() {
@@ -507,7 +512,15 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
 
   // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
   auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get(), p.proxy.get());
-  if (request.on_started) request.on_started([probe_target] { return probe_target->read(); });
+  if (request.on_started) {
+    RunningSandbox running;
+    running.counters = [probe_target] { return probe_target->read(); };
+    if (p.proxy)
+      running.narrow_network = [probe_target](const Egress& narrower) {
+        probe_target->narrow_network(narrower);
+      };
+    request.on_started(std::move(running));
+  }
   // With a cgroup to count the usage, the Result need not wait for init's exit (the namespaces'
   // teardown, milliseconds): init reports only once every other process is dead and reaped, and
   // this sandbox's destructor reaps init and removes the cgroup.

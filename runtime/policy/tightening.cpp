@@ -451,7 +451,9 @@ std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
   return findings.take();
 }
 
-Policy narrow_network(Policy policy, const std::vector<std::string>& entries) {
+Policy narrow_network(Policy policy, const std::vector<std::string>& entries,
+                      std::string_view source) {
+  const std::string label(source);
   std::vector<NetworkRule> rules;
   std::vector<Diagnostic> malformed;
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -459,16 +461,16 @@ Policy narrow_network(Policy policy, const std::vector<std::string>& entries) {
     if (auto rule = policy::parse_network_rule(entries[i], false, why))
       rules.push_back(std::move(*rule));
     else
-      malformed.push_back({index_path("--allow-net", i), entries[i] + ": " + why});
+      malformed.push_back({index_path(label, i), entries[i] + ": " + why});
   }
-  if (!malformed.empty()) throw PolicyError("--allow-net", std::move(malformed));
+  if (!malformed.empty()) throw PolicyError(label, std::move(malformed));
   if (policy.network == Network::none)
-    throw Error("--allow-net " + entries.front() +
+    throw Error(label + " " + (entries.empty() ? std::string() : entries.front()) +
                 ": the policy's network is none; a run may only narrow its policy's network");
   if (policy.network == Network::allowlist)
     for (const auto& rule : rules)
       if (!policy::covered_by_any(policy.egress.allow, rule))
-        throw Error("--allow-net " + rule.text +
+        throw Error(label + " " + rule.text +
                     ": not within the policy's allowlist; a run may only narrow it");
   // The policy's deny entries, private setting and limits stay; only what is allowed narrows.
   policy.network = Network::allowlist;

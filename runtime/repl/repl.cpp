@@ -220,6 +220,10 @@ bool serve(Session& session, OrchestratorHandler* orchestrator, const ReplReques
         session.restore(request.snapshot);
         output.line({{"id", id}, {"result", {{"restored", request.snapshot}}}});
         break;
+      case ReplOp::narrow_network:
+        session.narrow_network(request.allow);
+        output.line({{"id", id}, {"result", {{"narrowed", request.allow}}}});
+        break;
       case ReplOp::close:
         output.line({{"id", id}, {"result", session.close().to_json()}});
         return false;

@@ -70,6 +70,7 @@ std::optional<ReplOp> op_named(std::string_view name) {
   if (name == "context") return ReplOp::context;
   if (name == "add_context") return ReplOp::add_context;
   if (name == "add_history") return ReplOp::add_history;
+  if (name == "narrow_network") return ReplOp::narrow_network;
   return std::nullopt;
 }
 
@@ -87,6 +88,8 @@ bool op_takes(ReplOp op, std::string_view key) {
       return key == "history" || key == "index";
     case ReplOp::restore:
       return key == "snapshot";
+    case ReplOp::narrow_network:
+      return key == "allow";
     case ReplOp::context:
       return key == "context";
     case ReplOp::snapshot:
@@ -204,6 +207,17 @@ ReplRequest checked(const json& line, ReplOp op, std::string_view name,
             "llm_result needs exactly one of \"text\" and \"error\" (a string) and "
             "\"value\" (a tool's answer: any JSON)"};
       break;
+    case ReplOp::narrow_network: {
+      const json* allow = field(line, "allow");
+      if (!allow || !allow->is_array())
+        throw Refusal{"narrow_network needs \"allow\": a list of allow entries (strings)"};
+      for (const auto& entry : *allow) {
+        if (!entry.is_string())
+          throw Refusal{"narrow_network: each allow entry is a string, like \"https://pypi.org\""};
+        request.allow.push_back(entry.get<std::string>());
+      }
+      break;
+    }
     case ReplOp::restore:
       request.snapshot = unsigned_field(line, "snapshot",
                                         "restore needs \"snapshot\": an id from a snapshot result");
@@ -270,13 +284,15 @@ ParsedReplRequest parse_repl_request(std::string_view line, const ReplInputLimit
   if (!op_value->is_string())
     return ReplRequestError{usable_id,
                             "\"op\" must be a string: execute, llm_result, add_context, "
-                            "add_history, snapshot, restore, close (or context, first)"};
+                            "add_history, snapshot, restore, narrow_network, close (or context, "
+                            "first)"};
   const auto& name = op_value->get_ref<const std::string&>();
   const auto op = op_named(name);
   if (!op)
-    return ReplRequestError{usable_id, "unknown op " + excerpt(name) +
-                                           "; expected execute, llm_result, add_context, "
-                                           "add_history, snapshot, restore or close"};
+    return ReplRequestError{usable_id,
+                            "unknown op " + excerpt(name) +
+                                "; expected execute, llm_result, add_context, "
+                                "add_history, snapshot, restore, narrow_network or close"};
   try {
     auto request = checked(parsed, *op, name, limits);
     request.id = std::move(usable_id);

@@ -43,7 +43,8 @@ enum class ReplOp {
   close,
   context,
   add_context,
-  add_history
+  add_history,
+  narrow_network
 };
 
 // The longest variable name `fetch` takes.
@@ -67,6 +68,7 @@ struct ReplRequest {
   std::string context_file;            // add_context: instead of `context`
   bool context_json = false;           // add_context: "json"
   std::optional<std::uint64_t> index;  // add_context, add_history
+  std::vector<std::string> allow;      // narrow_network: the allow entries, each a string
 };
 
 // Why a line is not a request, and the line's id when it had a usable one (else null).

@@ -57,6 +57,11 @@ class RelayedSession final : public Session {
     if (reply["op"] != "restored") throw Error("the server answered out of turn");
   }
 
+  void narrow_network(const std::vector<std::string>& entries) override {
+    const json reply = call({{"op", "narrow_network"}, {"allow", entries}}, nullptr);
+    if (reply["op"] != "narrowed") throw Error("the server answered out of turn");
+  }
+
   Result close() override {
     if (closed_) return *closed_;
     Result result;

@@ -24,6 +24,7 @@ using nlohmann::json;
 
 constexpr std::chrono::hours kMaxLifetime{24};
 constexpr std::chrono::seconds kContextDeadline{60};
+constexpr std::size_t kMaxNarrowingEntries = 1024;  // entries in one narrow_network frame
 
 // Answers the cell's calls by asking the client. Every call gets an id; the client's llm_answer
 // with that id completes it; calls still open when the connection ends are answered with errors.
@@ -352,6 +353,25 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
         if (id == op.end() || !id->is_number_unsigned()) throw Error("restore needs \"id\"");
         session->restore(id->get<SnapshotId>());
         link->send({{"op", "restored"}});
+      } else if (name == "narrow_network") {
+        const auto allow = op.find("allow");
+        if (allow == op.end() || !allow->is_array() || allow->size() > kMaxNarrowingEntries)
+          throw Error("narrow_network needs \"allow\": an array of at most " +
+                      std::to_string(kMaxNarrowingEntries) + " allow entries");
+        std::vector<std::string> entries;
+        for (const auto& entry : *allow) {
+          if (!entry.is_string()) throw Error("narrow_network: each allow entry is a string");
+          entries.push_back(entry.get<std::string>());
+        }
+        // Checked against the session's own list (the client's, already within the server's).
+        session->narrow_network(entries);
+        json narrowed{{"event", "narrow_network"},
+                      {"op", "session"},
+                      {"id", activity->id()},
+                      {"allow", entries}};
+        narrowed.update(connection.who());
+        connection.log.record(std::move(narrowed));
+        link->send({{"op", "narrowed"}});
       } else if (name == "close") {
         client->close();
         const Result result = session->close();
@@ -400,7 +420,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
                                                        : "the client gave no answer");
       client->complete(id->get<std::uint64_t>(), std::move(answer));
     } else if (op == "execute" || op == "snapshot" || op == "restore" || op == "close" ||
-               op == "add_context") {
+               op == "add_context" || op == "narrow_network") {
       UniqueFd fd;
       if (op == "add_context" && next->fds.size() == 1) fd = std::move(next->fds.front());
       if (!executor.post({message, std::move(fd)}))

@@ -13,6 +13,7 @@
 #include "broker/routing.hpp"
 #include "host/context_fd.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/tightening.hpp"
 #include "rlm_sandbox/units.hpp"
 #include "rlm_sys/sys.hpp"
 #include "session/cell.hpp"
@@ -305,9 +306,9 @@ void WorkerSession::start_run(Request request) {
     kept.append(text);
     if (kept.size() > kWorkerStderrKept) kept.erase(0, kept.size() - kWorkerStderrKept);
   };
-  request.on_started = [run = run_](std::function<LiveCounters()> probe) {
+  request.on_started = [run = run_](RunningSandbox running) {
     std::lock_guard lock(run->mutex);
-    run->probe = std::move(probe);
+    run->running = std::move(running);
   };
 
   run_thread_ = std::thread([this, request = std::move(request), run = run_]() mutable {
@@ -322,7 +323,7 @@ void WorkerSession::start_run(Request request) {
       std::lock_guard lock(run->mutex);
       run->result = std::move(result);
       run->failure = std::move(failure);
-      run->probe = nullptr;
+      run->running = {};
     }
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t ignored = write(run->done.get(), &one, sizeof one);
@@ -499,9 +500,28 @@ LiveCounters WorkerSession::counters() {
   std::function<LiveCounters()> probe;
   {
     std::lock_guard lock(run_->mutex);
-    probe = run_->probe;
+    probe = run_->running.counters;
   }
   return probe ? probe() : LiveCounters{};
+}
+
+void WorkerSession::narrow_network(const std::vector<std::string>& entries) {
+  require_alive();
+  std::function<void(const Egress&)> narrow;
+  {
+    std::lock_guard lock(run_->mutex);
+    narrow = run_->running.narrow_network;
+  }
+  if (policy_.network != Network::allowlist || !narrow)
+    throw Error(std::string("narrow_network: this session has no egress allowlist to narrow (its "
+                            "network is ") +
+                (policy_.network == Network::none ? "none: it has no network at all)"
+                                                  : "the host's, which a running sandbox cannot "
+                                                    "be put behind an allowlist from)"));
+  // Checked against the list as it is now (an earlier narrowing's), so each one only narrows.
+  Policy narrowed = rlm::narrow_network(policy_, entries, "narrow_network");
+  narrow(narrowed.egress);
+  policy_.egress = std::move(narrowed.egress);
 }
 
 }  // namespace rlm::session

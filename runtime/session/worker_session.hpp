@@ -64,7 +64,7 @@ struct RunState {
   std::optional<Result> result;
   std::string failure;  // run() threw
   std::string worker_stderr;
-  std::function<LiveCounters()> probe;
+  RunningSandbox running;  // null members before the start and after the run
   host::UniqueFd done{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
 };
 
@@ -100,6 +100,7 @@ class WorkerSession final : public Session {
   // (committed instead of discarded when the next cell succeeds).
   SnapshotId snapshot() override;
   void restore(SnapshotId id) override;
+  void narrow_network(const std::vector<std::string>& entries) override;
   Result close() override;
   void kill(const std::string& why) override;
 

@@ -120,7 +120,7 @@ void RunStart::fill_from(Supervision supervision, const RunContext& context) {
 
 Result RunStart::supervise_to_the_end(const Request& request, InitProcess& process,
                                       SupervisionOptions options, const RunContext& context) {
-  if (request.on_started) request.on_started([] { return LiveCounters{}; });
+  if (request.on_started) request.on_started({[] { return LiveCounters{}; }, nullptr});
   fill_from(supervise_init(process, std::move(options)), context);
   return finish();
 }

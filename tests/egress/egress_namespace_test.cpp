@@ -525,6 +525,126 @@ TEST_F(EgressNamespace, ASessionsCellsEachCarryTheirOwnSliceOfTheAccount) {
   session->close();
 }
 
+// A live session's allowlist narrows while it runs, directly and through the server: from the
+// narrowing on, the dropped name is NXDOMAIN, a connection to the address its DNS bound before is
+// denied, and a connection opened before and still open is ended at once; what stays allowed
+// still works. Each narrowing is checked against the list as it is then, so none can widen it
+// (not even back to what it was), a malformed entry is refused by its path, and a session with
+// no allowlist has nothing to narrow.
+class EgressSessionNarrowing : public EgressNamespace,
+                               public ::testing::WithParamInterface<bool /*through a server*/> {};
+
+constexpr const char* kNarrowingCells[] = {
+    // 1: a connection to echo.test kept open, and the address echo.test's DNS bound.
+    R"PY(
+kept = socket.create_connection(("echo.test", 5432), timeout=10)
+kept.sendall(b"one")
+print(kept.recv(16), https_get("pypi.test"))
+bound = socket.gethostbyname("echo.test")
+)PY",
+    // 2: after the narrowing to pypi.test alone.
+    R"PY(
+def kept_now():
+    try:
+        kept.settimeout(10)
+        kept.sendall(b"two")
+        return kept.recv(16) or b"ended"
+    except OSError as error:
+        return "ended:" + type(error).__name__
+print(kept_now())
+print(outcome(socket.gethostbyname, "echo.test"))
+print(exchange(bound, 5432, b"again"))
+print(https_get("pypi.test"))
+)PY",
+    // 3: after the narrowing to nothing.
+    R"PY(
+print(outcome(socket.gethostbyname, "pypi.test"))
+)PY"};
+
+TEST_P(EgressSessionNarrowing, ALiveSessionsAllowlistNarrowsAndEndsWhatItNoLongerLetsThrough) {
+  const bool through_server = GetParam();
+  Policy repl = load_policy_text(json{{"extends", "python-repl"},
+                                      {"network", {{"allow", {"pypi.test:443", "echo.test:5432"}}}},
+                                      {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
+                                     .dump(),
+                                 "egress-repl.json");
+  world_.bind_into(repl);
+  std::optional<ServerProcess> server;
+  std::unique_ptr<Session> session;
+  if (through_server) {
+    const std::string offered = world_.dir().file("offered-repl.json");
+    std::ofstream(offered) << repl.to_json().dump();
+    server.emplace(std::vector<std::string>{"--session-pool", offered + "=1"});
+    session = ServerConnection(server->socket()).open_session(offered, nullptr, {});
+  } else {
+    session = ns::make_namespace_backend()->open_session(repl, {});
+  }
+  auto cell = [&](const std::string& code) {
+    const auto result = session->execute(code, std::chrono::seconds(40));
+    EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
+    return result;
+  };
+  cell(kPrelude);
+  EXPECT_EQ(cell(kNarrowingCells[0]).stdout_data, "b'one' tls ok sni=pypi.test\n");
+
+  session->narrow_network({"pypi.test:443"});
+  const auto after = cell(kNarrowingCells[1]);
+  std::istringstream lines(after.stdout_data);
+  std::string kept, lookup, again, fetch;
+  std::getline(lines, kept);
+  std::getline(lines, lookup);
+  std::getline(lines, again);
+  std::getline(lines, fetch);
+  EXPECT_TRUE(kept == "b'ended'" || kept.starts_with("ended:")) << after.stdout_data;
+  EXPECT_EQ(lookup, "error:gaierror") << after.stdout_data;
+  EXPECT_EQ(again, "b''") << after.stdout_data;
+  EXPECT_EQ(fetch, "tls ok sni=pypi.test") << after.stdout_data;
+  ASSERT_TRUE(after.network) << after.to_json().dump();
+  bool dns_denied = false, connection_denied = false;
+  for (const auto& entry : after.network->denied) {
+    dns_denied |= entry.kind == "dns" && entry.name == "echo.test";
+    connection_denied |= entry.kind == "no_rule" && entry.name == "echo.test";
+  }
+  EXPECT_TRUE(dns_denied) << after.to_json().dump();
+  EXPECT_TRUE(connection_denied) << after.to_json().dump();
+
+  // Never wider than the list is now: echo.test is gone for good, evil.test never was.
+  EXPECT_THROW(session->narrow_network({"echo.test:5432"}), Error);
+  EXPECT_THROW(session->narrow_network({"pypi.test:443", "evil.test:443"}), Error);
+  EXPECT_THROW(session->narrow_network({"pypi.test"}), Error);  // no port: malformed
+  EXPECT_EQ(cell("print(https_get('pypi.test'))").stdout_data, "tls ok sni=pypi.test\n");
+
+  session->narrow_network({});
+  EXPECT_EQ(cell(kNarrowingCells[2]).stdout_data, "error:gaierror\n");
+  session->close();
+  EXPECT_THROW(session->narrow_network({}), Error);
+}
+
+TEST_P(EgressSessionNarrowing, ASessionWithoutAnAllowlistHasNothingToNarrow) {
+  const bool through_server = GetParam();
+  Policy repl = load_policy_text(json{{"extends", "python-repl"}}.dump(), "repl.json");
+  std::optional<ServerProcess> server;
+  std::unique_ptr<Session> session;
+  if (through_server) {
+    server.emplace(std::vector<std::string>{"--session-pool", "python-repl=1"});
+    session = ServerConnection(server->socket()).open_session("python-repl", nullptr, {});
+  } else {
+    session = ns::make_namespace_backend()->open_session(repl, {});
+  }
+  try {
+    session->narrow_network({"pypi.test:443"});
+    ADD_FAILURE() << "a session with no network narrowed to an allowlist";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("no egress allowlist"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(session->execute("print(1)").stdout_data, "1\n") << "the session goes on";
+  session->close();
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, EgressSessionNarrowing, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Server" : "Direct"; });
+
 // Through `rlm-sandbox serve` (started in this world, so it serves from its network namespace):
 // a client's run of an offered allowlist is enforced and accounted the same, and a client may
 // narrow the list but not widen it.

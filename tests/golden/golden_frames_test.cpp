@@ -198,9 +198,10 @@ TEST(GoldenFrames, ServerWireInvalidFramesAreRefused) {
 
 const char* op_name(repl::ReplOp op) {
   // Indexed by ReplOp, in its order; the last is the last enumerator.
-  static constexpr const char* kNames[] = {"execute", "llm_result", "snapshot",    "restore",
-                                           "close",   "context",    "add_context", "add_history"};
-  static_assert(std::size(kNames) == static_cast<std::size_t>(repl::ReplOp::add_history) + 1);
+  static constexpr const char* kNames[] = {"execute",     "llm_result",  "snapshot",
+                                           "restore",     "close",       "context",
+                                           "add_context", "add_history", "narrow_network"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(repl::ReplOp::narrow_network) + 1);
   const auto index = static_cast<std::size_t>(op);
   return index < std::size(kNames) ? kNames[index] : "?";
 }
@@ -237,6 +238,9 @@ json as_line(const repl::ReplRequest& request) {
       break;
     case repl::ReplOp::restore:
       line["snapshot"] = request.snapshot;
+      break;
+    case repl::ReplOp::narrow_network:
+      line["allow"] = request.allow;
       break;
     case repl::ReplOp::context:
       line["context"] = request.context;

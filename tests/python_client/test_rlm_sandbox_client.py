@@ -187,6 +187,36 @@ class StateTest(SandboxTestCase):
             sb.execute("x", timeout=3600)  # above the policy's 60 s
         self.assertEqual(self.run_ok(sb, "x").stdout, "5\n")
 
+    def test_narrow_network_narrows_a_live_allowlist(self) -> None:
+        # The sandbox's DNS is answered on the host side: an allowed name resolves (to an
+        # address the host side bound to it) with no upstream at all, and not once narrowed away.
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as policy:
+            json.dump({"extends": "python-repl",
+                       "network": {"allow": ["pypi.test:443", "files.test:443"]}}, policy)
+        self.addCleanup(os.unlink, policy.name)
+        sb = self.sandbox(policy=policy.name)
+        lookup = ("import socket\n"
+                  "def lookup(name):\n"
+                  "    try: return socket.gethostbyname(name).startswith('198.1')\n"
+                  "    except OSError as error: return type(error).__name__\n")
+        self.run_ok(sb, lookup)
+        self.assertEqual(self.run_ok(sb, "print(lookup('files.test'))").stdout, "True\n")
+        sb.narrow_network(["pypi.test:443"])
+        self.assertEqual(self.run_ok(sb, "print(lookup('files.test'), lookup('pypi.test'))").stdout,
+                         "gaierror True\n")
+        with self.assertRaisesRegex(RlmSandboxError, "not within"):
+            sb.narrow_network(["files.test:443"])  # never wider than the list is now
+        with self.assertRaises(TypeError):
+            sb.narrow_network("pypi.test:443")  # type: ignore[arg-type]
+        sb.narrow_network([])
+        self.assertEqual(self.run_ok(sb, "print(lookup('pypi.test'))").stdout, "gaierror\n")
+
+    def test_narrow_network_without_an_allowlist_raises(self) -> None:
+        sb = self.sandbox()
+        with self.assertRaisesRegex(RlmSandboxError, "no egress allowlist"):
+            sb.narrow_network(["pypi.test:443"])
+        self.assertEqual(self.run_ok(sb, "print(1)").stdout, "1\n")
+
     def test_trusted_local_policy_on_local_backend(self) -> None:
         sb = self.sandbox(policy="trusted-local", backend="local")
         self.assertEqual(sb.backend, "local")

@@ -42,7 +42,10 @@ in:   {"id": 1, "op": "execute", "code": "x = 41", "timeout_ms": 5000}
       {"id": 3, "op": "add_history", "history": [{"role": "user", "content": "..."}]}
             sets history_N (and history for 0); "index" as for add_context
       {"id": 4, "op": "snapshot"}     {"id": 5, "op": "restore", "snapshot": 1}
-      {"id": 6, "op": "close"}
+      {"id": 6, "op": "narrow_network", "allow": ["https://pypi.org"]}
+            under an egress allowlist: only these entries from now on (each within the list;
+            [] for no network); open connections they do not let through end
+      {"id": 7, "op": "close"}
       {"op": "context", "context": "..."}   as the first request, when --context is not given
 out:  {"event": "ready", "backend": "namespace", "policy": "python-repl"}
             (at once with --context; otherwise after the first request, which may be the context)

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/result.hpp"
 
 namespace rlm {
@@ -22,6 +23,19 @@ struct LiveCounters {
   std::optional<std::uint64_t> oom_kills;        // processes the kernel killed at the memory limit
   std::optional<std::chrono::microseconds> cpu;  // CPU time of every process in the sandbox
   std::optional<NetworkAccount> network;         // under an egress allowlist: its account so far
+};
+
+// What the caller of a run may do with its sandbox while it runs (Request::on_started): each
+// stays callable from any thread, and does nothing once run() returned.
+struct RunningSandbox {
+  // The run's counters so far (empty once run() returned).
+  std::function<LiveCounters()> counters;
+  // Under an egress allowlist the backend enforces: from now on `narrower` is the list (the
+  // caller has checked it lets through nothing the current one does not: narrow_network() in
+  // tightening.hpp). The sandbox's DNS answers and new connections follow it, and its open
+  // connections the narrower list does not let through end at once. Null where there is no
+  // allowlist to narrow.
+  std::function<void(const Egress&)> narrow_network;
 };
 
 // A host uid and gid.
@@ -57,11 +71,11 @@ struct Request {
   // For callers that drive the payload while run() blocks on another thread (sessions):
   // fds the payload inherits under the same numbers (each >= 4, at most 2; the caller keeps
   // ownership), an fd that stops the run (init and everything under it) once it is readable, and
-  // a callback on run()'s thread once the payload is running, handing over a probe of the run's
-  // counters that stays callable from any thread (it answers empty after run() returned).
+  // a callback on run()'s thread once the payload is running, handing over what the caller may
+  // do with the sandbox while it runs (RunningSandbox).
   std::vector<int> inherit_fds;
   int stop_fd = -1;
-  std::function<void(std::function<LiveCounters()>)> on_started;
+  std::function<void(RunningSandbox)> on_started;
 
   // When all three are >= 0, the payload's stdin, stdout and stderr are these fds themselves (the
   // caller keeps ownership): output goes where they lead without passing through this process, so

@@ -143,6 +143,14 @@ class Session {
   // Replaces the live interpreter with a fresh copy of the snapshot. Throws Error for an unknown
   // id.
   virtual void restore(SnapshotId id) = 0;
+  // Narrows the session's egress allowlist while it runs (docs/network.md): from now on only
+  // `entries` (policy allow entries, each within the list as it is; none: no network at all)
+  // are let through. The sandbox's DNS answers and new connections follow the narrower list at
+  // once, and its open connections that the list no longer lets through are ended. Deny entries,
+  // "private" and limits stay. Throws PolicyError for a malformed entry, and Error when the
+  // session is over, has no allowlist (a network of none has nothing to narrow; a sandbox on the
+  // host's network cannot be put behind one while it runs), or an entry would widen the list.
+  virtual void narrow_network(const std::vector<std::string>& entries) = 0;
   // Ends the session and everything in it (processes, cgroups, mounts); returns the sandbox's
   // Result. Idempotent.
   virtual Result close() = 0;

@@ -29,7 +29,9 @@ std::vector<Diagnostic> loosenings(const Policy& base, const Policy& candidate,
 // allowlist cut to them, or, for a policy on the host's network, an allowlist of them; its deny
 // entries, private setting and limits kept, injections for hosts no longer allowed dropped.
 // Throws PolicyError listing each malformed entry, and Error when the policy's network is none or
-// an entry lets through more than the policy's allowlist.
-Policy narrow_network(Policy policy, const std::vector<std::string>& entries);
+// an entry lets through more than the policy's allowlist. `source` names the entries in those
+// messages (`--allow-net[1]`, `narrow_network[0]`).
+Policy narrow_network(Policy policy, const std::vector<std::string>& entries,
+                      std::string_view source = "--allow-net");
 
 }  // namespace rlm
