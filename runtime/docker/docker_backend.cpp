@@ -21,6 +21,7 @@
 #include "docker/attached_stream.hpp"
 #include "docker/container_control.hpp"
 #include "docker/container_spec.hpp"
+#include "docker/egress_holder.hpp"
 #include "docker/health.hpp"
 #include "docker/hijack.hpp"
 #include "docker/ownership.hpp"
@@ -189,6 +190,13 @@ supervisor::RunEnd run_end(StreamOutcome stream, const Termination& termination,
   return end;
 }
 
+// The host side of an allowlist as the caller may reach it while the run goes on (its counters,
+// a session's narrowing): null once the run is over.
+struct LiveEgress {
+  std::mutex mutex;
+  egress::EgressProxy* proxy = nullptr;
+};
+
 class DockerBackend final : public Backend {
  public:
   std::string_view name() const override { return "docker"; }
@@ -202,8 +210,6 @@ class DockerBackend final : public Backend {
     require_runnable(request);
     // An invalid request throws here, before anything starts.
     supervisor::RunStart run("docker", request, policy);
-    if (auto why = supervisor::unenforceable_network(policy); !why.empty())
-      return run.setup_failed(why);
     const auto deadline = run.deadline();
 
     const auto endpoint = endpoint_from_environment();
@@ -219,13 +225,31 @@ class DockerBackend final : public Backend {
     collect_stale_containers_once(api);
 
     const std::string id = new_owned_id();
+    // An allowlist: the payload joins the network namespace of a holder container that is set up
+    // from here first (egress_holder.hpp). Declared before the payload's remover: removed after.
+    std::optional<EgressHolder> holder;
+    if (policy.network == Network::allowlist) {
+      try {
+        holder.emplace(api, policy, id, deadline);
+      } catch (const DaemonError& error) {
+        return run.setup_failed(error.what());
+      } catch (const Error& error) {
+        return run.setup_failed(error.what());
+      }
+    }
     ContainerPlan plan;
     plan.command = run.argv;
     plan.environment = std::move(run.environment);
     plan.open_stdin = wants_stdin(request);
     plan.session = id;
     plan.owner = id;
-    const auto body = create_body(policy, plan);
+    auto body = create_body(policy, plan);
+    if (holder) {
+      body["HostConfig"]["NetworkMode"] = holder->network_mode();
+      body.erase("Hostname");  // the holder's (Docker refuses one with a container's network)
+    }
+    auto live_egress = std::make_shared<LiveEgress>();
+    if (holder) live_egress->proxy = &holder->proxy();
 
     ContainerRemover remover(api);
     StreamOutcome stream;
@@ -240,6 +264,7 @@ class DockerBackend final : public Backend {
           "/containers/" + container +
               "/attach?stream=1&stdout=1&stderr=1&stdin=" + (plan.open_stdin ? "1" : "0"),
           std::nullopt, std::chrono::seconds(30));
+      if (holder) holder->proxy().restart_clock();  // the account's times count from the start
       if (auto not_found = start_or_not_found(api, container)) {
         fill_not_found(run.result, *not_found);
         return run.finish();  // the remover takes the container
@@ -252,9 +277,21 @@ class DockerBackend final : public Backend {
       // A session asks before and after each cell how many OOM kills its container has seen, to
       // tell a cell the OOM killer took (memory_limit) from one that crashed. The files are read
       // by path: once the container is gone they simply answer nothing.
-      if (request.on_started)
-        request.on_started(
-            {[cgroup] { return cgroup ? cgroup->live() : LiveCounters{}; }, nullptr});
+      if (request.on_started) {
+        RunningSandbox running;
+        running.counters = [cgroup, live_egress] {
+          auto counters = cgroup ? cgroup->live() : LiveCounters{};
+          std::lock_guard lock(live_egress->mutex);
+          if (live_egress->proxy) counters.network = live_egress->proxy->account();
+          return counters;
+        };
+        if (holder)
+          running.narrow_network = [live_egress](const Egress& narrower) {
+            std::lock_guard lock(live_egress->mutex);
+            if (live_egress->proxy) live_egress->proxy->narrow(narrower);
+          };
+        request.on_started(std::move(running));
+      }
       // The container's CPU time, every process together, against limits.cpu_time_ms (RLIMIT_CPU,
       // set through Ulimits, counts each process alone).
       termination.cpu_budget = request.sandbox_cpu_time.value_or(policy.limits.cpu_time);
@@ -288,6 +325,10 @@ class DockerBackend final : public Backend {
       return run.setup_failed(error.what());
     }
     const auto caller_error = stream.caller_error;
+    {
+      std::lock_guard lock(live_egress->mutex);
+      live_egress->proxy = nullptr;  // a caller's counters and narrowing reach it no more
+    }
     run.fill_from(run_end(std::move(stream), termination, usage, policy, run.wall_limit));
     // Without userns-remap the payload runs as a uid of the daemon's host (health says so too).
     if (policy.namespaces.user && !info.traits.remaps_users)
@@ -301,6 +342,14 @@ class DockerBackend final : public Backend {
     }
     if (auto problem = remover.remove(); !problem.empty())
       supervisor::add_note(run.result, "the container could not be removed: " + problem);
+    if (holder) {
+      std::string problem;
+      run.result.network = holder->finish(problem);
+      if (!problem.empty())
+        supervisor::add_note(
+            run.result,
+            "the network namespace's holder container could not be removed: " + problem);
+    }
     // Rethrown only now: the container is removed first.
     if (caller_error) std::rethrow_exception(caller_error);
     return run.finish();

@@ -1,5 +1,7 @@
 #include "docker/health.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <charconv>
 #include <map>
@@ -145,6 +147,14 @@ Health docker_health() {
       "pids limits, labelled rlm-sandbox=1";
   health.enforced = enforced_fields();
   health.network = {"none", "host"};
+  // An allowlist is set up by joining a holder container's network namespace from this process:
+  // root, with the daemon on this host (docs/network.md).
+  if (geteuid() == 0)
+    health.network.push_back("allowlist");
+  else
+    health.detail +=
+        "; an egress allowlist is enforced only when rlm-sandbox runs as root (it joins a "
+        "container's network namespace)";
   if (info.traits.remaps_users) {
     health.enforced.push_back("namespaces.user");
   } else {

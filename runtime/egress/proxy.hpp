@@ -1,5 +1,5 @@
 // The host side of one sandbox's egress allowlist (docs/network.md): the listeners its network
-// namespace handed over (namespace/egress_capture.hpp), served from this process's own network
+// namespace handed over (netns/egress_capture.hpp), served from this process's own network
 // namespace. One thread waits on all of them: a DNS datagram is answered there (dns_stub.hpp);
 // each accepted connection gets a thread of its own (connection.hpp), at most
 // `limits.connections` at once -- past that a connection is closed at once and counted as a

@@ -83,7 +83,7 @@ struct Preparation {
   IdMapping ids;
   std::optional<RootfsPlan> rootfs;
   std::optional<LoopbackPlan> loopback;
-  std::optional<EgressCapturePlan> egress_capture;  // an allowlist's routes and listeners
+  std::optional<netns::EgressCapturePlan> egress_capture;  // an allowlist's routes and listeners
   std::optional<egress::UpstreamSettings> upstream;
   std::unique_ptr<egress::EgressProxy> proxy;  // serves them once the child handed them over
   std::optional<PrivilegePlan> privileges;
@@ -175,7 +175,7 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
           "network.inject: this build does not inject credentials yet, and a run never goes "
           "without what its policy asks for; to fix: leave \"inject\" out and pass the "
           "credential another way");
-    p.egress_capture = EgressCapturePlan::prepare(policy.egress);
+    p.egress_capture = netns::EgressCapturePlan::prepare(policy.egress);
     p.upstream = egress::UpstreamSettings::from_environment();
   }
   p.privileges = PrivilegePlan::prepare(policy);

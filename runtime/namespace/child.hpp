@@ -11,7 +11,7 @@
 #include <cstddef>
 
 #include "namespace/child_setup.hpp"
-#include "namespace/egress_capture.hpp"
+#include "netns/egress_capture.hpp"
 #include "namespace/userns.hpp"
 #include "supervisor/launch.hpp"
 
@@ -32,7 +32,7 @@ struct ChildPlan {
   const char* hostname = nullptr;      // null: no UTS namespace
   std::size_t hostname_length = 0;
   const LoopbackPlan* loopback = nullptr;     // null: no network namespace
-  const EgressCapturePlan* egress = nullptr;  // null: no allowlist (after the loopback)
+  const netns::EgressCapturePlan* egress = nullptr;  // null: no allowlist (after the loopback)
   const supervisor::InitLaunch* launch = nullptr;
   std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
   const PrivilegePlan* privileges = nullptr;

@@ -500,8 +500,8 @@ TEST(CliRun, EnvFlagsTakeTheCallersValueAndFiles) {
 }
 
 // --hostname names the sandbox; --network may only tighten: host to none, never none to host.
-// --allow-net narrows the policy's network to an allowlist and never widens it; no backend enforces
-// an allowlist yet, so such a run is refused before the payload starts (issue 27).
+// --allow-net narrows the policy's network to an allowlist and never widens it; the allowlist is
+// enforced, and what it denied is shown on stderr.
 TEST(CliRun, AllowNetOnlyNarrowsAndTheAllowlistIsEnforcedWithItsDenialsShown) {
   TempDir dir;
   dir.write("host.json",

@@ -200,16 +200,16 @@ TEST(NetworkPolicy, NarrowingForRunAllowNet) {
   EXPECT_TRUE(kept.egress.inject.empty()) << "an injection for a host no longer allowed stays";
 }
 
-// Fail closed: no backend of this build enforces an allowlist, so none runs one.
-// The namespace backend enforces an allowlist, direct or pooled (tests/egress); everywhere else,
-// and for credential injection, the policy is refused before its payload can run.
+// Fail closed. The namespace and docker backends enforce an allowlist (tests/egress); everywhere
+// else, and for credential injection, the policy is refused before its payload can run (docker's
+// refusal of an injection: EgressDocker.AnInjectionIsRefusedBeforeAnythingRuns).
 TEST(NetworkPolicy, AnAllowlistIsRefusedWhereverItIsNotEnforced) {
   Policy policy = allowlist({{"allow", {"pypi.org:443"}}});
   policy.backend.allow_unisolated = true;
   const std::string marker = "/tmp/rlm-allowlist-ran-" + std::to_string(getpid());
   Request request;
   request.argv = {"/bin/sh", "-c", "touch " + marker};
-  for (const char* name : {"docker", "landlock", "local"}) {
+  for (const char* name : {"landlock", "local"}) {
     auto backend = make_backend(name);
     ASSERT_TRUE(backend) << name;
     const Result result = backend->run(request, policy);

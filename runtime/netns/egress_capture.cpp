@@ -1,9 +1,11 @@
-#include "namespace/egress_capture.hpp"
+#include "netns/egress_capture.hpp"
 
+#include <fcntl.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <netlink/msg.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,12 +15,13 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
-#include "namespace/netlink_request.hpp"
+#include "netns/netlink_request.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
 
-namespace rlm::ns {
+namespace rlm::netns {
 namespace {
 
 constexpr int kLoopbackIndex = 1;  // a fresh network namespace's lo
@@ -135,6 +138,11 @@ EgressCapturePlan EgressCapturePlan::prepare(const Egress& egress) {
 }
 
 bool EgressCapturePlan::apply(process::ChildFailure& failure) const noexcept {
+  return apply_through(child_end_.get(), failure);
+}
+
+bool EgressCapturePlan::apply_through(int child_end,
+                                      process::ChildFailure& failure) const noexcept {
   const char* v4_step = "egress: route every IPv4 destination to lo";
   int error =
       send_netlink_request(route_v4_.data(), route_v4_.size(), kRouteSequence, v4_step, failure);
@@ -145,9 +153,11 @@ bool EgressCapturePlan::apply(process::ChildFailure& failure) const noexcept {
   const char* v6_step = "egress: route every IPv6 destination to lo";
   error =
       send_netlink_request(route_v6_.data(), route_v6_.size(), kRouteSequence, v6_step, failure);
-  // A kernel without IPv6 leaves the sandbox none: nothing to route.
+  // A kernel without IPv6, or a namespace with IPv6 disabled on lo (EACCES: Docker's), leaves the
+  // sandbox none: nothing to route, and IPv4 listeners.
   bool ipv6 = error == 0;
-  if (error != 0 && (failure.failed() || (error != EAFNOSUPPORT && error != EOPNOTSUPP))) {
+  if (error != 0 &&
+      (failure.failed() || (error != EAFNOSUPPORT && error != EOPNOTSUPP && error != EACCES))) {
     if (!failure.failed()) failure.set(v6_step, error);
     return false;
   }
@@ -183,12 +193,34 @@ bool EgressCapturePlan::apply(process::ChildFailure& failure) const noexcept {
   std::memcpy(CMSG_DATA(rights), fds, count * sizeof(int));
   ssize_t sent;
   do {
-    sent = ::sendmsg(child_end_.get(), &message, MSG_NOSIGNAL);
+    sent = ::sendmsg(child_end, &message, MSG_NOSIGNAL);
   } while (sent < 0 && errno == EINTR);
   if (sent != 1) return fail("egress: hand the listeners to the host");
   close_all(fds, count);  // the host has them; nothing of ours listens in here
-  ::close(child_end_.get());
+  ::close(child_end);
   return true;
+}
+
+std::vector<host::UniqueFd> EgressCapturePlan::capture_in(
+    int netns_fd, std::chrono::steady_clock::time_point deadline) {
+  // The thread's own copy of the child's end: apply closes it, the plan's goes below.
+  const int child_end = fcntl(child_end_.get(), F_DUPFD_CLOEXEC, 0);
+  if (child_end < 0)
+    throw Error("egress: cannot copy the listeners' socket: " + sys::errno_text(errno));
+  process::ChildFailure failure;
+  std::thread joiner([&] {
+    if (setns(netns_fd, CLONE_NEWNET) != 0) {
+      failure.set("egress: join the container's network namespace (setns)", errno);
+      ::close(child_end);
+      return;
+    }
+    if (!apply_through(child_end, failure)) ::close(child_end);  // closed when it succeeds
+  });
+  joiner.join();
+  close_child_end();
+  if (failure.failed())
+    throw Error(std::string(failure.step) + ": " + sys::errno_text(failure.error));
+  return receive(deadline);
 }
 
 std::vector<host::UniqueFd> EgressCapturePlan::receive(
@@ -238,4 +270,4 @@ std::vector<host::UniqueFd> EgressCapturePlan::receive(
   return fds;
 }
 
-}  // namespace rlm::ns
+}  // namespace rlm::netns

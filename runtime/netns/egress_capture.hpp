@@ -16,7 +16,7 @@
 #include "process/child_failure.hpp"
 #include "rlm_sandbox/policy.hpp"
 
-namespace rlm::ns {
+namespace rlm::netns {
 
 class EgressCapturePlan {
  public:
@@ -34,6 +34,13 @@ class EgressCapturePlan {
   // Parent, after the clone: its copy of the child's end goes.
   void close_child_end() { child_end_.reset(); }
 
+  // Parent, for a network namespace that exists already (a container's, `netns_fd` open on it):
+  // applies the plan from a thread of this process that joins it (setns moves that thread
+  // only; it needs CAP_SYS_ADMIN over the namespace), then receives. Throws Error naming the
+  // step that failed.
+  std::vector<host::UniqueFd> capture_in(int netns_fd,
+                                         std::chrono::steady_clock::time_point deadline);
+
   // Parent: the listeners the child sent, TCP ones in ports() order then the UDP one on 53, each
   // checked to be the socket it claims (type, listening, port). Waits at most until `deadline`;
   // throws Error when the child sent none (it failed first: its error pipe says why) or others.
@@ -42,9 +49,12 @@ class EgressCapturePlan {
   const std::vector<std::uint16_t>& ports() const { return ports_; }  // TCP, ascending, 53 in
 
  private:
+  // apply(), sending on (and then closing) `child_end`.
+  bool apply_through(int child_end, process::ChildFailure& failure) const noexcept;
+
   std::vector<std::uint8_t> route_v4_, route_v6_;  // RTM_NEWROUTE requests, NLM_F_ACK set
   std::vector<std::uint16_t> ports_;
   host::UniqueFd host_end_, child_end_;  // SOCK_SEQPACKET; the child's is close-on-exec
 };
 
-}  // namespace rlm::ns
+}  // namespace rlm::netns

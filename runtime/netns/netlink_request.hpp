@@ -8,7 +8,7 @@
 
 #include "process/child_failure.hpp"
 
-namespace rlm::ns {
+namespace rlm::netns {
 
 // 0 when the kernel acked the request, else the errno it answered (or of the socket call that
 // failed, with `failure` set to `step` then too). `failure` is left alone for a kernel refusal,
@@ -16,4 +16,4 @@ namespace rlm::ns {
 int send_netlink_request(const std::uint8_t* bytes, std::size_t size, std::uint32_t sequence,
                          const char* step, process::ChildFailure& failure) noexcept;
 
-}  // namespace rlm::ns
+}  // namespace rlm::netns
