@@ -371,6 +371,14 @@ class SessionTest(unittest.TestCase):
         with self.assertRaises(RlmSandboxError):
             sb.execute("1")
 
+    def test_narrow_network_is_a_frame_the_server_checks(self) -> None:
+        sb = self.session()
+        with self.assertRaisesRegex(ServerError, "no egress allowlist"):
+            sb.narrow_network(["pypi.org:443"])  # python-repl's network is none
+        with self.assertRaises(TypeError):
+            sb.narrow_network("pypi.org:443")  # type: ignore[arg-type]
+        self.assertEqual(sb.execute("print(1)").stdout, "1\n")
+
     def test_rlm_sandbox_takes_a_server(self) -> None:
         with RlmSandbox(server=SOCKET, context="ctx", timeout=20) as sb:
             self.assertIsNone(sb.pid)  # no local process
