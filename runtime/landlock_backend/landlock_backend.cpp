@@ -228,7 +228,7 @@ class LandlockBackend final : public Backend {
     run.result.unenforced = unenforced_here(runtime_is_root(), landlock::abi_version());
     if (policy.limits.cpus) run.result.unenforced.push_back("limits.cpus");
     if (auto why = unavailable_reason(); !why.empty()) return run.setup_failed(why);
-    if (auto why = supervisor::unenforceable_network(policy); !why.empty())
+    if (auto why = supervisor::unenforceable_network(policy, "landlock"); !why.empty())
       return run.setup_failed(why);
 
     std::optional<Confinement> confinement;

@@ -95,7 +95,7 @@ class LocalBackend final : public Backend {
 
     if (init_.path.empty())
       return run.setup_failed(init_.problem() + "; to fix: " + supervisor::InitLocation::fix());
-    if (auto why = supervisor::unenforceable_network(policy); !why.empty())
+    if (auto why = supervisor::unenforceable_network(policy, "local"); !why.empty())
       return run.setup_failed(why);
     // Built before the launch, so nothing that can throw sits between launch and supervision.
     auto options = supervisor::supervision_options(request, policy, run.deadline());

@@ -39,11 +39,12 @@ std::map<std::string, std::string> request_variables(const Request& request, con
 
 }  // namespace
 
-std::string unenforceable_network(const Policy& policy) {
+std::string unenforceable_network(const Policy& policy, std::string_view backend) {
   if (policy.network != Network::allowlist) return "";
-  return "network: this build of rlm-sandbox does not enforce an egress allowlist yet, and a run "
-         "never gets more network than its policy asks for, so it does not start; to fix: use "
-         "\"network\": \"none\", or \"host\" where the host's whole network is acceptable";
+  return "network: the " + std::string(backend) +
+         " backend does not enforce an egress allowlist, and a run never gets more network than "
+         "its policy asks for, so it does not start; to fix: run it on the namespace or docker "
+         "backend (--backend), or use \"network\": \"none\"";
 }
 
 std::vector<std::string> payload_environment(

@@ -34,10 +34,10 @@ std::vector<std::string> payload_environment(const Environment& rules,
 // are set beside them.
 bool uses_payload_stdio(const Request& request);
 
-// Why no backend of this build can run `policy`'s network as it asks, or "": an egress allowlist
-// is not enforced yet (issue 27), and a run never gets more network than its policy asks for, so
-// such a policy is refused before anything starts (every backend, direct, pooled, in sessions).
-std::string unenforceable_network(const Policy& policy);
+// Why `backend`, which has no way to enforce an egress allowlist (landlock, local), cannot run
+// `policy`'s network as it asks, or "": a run never gets more network than its policy asks for,
+// so such a policy is refused before anything starts.
+std::string unenforceable_network(const Policy& policy, std::string_view backend);
 
 struct RunStart {
   using Clock = std::chrono::steady_clock;
