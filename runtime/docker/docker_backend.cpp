@@ -230,7 +230,7 @@ class DockerBackend final : public Backend {
     std::optional<EgressHolder> holder;
     if (policy.network == Network::allowlist) {
       try {
-        holder.emplace(api, policy, id, deadline);
+        holder.emplace(api, policy, info.traits.remaps_users, id, deadline);
       } catch (const DaemonError& error) {
         return run.setup_failed(error.what());
       } catch (const Error& error) {

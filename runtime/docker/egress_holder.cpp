@@ -62,9 +62,13 @@ nlohmann::json holder_create_body(const Policy& policy, const std::string& run_i
   return body;
 }
 
-EgressHolder::EgressHolder(const EngineApi& api, const Policy& policy, const std::string& run_id,
+EgressHolder::EgressHolder(const EngineApi& api, const Policy& policy, bool remaps_users,
+                           const std::string& run_id,
                            std::chrono::steady_clock::time_point deadline)
     : remover_(api) {
+  if (auto why = netns::capability_problem(policy, policy.namespaces.user && remaps_users);
+      !why.empty())
+    throw Error(why);
   if (!policy.egress.inject.empty())
     throw Error(
         "network.inject: credential injection is not enforced yet, and a run never gets more "

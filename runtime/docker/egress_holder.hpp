@@ -25,8 +25,9 @@ class EgressHolder {
   // Creates and starts the holder and the host side. Throws DaemonError for the daemon's
   // refusals and Error for everything else (the image has no `sleep`, the holder's namespace
   // cannot be joined from here: another host, another PID namespace, not root), each saying so.
-  EgressHolder(const EngineApi& api, const Policy& policy, const std::string& run_id,
-               std::chrono::steady_clock::time_point deadline);
+  // `remaps_users`: the daemon's userns-remap (its containers' capabilities are not the host's).
+  EgressHolder(const EngineApi& api, const Policy& policy, bool remaps_users,
+               const std::string& run_id, std::chrono::steady_clock::time_point deadline);
   ~EgressHolder();  // stops the host side and removes the holder
   EgressHolder(const EgressHolder&) = delete;
   EgressHolder& operator=(const EgressHolder&) = delete;

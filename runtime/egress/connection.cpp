@@ -269,27 +269,10 @@ void serve_connection(const ConnectionContext& context, host::UniqueFd client) {
     return;
   }
 
-  Checked checked;
-  checked.allowed = true;
-  if (name && expects_tls(*rule, port))
-    checked = check_tls(context, client.get(), *name, destination, port);
-  else if (name && rule->scheme == NetworkRule::Scheme::http)
-    checked = check_http(context, client.get(), *name, destination, port);
-  if (!checked.allowed) return;
-
-  const auto target = name ? pick_upstream(context, *name, destination, port) : dialled;
-  if (!target) return;
-  std::string why;
-  auto upstream = connect_upstream(context.upstream, *target, context.stop_fd, why);
-  if (!upstream) {
-    context.account.deny(Denial::upstream, name.value_or(""), to_string(target->address), port);
-    return;
-  }
-  // Checked against the list as it was when the connection came: a narrowing since (a live
-  // session's) has the last word, and ends the connection later if it comes after this.
-  const auto admitted =
-      context.rules.admit({name, dialled->address, port, client.get(), upstream.get()});
-  if (!admitted) {
+  // Registered from here, so that a narrowing of the list (a live session's) ends it wherever it
+  // is: while it is checked, before it resolves or dials, or while it is relayed.
+  const auto token = context.rules.enter(name, dialled->address, port, client.get());
+  if (!token) {
     context.account.deny(Denial::no_rule, name.value_or(""), destination, port);
     return;
   }
@@ -297,7 +280,39 @@ void serve_connection(const ConnectionContext& context, host::UniqueFd client) {
     LiveRules& rules;
     std::uint64_t token;
     ~Forget() { rules.forget(token); }
-  } forget{context.rules, *admitted};  // before `upstream` and `client` close
+  } forget{context.rules, *token};  // before `client` closes
+  const auto cut = [&] {
+    context.account.deny(Denial::no_rule, name.value_or(""), destination, port);
+  };
+
+  Checked checked;
+  checked.allowed = true;
+  if (name && expects_tls(*rule, port))
+    checked = check_tls(context, client.get(), *name, destination, port);
+  else if (name && rule->scheme == NetworkRule::Scheme::http)
+    checked = check_http(context, client.get(), *name, destination, port);
+  if (!checked.allowed) return;
+  if (context.rules.ended(*token)) return cut();  // nothing is resolved for a name dropped since
+
+  const auto target = name ? pick_upstream(context, *name, destination, port) : dialled;
+  if (!target) return;
+  if (context.rules.ended(*token)) return cut();
+  std::string why;
+  auto upstream = connect_upstream(context.upstream, *target, context.stop_fd, why);
+  if (!upstream) {
+    context.account.deny(Denial::upstream, name.value_or(""), to_string(target->address), port);
+    return;
+  }
+  // Checked against the list as it was when the connection came: the list as it is now has the
+  // last word on all it passed (its checks, its pinned upstream).
+  if (!context.rules.admit(
+          *token, {checked.tls, checked.body.has_value(), target->address, upstream.get()}))
+    return cut();
+  struct Release {
+    LiveRules& rules;
+    std::uint64_t token;
+    ~Release() { rules.release_upstream(token); }
+  } release{context.rules, *token};  // before `upstream` closes
   const long entry =
       context.account.allow(name.value_or(""), to_string(target->address), port, rule->text);
   RelayCount count;
@@ -311,8 +326,9 @@ void serve_connection(const ConnectionContext& context, host::UniqueFd client) {
                                      context.egress.limits.client_hello_bytes);
   if (write_all(upstream.get(), checked.prefix, context.stop_fd,
                 Clock::now() + context.egress.limits.idle))
-    (void)relay(client.get(), upstream.get(), context.stop_fd, context.egress.limits.idle,
-                gate.get(), count);
+    if (relay(client.get(), upstream.get(), context.stop_fd, context.egress.limits.idle, gate.get(),
+              count, context.egress.limits.connection_bytes) == RelayEnd::limit)
+      context.account.deny(Denial::limit, name.value_or(""), to_string(target->address), port);
   context.account.finish(entry, count.out, count.in);
 }
 

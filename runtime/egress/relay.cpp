@@ -105,7 +105,7 @@ void wake_beyond(int fd, std::size_t bytes) {
 }
 
 RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds idle,
-               ClientGate* gate, RelayCount& count) {
+               ClientGate* gate, RelayCount& count, std::uint64_t max_bytes) {
   std::vector<std::uint8_t> window(gate ? gate->window() : 0);
   std::array<Direction, 2> directions;
   directions[0].from = client;
@@ -119,6 +119,7 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
 
   for (;;) {
     if (directions[0].done() && directions[1].done()) return RelayEnd::closed;
+    if (count.out + count.in > max_bytes) return RelayEnd::limit;
     std::array<pollfd, 5> fds{};
     std::size_t used = 0;
     int watch[2][2] = {{-1, -1}, {-1, -1}};  // [direction][from, to] -> index in fds
@@ -174,6 +175,7 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
           progress = progress || direction.in_pipe != before;
         }
         if (!progress) break;
+        if (count.out + count.in > max_bytes) return RelayEnd::limit;
       }
       if (direction.eof && direction.in_pipe == 0 && !direction.shut) {
         shutdown(direction.to, SHUT_WR);

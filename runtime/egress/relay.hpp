@@ -17,6 +17,7 @@ enum class RelayEnd {
   stopped,  // stop_fd: the sandbox is going away
   failed,   // a socket error (a reset) on either side
   refused,  // the gate refused the sandbox's bytes (it recorded why)
+  limit,    // the connection carried its limit of bytes
 };
 
 struct RelayCount {
@@ -30,7 +31,9 @@ void wake_beyond(int fd, std::size_t bytes);
 // Both sockets non-blocking. `gate`, when set, judges the sandbox's bytes before they go
 // (client_gate.hpp); bytes it has not admitted yet stay in the socket, read by peeking. Once it
 // passes everything (a TLS handshake gone encrypted) they are spliced as they come.
+// Ends (limit) once `count` holds more than `max_bytes` both ways together: a pipe's worth at
+// most past it.
 RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds idle,
-               ClientGate* gate, RelayCount& count);
+               ClientGate* gate, RelayCount& count, std::uint64_t max_bytes);
 
 }  // namespace rlm::egress

@@ -175,6 +175,8 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
           "network.inject: this build does not inject credentials yet, and a run never goes "
           "without what its policy asks for; to fix: leave \"inject\" out and pass the "
           "credential another way");
+    if (auto why = netns::capability_problem(policy, policy.namespaces.user); !why.empty())
+      throw Error(why);
     p.egress_capture = netns::EgressCapturePlan::prepare(policy.egress);
     p.upstream = egress::UpstreamSettings::from_environment();
   }

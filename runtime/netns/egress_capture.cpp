@@ -109,6 +109,18 @@ int socket_option(int fd, int option) {
 
 }  // namespace
 
+std::string capability_problem(const Policy& policy, bool own_user_namespace) {
+  if (own_user_namespace) return "";
+  for (const auto& capability : policy.capabilities)
+    if (capability == "CAP_NET_ADMIN" || capability == "CAP_SYS_ADMIN")
+      return "network: an allowlist does not hold for a sandbox with " + capability +
+             " over namespaces of the host's user namespace (it could take the routes down or "
+             "move a network device into the host's network); to fix: drop it from "
+             "\"capabilities\", or keep a user namespace (namespaces.user; on docker, a daemon "
+             "with userns-remap)";
+  return "";
+}
+
 EgressCapturePlan EgressCapturePlan::prepare(const Egress& egress) {
   std::set<std::uint16_t> ports{kDnsPort};
   for (const auto& rule : egress.allow) {

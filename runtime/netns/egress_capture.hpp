@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "host/unique_fd.hpp"
@@ -17,6 +18,11 @@
 #include "rlm_sandbox/policy.hpp"
 
 namespace rlm::netns {
+
+// Why an allowlist cannot hold for a sandbox whose policy keeps CAP_NET_ADMIN or CAP_SYS_ADMIN
+// while its namespaces belong to the host's user namespace (`own_user_namespace` false): it could
+// take the routes down or move a network device into the host's namespace. "" when it can.
+std::string capability_problem(const Policy& policy, bool own_user_namespace);
 
 class EgressCapturePlan {
  public:

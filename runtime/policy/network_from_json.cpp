@@ -44,8 +44,9 @@ bool environment_name(const std::string& text) {
 }
 
 constexpr std::string_view kInjectKeys[] = {"host", "header", "value_from_env", "value_from_file"};
-constexpr std::string_view kLimitKeys[] = {"connections", "names", "idle_ms", "client_hello_bytes",
-                                           "client_hello_wait_ms"};
+constexpr std::string_view kLimitKeys[] = {
+    "connections",         "names", "idle_ms", "connection_bytes", "client_hello_bytes",
+    "client_hello_wait_ms"};
 
 void read_inject(JsonReader& reader, const json& value, const std::string& path, Egress& egress) {
   if (!reader.array(value, path)) return;
@@ -144,6 +145,8 @@ void read_limits(JsonReader& reader, const json& value, const std::string& path,
   count("names", 1, 65536, limits.names);
   count("client_hello_bytes", 512, 65536, limits.client_hello_bytes);
   wait("idle_ms", std::chrono::hours(24), limits.idle);
+  if (const json* v = member(value, "connection_bytes"))
+    if (auto n = reader.size(*v, key_path(path, "connection_bytes"))) limits.connection_bytes = *n;
   wait("client_hello_wait_ms", std::chrono::minutes(1), limits.client_hello_wait);
 }
 

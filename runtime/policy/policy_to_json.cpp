@@ -59,6 +59,7 @@ json egress_to_json(const Egress& egress) {
            {{"connections", limits.connections},
             {"names", limits.names},
             {"idle_ms", limits.idle.count()},
+            {"connection_bytes", limits.connection_bytes},
             {"client_hello_bytes", limits.client_hello_bytes},
             {"client_hello_wait_ms", limits.client_hello_wait.count()}}}};
 }

@@ -141,6 +141,8 @@ void compare_network(Findings& findings, const Policy& base, const Policy& candi
         std::to_string(g.connections));
   above("names", a.names, g.names, std::to_string(a.names), std::to_string(g.names));
   above("idle_ms", a.idle, g.idle, format_duration(a.idle), format_duration(g.idle));
+  above("connection_bytes", a.connection_bytes, g.connection_bytes,
+        std::to_string(a.connection_bytes), std::to_string(g.connection_bytes));
   above("client_hello_bytes", a.client_hello_bytes, g.client_hello_bytes,
         std::to_string(a.client_hello_bytes), std::to_string(g.client_hello_bytes));
   above("client_hello_wait_ms", a.client_hello_wait, g.client_hello_wait,

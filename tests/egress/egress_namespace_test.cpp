@@ -155,6 +155,70 @@ TEST_P(EgressSessionNarrowing, ALiveSessionsAllowlistNarrowsAndEndsWhatItNoLonge
   EXPECT_THROW(session->narrow_network({}), Error);
 }
 
+// A narrowing judges a connection on all it passed, not only its (name, port): one pinned to a
+// private upstream that only a dropped CIDR entry allowed ends; one let through as raw bytes ends
+// when its name's entry now asks for an HTTP check; and one still in its check when the list
+// drops its name is never resolved nor dialled.
+TEST_P(EgressSessionNarrowing, ANarrowingJudgesAllAConnectionPassed) {
+  const bool through_server = GetParam();
+  Policy repl = load_policy_text(
+      json{{"extends", "python-repl"},
+           {"network",
+            {{"allow", {"rebind.test:5432", "127.0.0.0/8:5432", "web.test:80", "pypi.test:443"}}}},
+           {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
+          .dump(),
+      "egress-repl.json");
+  world_.bind_into(repl);
+  std::optional<ServerProcess> server;
+  std::unique_ptr<Session> session;
+  if (through_server) {
+    const std::string offered = world_.dir().file("offered-judged.json");
+    std::ofstream(offered) << repl.to_json().dump();
+    server.emplace(std::vector<std::string>{"--session-pool", offered + "=1"});
+    session = ServerConnection(server->socket()).open_session(offered, nullptr, {});
+  } else {
+    session = ns::make_namespace_backend()->open_session(repl, {});
+  }
+  auto cell = [&](const std::string& code) {
+    const auto result = session->execute(code, std::chrono::seconds(40));
+    EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
+    return result.stdout_data;
+  };
+  cell(kPrelude);
+  EXPECT_EQ(cell(R"PY(
+private = socket.create_connection(("rebind.test", 5432), timeout=10)
+private.sendall(b"one")
+raw = socket.create_connection(("web.test", 80), timeout=10)
+checking = socket.create_connection(("pypi.test", 443), timeout=10)
+hello = client_hello("pypi.test")
+checking.sendall(hello[:10])
+print(private.recv(16))
+)PY"),
+            "b'one'\n");
+  ASSERT_FALSE(world_.queried("pypi.test")) << "asked before its hello was whole";
+
+  // rebind.test stays, but only as a public name; web.test only for checked HTTP requests;
+  // pypi.test goes.
+  session->narrow_network({"rebind.test:5432", "http://web.test"});
+  const auto after = lines_of(cell(R"PY(
+def ended(conn, data):
+    try:
+        conn.settimeout(10)
+        conn.sendall(data)
+        return conn.recv(64) == b""
+    except OSError:
+        return True
+print(ended(private, b"two"))
+print(ended(raw, b"CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test\r\n\r\n"))
+print(ended(checking, hello[10:]))
+)PY"));
+  EXPECT_EQ(after, (std::vector<std::string>{"True", "True", "True"}));
+  EXPECT_FALSE(world_.queried("pypi.test")) << "a dropped name was resolved after the narrowing";
+  for (const auto& request : world_.requests())
+    EXPECT_EQ(request.find("evil.test"), std::string::npos) << request;
+  session->close();
+}
+
 TEST_P(EgressSessionNarrowing, ASessionWithoutAnAllowlistHasNothingToNarrow) {
   const bool through_server = GetParam();
   Policy repl = load_policy_text(json{{"extends", "python-repl"}}.dump(), "repl.json");

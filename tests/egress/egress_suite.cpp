@@ -335,6 +335,48 @@ print(https_get("pypi.test"))
   EXPECT_TRUE(denial(result, "limit")) << describe(result);
 }
 
+// A connection ends once it has carried limits.connection_bytes (a `limit` denial); one under
+// the limit goes through whole.
+TEST_P(EgressSuite, AConnectionEndsAtItsByteLimit) {
+  const auto limited =
+      policy({{"allow", {"sink.test:9000"}}, {"limits", {{"connection_bytes", "1M"}}}});
+  const auto result = python(R"PY(
+ip = socket.gethostbyname("sink.test")
+print(exchange(ip, 9000, b"x" * 1000))
+print(exchange(ip, 9000, b"x" * (16 << 20)))
+)PY",
+                             limited);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  const auto lines = lines_of(result.stdout_data);
+  ASSERT_EQ(lines.size(), 2u) << describe(result);
+  EXPECT_EQ(lines[0], "b'1000'");
+  EXPECT_EQ(lines[1], "b''") << "16 MiB went through a 1 MiB limit";
+  EXPECT_TRUE(denial(result, "limit", "sink.test")) << describe(result);
+  ASSERT_TRUE(result.network);
+  for (const auto& connection : result.network->allowed)
+    EXPECT_LE(connection.bytes_out, 4u << 20) << "far past the limit";
+}
+
+// A sandbox keeping CAP_NET_ADMIN over namespaces of the host's user namespace could drop the
+// routes or move a device into the host's network: the allowlist is refused for it, before
+// anything runs. (The namespace backend always makes a user namespace of its own, where such a
+// capability reaches no namespace of the host's.)
+TEST_P(EgressSuite, ACapabilityOverTheHostsNetworkRefusesTheAllowlist) {
+  auto admin = policy({{"allow", {"echo.test:5432"}}});
+  admin.capabilities = {"CAP_NET_ADMIN"};
+  admin.namespaces.user = false;
+  admin.user.uid = 0;
+  admin.user.gid = 0;
+  const auto result = python("print('ran')", admin);
+  EXPECT_EQ(result.status, Status::sandbox_error) << describe(result);
+  EXPECT_EQ(result.stdout_data, "");
+  // The namespace backend refuses to run without a user namespace at all; docker names it.
+  if (backend_ == "docker")
+    EXPECT_NE(result.detail.find("CAP_NET_ADMIN"), std::string::npos) << describe(result);
+  else
+    EXPECT_NE(result.detail.find("namespaces.user"), std::string::npos) << describe(result);
+}
+
 std::size_t open_fds() {
   std::size_t count = 0;
   if (DIR* dir = opendir("/proc/self/fd")) {

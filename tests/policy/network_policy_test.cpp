@@ -37,7 +37,8 @@ TEST(NetworkPolicy, EveryEntryFormReadsAndRoundTrips) {
       {"private", true},
       {"inject",
        {{{"host", "pypi.org:443"}, {"header", "Authorization"}, {"value_from_env", "PYPI_TOKEN"}}}},
-      {"limits", {{"connections", 8}, {"names", 100}, {"idle_ms", "30s"}}}};
+      {"limits",
+       {{"connections", 8}, {"names", 100}, {"idle_ms", "30s"}, {"connection_bytes", "64M"}}}};
   const Policy policy = allowlist(network);
   ASSERT_EQ(policy.network, Network::allowlist);
   EXPECT_TRUE(policy.namespaces.net);
@@ -57,6 +58,7 @@ TEST(NetworkPolicy, EveryEntryFormReadsAndRoundTrips) {
   ASSERT_EQ(policy.egress.inject.size(), 1u);
   EXPECT_EQ(policy.egress.limits.connections, 8u);
   EXPECT_EQ(policy.egress.limits.idle, std::chrono::seconds(30));
+  EXPECT_EQ(policy.egress.limits.connection_bytes, 64u << 20);
   // The effective policy reads back as itself.
   const json shown = policy.to_json();
   EXPECT_EQ(shown["network"]["allow"], network["allow"]);
@@ -162,6 +164,11 @@ TEST(NetworkPolicy, AnAllowlistOnlyNarrows) {
                       {"limits", {{"connections", 65}}}})[0]
                 .path,
             "network.limits.connections");
+  EXPECT_EQ(loosened({{"allow", {"pypi.org:443"}},
+                      {"deny", {"evil.example.com"}},
+                      {"limits", {{"connection_bytes", "5G"}}}})[0]
+                .path,
+            "network.limits.connection_bytes");
   // none < an allowlist < host.
   const Policy none = load_policy("default");
   EXPECT_FALSE(loosenings(none, base, {}).empty());

@@ -106,9 +106,11 @@ struct NetworkInjection {
 };
 
 struct EgressLimits {
-  std::uint32_t connections = 64;  // open at once, per sandbox
-  std::uint32_t names = 4096;      // names the sandbox's DNS has answered
-  std::chrono::milliseconds idle{60'000};
+  std::uint32_t connections = 64;          // open at once, per sandbox
+  std::uint32_t names = 4096;              // names the sandbox's DNS has answered
+  std::chrono::milliseconds idle{60'000};  // per connection: nothing moved this long ends it
+  // per connection, both ways together: past it the connection ends (a `limit` denial)
+  std::uint64_t connection_bytes = 4ull << 30;
   std::uint32_t client_hello_bytes = 16384;
   std::chrono::milliseconds client_hello_wait{5000};
 };
