@@ -19,6 +19,8 @@ namespace rlm::docker {
 std::string create_container(const EngineApi& api, const nlohmann::json& body,
                              const std::string& name);
 
+// Starts it; a daemon that answers "already running" (its own retry under load started it) is
+// taken at its word.
 void start_container(const EngineApi& api, const std::string& id);
 
 // True once the container is not running; false when `timeout` passed first.

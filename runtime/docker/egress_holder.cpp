@@ -81,9 +81,13 @@ EgressHolder::EgressHolder(const EngineApi& api, const Policy& policy, bool rema
   try {
     start_container(api, id_);
   } catch (const DaemonError& error) {
-    throw Error(std::string("network: the container that holds the allowlist's network namespace "
-                            "(the image's `sleep`, run as nobody) did not start: ") +
-                error.what() + "; to fix: an image with `sleep` in its PATH");
+    const std::string what = error.what();
+    const bool no_sleep = what.find("executable file not found") != std::string::npos ||
+                          what.find("no such file or directory") != std::string::npos;
+    throw Error(
+        "network: the container that holds the allowlist's network namespace (the "
+        "image's `sleep`, run as nobody) did not start: " +
+        what + (no_sleep ? "; to fix: an image with `sleep` in its PATH" : ""));
   }
   const auto state = inspect_state(api, id_);
   const std::string path = "/proc/" + std::to_string(state.pid) + "/ns/net";
