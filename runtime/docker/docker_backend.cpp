@@ -250,6 +250,14 @@ class DockerBackend final : public Backend {
     }
     auto live_egress = std::make_shared<LiveEgress>();
     if (holder) live_egress->proxy = &holder->proxy();
+    // However run() returns, a caller's closures let go of the proxy before the holder ends it.
+    struct DetachEgress {
+      std::shared_ptr<LiveEgress> live;
+      ~DetachEgress() {
+        std::lock_guard lock(live->mutex);
+        live->proxy = nullptr;
+      }
+    } detach_egress{live_egress};
 
     ContainerRemover remover(api);
     StreamOutcome stream;

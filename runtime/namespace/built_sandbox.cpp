@@ -514,6 +514,12 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
 
   // The probe outlives neither the cgroup nor this call: it reads through a guarded pointer.
   auto probe_target = std::make_shared<CgroupProbe>(p.cgroup.get(), p.proxy.get());
+  // However this returns (a throw included), a caller's closures let go of the cgroup and the
+  // proxy before they go.
+  struct DetachProbe {
+    std::shared_ptr<CgroupProbe> probe;
+    ~DetachProbe() { probe->detach(); }
+  } detach_probe{probe_target};
   if (request.on_started) {
     RunningSandbox running;
     running.counters = [probe_target] { return probe_target->read(); };
