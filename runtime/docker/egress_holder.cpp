@@ -15,8 +15,11 @@
 namespace rlm::docker {
 namespace {
 
-constexpr std::int64_t kHolderMemory = 16ll << 20;
-constexpr std::int64_t kHolderPids = 4;
+// Room for the OCI runtime's own init (a Go program, its threads counted as pids and its memory
+// charged to the container while it starts it) as well as `sleep`: tighter, a loaded machine's
+// start fails now and then ("cannot start a stopped process").
+constexpr std::int64_t kHolderMemory = 64ll << 20;
+constexpr std::int64_t kHolderPids = 32;
 
 // The inode of the network namespace at `path`, 0 when it cannot be read.
 ino_t namespace_inode(const std::string& path) {

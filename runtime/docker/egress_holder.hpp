@@ -4,7 +4,7 @@
 // a listener per allowed port, laid by a thread of this process that joins the holder's
 // namespace (netns/egress_capture.hpp) -- and whose listeners the host side serves
 // (egress/proxy.hpp), exactly as for the namespace backend. The holder runs the image's `sleep`
-// as nobody, with no capability, no network and a few MiB; nothing of ours runs in either
+// as nobody, with no capability, no network and 64 MiB; nothing of ours runs in either
 // container. It carries the run's labels, so a crashed runtime's holder is collected with its
 // payload.
 #pragma once
