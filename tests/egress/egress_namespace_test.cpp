@@ -67,7 +67,19 @@ TEST_F(EgressNamespace, ASessionsCellsEachCarryTheirOwnSliceOfTheAccount) {
 // (not even back to what it was), a malformed entry is refused by its path, and a session with
 // no allowlist has nothing to narrow.
 class EgressSessionNarrowing : public EgressNamespace,
-                               public ::testing::WithParamInterface<bool /*through a server*/> {};
+                               public ::testing::WithParamInterface<bool /*through a server*/> {
+ protected:
+  // A session of `repl`, directly or (GetParam()) through a server offering it as a warm session.
+  std::unique_ptr<Session> open_session(const Policy& repl) {
+    if (!GetParam()) return ns::make_namespace_backend()->open_session(repl, {});
+    const std::string offered = world_.dir().file("offered-" + std::to_string(++opened_) + ".json");
+    std::ofstream(offered) << repl.to_json().dump();
+    server_.emplace(std::vector<std::string>{"--session-pool", offered + "=1"});
+    return ServerConnection(server_->socket()).open_session(offered, nullptr, {});
+  }
+  std::optional<ServerProcess> server_;
+  int opened_ = 0;
+};
 
 constexpr const char* kNarrowingCells[] = {
     // 1: a connection to echo.test kept open, and the address echo.test's DNS bound.
@@ -97,23 +109,13 @@ print(outcome(socket.gethostbyname, "pypi.test"))
 )PY"};
 
 TEST_P(EgressSessionNarrowing, ALiveSessionsAllowlistNarrowsAndEndsWhatItNoLongerLetsThrough) {
-  const bool through_server = GetParam();
   Policy repl = load_policy_text(json{{"extends", "python-repl"},
                                       {"network", {{"allow", {"pypi.test:443", "echo.test:5432"}}}},
                                       {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
                                      .dump(),
                                  "egress-repl.json");
   world_.bind_into(repl);
-  std::optional<ServerProcess> server;
-  std::unique_ptr<Session> session;
-  if (through_server) {
-    const std::string offered = world_.dir().file("offered-repl.json");
-    std::ofstream(offered) << repl.to_json().dump();
-    server.emplace(std::vector<std::string>{"--session-pool", offered + "=1"});
-    session = ServerConnection(server->socket()).open_session(offered, nullptr, {});
-  } else {
-    session = ns::make_namespace_backend()->open_session(repl, {});
-  }
+  auto session = open_session(repl);
   auto cell = [&](const std::string& code) {
     const auto result = session->execute(code, std::chrono::seconds(40));
     EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
@@ -160,7 +162,6 @@ TEST_P(EgressSessionNarrowing, ALiveSessionsAllowlistNarrowsAndEndsWhatItNoLonge
 // when its name's entry now asks for an HTTP check; and one still in its check when the list
 // drops its name is never resolved nor dialled.
 TEST_P(EgressSessionNarrowing, ANarrowingJudgesAllAConnectionPassed) {
-  const bool through_server = GetParam();
   Policy repl = load_policy_text(
       json{{"extends", "python-repl"},
            {"network",
@@ -169,16 +170,7 @@ TEST_P(EgressSessionNarrowing, ANarrowingJudgesAllAConnectionPassed) {
           .dump(),
       "egress-repl.json");
   world_.bind_into(repl);
-  std::optional<ServerProcess> server;
-  std::unique_ptr<Session> session;
-  if (through_server) {
-    const std::string offered = world_.dir().file("offered-judged.json");
-    std::ofstream(offered) << repl.to_json().dump();
-    server.emplace(std::vector<std::string>{"--session-pool", offered + "=1"});
-    session = ServerConnection(server->socket()).open_session(offered, nullptr, {});
-  } else {
-    session = ns::make_namespace_backend()->open_session(repl, {});
-  }
+  auto session = open_session(repl);
   auto cell = [&](const std::string& code) {
     const auto result = session->execute(code, std::chrono::seconds(40));
     EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
@@ -220,16 +212,8 @@ print(ended(checking, hello[10:]))
 }
 
 TEST_P(EgressSessionNarrowing, ASessionWithoutAnAllowlistHasNothingToNarrow) {
-  const bool through_server = GetParam();
   Policy repl = load_policy_text(json{{"extends", "python-repl"}}.dump(), "repl.json");
-  std::optional<ServerProcess> server;
-  std::unique_ptr<Session> session;
-  if (through_server) {
-    server.emplace(std::vector<std::string>{"--session-pool", "python-repl=1"});
-    session = ServerConnection(server->socket()).open_session("python-repl", nullptr, {});
-  } else {
-    session = ns::make_namespace_backend()->open_session(repl, {});
-  }
+  auto session = open_session(repl);
   try {
     session->narrow_network({"pypi.test:443"});
     ADD_FAILURE() << "a session with no network narrowed to an allowlist";
