@@ -11,8 +11,8 @@
 #include <cstddef>
 
 #include "namespace/child_setup.hpp"
-#include "netns/egress_capture.hpp"
 #include "namespace/userns.hpp"
+#include "netns/egress_capture.hpp"
 #include "supervisor/launch.hpp"
 
 namespace rlm::ns {
@@ -31,7 +31,7 @@ struct ChildPlan {
   const RootfsPlan* rootfs = nullptr;  // null: no mount namespace
   const char* hostname = nullptr;      // null: no UTS namespace
   std::size_t hostname_length = 0;
-  const LoopbackPlan* loopback = nullptr;     // null: no network namespace
+  const LoopbackPlan* loopback = nullptr;            // null: no network namespace
   const netns::EgressCapturePlan* egress = nullptr;  // null: no allowlist (after the loopback)
   const supervisor::InitLaunch* launch = nullptr;
   std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
