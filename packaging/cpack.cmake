@@ -24,7 +24,7 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
-    "nlohmann-json3-dev, libseccomp-dev, libcap-dev, libnl-3-dev, libnl-route-3-dev, libcurl4-openssl-dev, docker.io")
+    "nlohmann-json3-dev, libseccomp-dev, libcap-dev, libnl-3-dev, libnl-route-3-dev, libcurl4-openssl-dev, libssl-dev, docker.io")
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 # The postinst makes the socket's group; the server's configuration under /etc is the
 # administrator's once installed (a conffile).

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "docker/ownership.hpp"
+#include "docker/trust_store.hpp"
 
 namespace rlm::docker {
 namespace {
@@ -129,6 +130,9 @@ int collect_stale_containers(const EngineApi& api) noexcept {
           owner_state(label_of(container, kOwnerLabel), label_of(container, kBootLabel));
       if (state != OwnerState::dead) continue;
       if (remove_container(api, container["Id"].get<std::string>()).empty()) ++removed;
+      // A crashed run's trust store for injected credentials (egress_holder.hpp) goes with it.
+      if (const auto owner = label_of(container, kOwnerLabel); !owner.empty())
+        remove_trust_directory(std::string(owner));
     }
   } catch (...) {
     // Leftovers of a crashed runtime are not this run's problem.

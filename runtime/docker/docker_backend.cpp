@@ -247,6 +247,8 @@ class DockerBackend final : public Backend {
     if (holder) {
       body["HostConfig"]["NetworkMode"] = holder->network_mode();
       body.erase("Hostname");  // the holder's (Docker refuses one with a container's network)
+      if (auto trust = holder->trust_mount(); !trust.is_null())
+        body["HostConfig"]["Mounts"].push_back(std::move(trust));
     }
     auto live_egress = std::make_shared<LiveEgress>();
     if (holder) live_egress->proxy = &holder->proxy();

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "docker/ownership.hpp"
+#include "docker/trust_store.hpp"
 #include "host/unique_fd.hpp"
 #include "netns/egress_capture.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -72,12 +73,13 @@ EgressHolder::EgressHolder(const EngineApi& api, const Policy& policy, bool rema
   if (auto why = netns::capability_problem(policy, policy.namespaces.user && remaps_users);
       !why.empty())
     throw Error(why);
-  if (!policy.egress.inject.empty())
-    throw Error(
-        "network.inject: credential injection is not enforced yet, and a run never gets more "
-        "network than its policy asks for, so it does not start; to fix: leave out \"inject\"");
   auto plan = netns::EgressCapturePlan::prepare(policy.egress);
   auto upstream = egress::UpstreamSettings::from_environment();
+  std::shared_ptr<const egress::Credentials> credentials;
+  if (!policy.egress.inject.empty()) {
+    credentials = std::make_shared<const egress::Credentials>(policy.egress, upstream);
+    trust_file_.emplace(run_id, credentials->trust_bundle());
+  }
 
   id_ = create_container(api, holder_create_body(policy, run_id), "rlm-sandbox-" + run_id + "-net");
   remover_.hold(id_);
@@ -112,7 +114,8 @@ EgressHolder::EgressHolder(const EngineApi& api, const Policy& policy, bool rema
     throw Error(cannot + "the holder's namespace could not be told apart from another's");
   try {
     proxy_ = std::make_unique<egress::EgressProxy>(plan.capture_in(namespace_fd.get(), deadline),
-                                                   policy.egress, std::move(upstream));
+                                                   policy.egress, std::move(upstream),
+                                                   std::move(credentials));
   } catch (const Error& error) {
     throw Error(
         cannot + error.what() +
@@ -129,6 +132,15 @@ NetworkAccount EgressHolder::finish(std::string& removal) {
   auto account = proxy_->account();
   removal = remover_.remove();
   return account;
+}
+
+nlohmann::json EgressHolder::trust_mount() const {
+  if (!trust_file_) return nullptr;
+  return {{"Type", "bind"},
+          {"Source", trust_file_->path()},
+          {"Target", kInjectionTrustBundle},
+          {"ReadOnly", true},
+          {"BindOptions", {{"Propagation", "rprivate"}}}};
 }
 
 }  // namespace rlm::docker

@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "docker/container_control.hpp"
 #include "docker/engine_api.hpp"
+#include "docker/trust_store.hpp"
 #include "egress/proxy.hpp"
 #include "rlm_sandbox/policy.hpp"
 
@@ -34,6 +36,9 @@ class EgressHolder {
 
   // The payload container's NetworkMode.
   std::string network_mode() const { return "container:" + id_; }
+  // With injected credentials, the payload's extra mount: the trust store, read-only at
+  // kInjectionTrustBundle (a file of this run's own directory on the host); null otherwise.
+  nlohmann::json trust_mount() const;
   egress::EgressProxy& proxy() { return *proxy_; }
   // Ends the host side (every connection) and returns what the sandbox did; then removes the
   // holder, returning the problem in `removal` ("" when it is gone).
@@ -42,6 +47,7 @@ class EgressHolder {
  private:
   ContainerRemover remover_;
   std::string id_;
+  std::optional<TrustFile> trust_file_;  // with injected credentials
   std::unique_ptr<egress::EgressProxy> proxy_;
 };
 

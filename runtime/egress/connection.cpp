@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "egress/client_gate.hpp"
+#include "egress/credential_connection.hpp"
 #include "egress/relay.hpp"
 #include "egress/rules.hpp"
 #include "protocols/client_hello.hpp"
@@ -109,8 +110,9 @@ struct Checked {
   bool tls = false;                               // a TLS entry: later hellos checked too
 };
 
+// `keep_hello`: the hello stays unread, for the host side's own TLS (credential_connection.hpp).
 Checked check_tls(const ConnectionContext& context, int client, const std::string& name,
-                  const std::string& destination, std::uint16_t port) {
+                  const std::string& destination, std::uint16_t port, bool keep_hello = false) {
   const auto& limits = context.egress.limits;
   const auto deadline = Clock::now() + limits.client_hello_wait;
   Checked checked;
@@ -151,7 +153,7 @@ Checked check_tls(const ConnectionContext& context, int client, const std::strin
   // hello after a HelloRetryRequest is checked the same way), still unread.
   wake_beyond(client, 0);
   buffer.resize(hello.bytes);
-  if (!consume(client, hello.bytes)) return checked;
+  if (!keep_hello && !consume(client, hello.bytes)) return checked;
   checked.sandbox_bytes = buffer.size();
   checked.tls = true;
   checked.allowed = true;
@@ -222,8 +224,8 @@ Checked check_http(const ConnectionContext& context, int client, const std::stri
   return checked;
 }
 
-// The upstream address for `name`: the first answer no deny entry covers and that is public,
-// unless "private" or a CIDR entry lets it be private.
+}  // namespace
+
 std::optional<Endpoint> pick_upstream(const ConnectionContext& context, const std::string& name,
                                       const std::string& destination, std::uint16_t port) {
   std::string why;
@@ -246,8 +248,6 @@ std::optional<Endpoint> pick_upstream(const ConnectionContext& context, const st
                        port);
   return std::nullopt;
 }
-
-}  // namespace
 
 void serve_connection(const ConnectionContext& context, host::UniqueFd client) {
   sockaddr_storage local{};
@@ -285,6 +285,15 @@ void serve_connection(const ConnectionContext& context, host::UniqueFd client) {
     context.account.deny(Denial::no_rule, name.value_or(""), destination, port);
   };
 
+  if (name && context.credentials) {
+    if (const auto injections = context.credentials->for_host(*name, port); !injections.empty()) {
+      if (!check_tls(context, client.get(), *name, destination, port, /*keep_hello=*/true).allowed)
+        return;
+      if (context.rules.ended(*token)) return cut();
+      return serve_with_credentials(context, client.get(),
+                                    {*name, destination, port, rule->text, *token}, injections);
+    }
+  }
   Checked checked;
   checked.allowed = true;
   if (name && expects_tls(*rule, port))

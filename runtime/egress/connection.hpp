@@ -25,9 +25,15 @@ struct ConnectionContext {
   DnsStub& dns;
   const UpstreamSettings& upstream;
   int stop_fd;
+  const class Credentials* credentials = nullptr;  // an allowlist's injections, when it has any
 };
 
 // `client`: accepted from a listener in the sandbox's network namespace, non-blocking.
 void serve_connection(const ConnectionContext& context, host::UniqueFd client);
+
+// The upstream address for `name`: the first answer no deny entry covers and that is public,
+// unless "private" or a CIDR entry lets it be private. nullopt once the denial is recorded.
+std::optional<Endpoint> pick_upstream(const ConnectionContext& context, const std::string& name,
+                                      const std::string& destination, std::uint16_t port);
 
 }  // namespace rlm::egress

@@ -35,12 +35,15 @@ bool is_datagram(int fd) {
 }  // namespace
 
 struct EgressProxy::Shared {
-  Shared(const Egress& policy, UpstreamSettings settings)
-      : rules(policy),
+  Shared(const Egress& policy, UpstreamSettings settings,
+         std::shared_ptr<const Credentials> injected)
+      : credentials(std::move(injected)),
+        rules(policy),
         limits(policy.limits),
         names(policy.limits.names),
         dns(rules, names, account),
         upstream(std::move(settings)) {}
+  const std::shared_ptr<const Credentials> credentials;
   LiveRules rules;
   const EgressLimits limits;  // a narrowing keeps them
   SyntheticNames names;
@@ -55,13 +58,13 @@ struct EgressProxy::Shared {
   std::size_t active = 0;
 
   ConnectionContext context(const Egress& egress) {
-    return {egress, rules, names, account, dns, upstream, stop.get()};
+    return {egress, rules, names, account, dns, upstream, stop.get(), credentials.get()};
   }
 };
 
 EgressProxy::EgressProxy(std::vector<host::UniqueFd> listeners, const Egress& egress,
-                         UpstreamSettings upstream)
-    : shared_(std::make_shared<Shared>(egress, std::move(upstream))) {
+                         UpstreamSettings upstream, std::shared_ptr<const Credentials> credentials)
+    : shared_(std::make_shared<Shared>(egress, std::move(upstream), std::move(credentials))) {
   shared_->stop = host::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   host::UniqueFd epoll(epoll_create1(EPOLL_CLOEXEC));
   if (!shared_->stop || !epoll)

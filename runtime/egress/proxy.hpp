@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "egress/credentials.hpp"
 #include "egress/upstream.hpp"
 #include "host/unique_fd.hpp"
 #include "rlm_sandbox/policy.hpp"
@@ -21,9 +22,11 @@ namespace rlm::egress {
 class EgressProxy {
  public:
   // `listeners`: listening TCP sockets and one UDP socket (DNS), all in the sandbox's network
-  // namespace. Throws Error when the proxy's thread or stop signal cannot be made.
+  // namespace. `credentials`: the allowlist's injections, made before the sandbox was (its trust
+  // store holds their CA); null when it has none. Throws Error when the proxy's thread or stop
+  // signal cannot be made.
   EgressProxy(std::vector<host::UniqueFd> listeners, const Egress& egress,
-              UpstreamSettings upstream);
+              UpstreamSettings upstream, std::shared_ptr<const Credentials> credentials = nullptr);
   // stop().
   ~EgressProxy();
   EgressProxy(const EgressProxy&) = delete;

@@ -110,6 +110,12 @@ UpstreamSettings UpstreamSettings::from_environment() {
       throw Error(std::string("RLM_SANDBOX_RESOLVER=") + text +
                   ": expected an address and port, e.g. 127.0.0.1:5353 or [::1]:53");
   }
+  if (const char* text = std::getenv("RLM_SANDBOX_UPSTREAM_CA"); text && *text) {
+    if (text[0] != '/')
+      throw Error(std::string("RLM_SANDBOX_UPSTREAM_CA=") + text +
+                  ": expected the absolute path of a PEM CA bundle");
+    settings.ca_file = text;
+  }
   return settings;
 }
 

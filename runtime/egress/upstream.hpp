@@ -18,8 +18,12 @@ struct UpstreamSettings {
   std::optional<Endpoint> resolver;  // nullopt: the host's resolver
   std::chrono::milliseconds resolve_timeout{5000};
   std::chrono::milliseconds connect_timeout{10000};
+  // Where injected credentials go (credentials.hpp), the CA bundle their upstreams are verified
+  // against: RLM_SANDBOX_UPSTREAM_CA (tests: their fake upstreams' CA); "" is the host's store.
+  std::string ca_file;
 
-  // RLM_SANDBOX_RESOLVER when set (throws Error naming it when it is not HOST:PORT).
+  // RLM_SANDBOX_RESOLVER and RLM_SANDBOX_UPSTREAM_CA when set (throws Error naming the first that
+  // is not HOST:PORT or an absolute path).
   static UpstreamSettings from_environment();
 };
 

@@ -85,6 +85,7 @@ struct Preparation {
   std::optional<LoopbackPlan> loopback;
   std::optional<netns::EgressCapturePlan> egress_capture;  // an allowlist's routes and listeners
   std::optional<egress::UpstreamSettings> upstream;
+  std::shared_ptr<const egress::Credentials> credentials;  // its injections; their CA
   std::unique_ptr<egress::EgressProxy> proxy;  // serves them once the child handed them over
   std::optional<PrivilegePlan> privileges;
   std::optional<LandlockPlan> landlock;
@@ -159,7 +160,21 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   p.filter.kill = supervisor::above_stdio(std::move(p.filter.kill));
   p.filter.notify = supervisor::above_stdio(std::move(p.filter.notify));
   p.ids = prepare_id_mapping(policy.user);
-  if (policy.namespaces.mount) p.rootfs = RootfsPlan::prepare(policy);
+  if (policy.network == Network::allowlist && !policy.egress.inject.empty()) {
+    if (!policy.namespaces.mount)
+      throw Error(
+          "network.inject: the sandbox's trust store for the hosts whose credentials are injected "
+          "is written into its root, which needs namespaces.mount; to fix: set it true");
+    p.upstream = egress::UpstreamSettings::from_environment();
+    p.credentials = std::make_shared<const egress::Credentials>(policy.egress, *p.upstream);
+  }
+  if (policy.namespaces.mount)
+    p.rootfs = RootfsPlan::prepare(
+        policy, p.credentials
+                    ? std::vector<RootfsPlan::GeneratedFile>{{kInjectionTrustBundle,
+                                                              p.credentials->trust_bundle(),
+                                                              "network.inject"}}
+                    : std::vector<RootfsPlan::GeneratedFile>{});
   // A root runtime's sandbox uid must own nothing that outlives it (idmap.hpp): its read-write
   // binds are idmapped to their owner, root included (whose directories are then marked,
   // written_mark.hpp). Where this host cannot idmap, root's sandbox writes as its own uid (where
@@ -170,15 +185,10 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
     p.reclaim_to = host::sandbox_write_owner(bind_owner);
   if (policy.network != Network::host) p.loopback = LoopbackPlan::prepare();
   if (policy.network == Network::allowlist) {
-    if (!policy.egress.inject.empty())
-      throw Error(
-          "network.inject: this build does not inject credentials yet, and a run never goes "
-          "without what its policy asks for; to fix: leave \"inject\" out and pass the "
-          "credential another way");
     if (auto why = netns::capability_problem(policy, policy.namespaces.user); !why.empty())
       throw Error(why);
     p.egress_capture = netns::EgressCapturePlan::prepare(policy.egress);
-    p.upstream = egress::UpstreamSettings::from_environment();
+    if (!p.upstream) p.upstream = egress::UpstreamSettings::from_environment();
   }
   p.privileges = PrivilegePlan::prepare(policy);
   // Defence in depth: the mounts' rules, where the kernel has Landlock. Without a mount namespace
@@ -251,7 +261,7 @@ std::optional<std::string> read_setup_failure(int error_read);
 void start_egress_proxy(Preparation& p, const Policy& policy, Clock::time_point deadline) {
   try {
     p.proxy = std::make_unique<egress::EgressProxy>(p.egress_capture->receive(deadline),
-                                                    policy.egress, *p.upstream);
+                                                    policy.egress, *p.upstream, p.credentials);
   } catch (const Error& error) {
     if (auto failure = read_setup_failure(p.errors.read.get())) throw Error(*failure);
     throw;

@@ -38,7 +38,12 @@ namespace rlm::ns {
 // step with ELOOP.
 class RootfsPlan {
  public:
-  static RootfsPlan prepare(const Policy& policy);
+  // A file the runtime writes into the root tmpfs, read-only to the sandbox (an allowlist's trust
+  // store); `asked_by` is the policy field that wants it, named when a mount covers its path.
+  struct GeneratedFile {
+    std::string path, contents, asked_by;
+  };
+  static RootfsPlan prepare(const Policy& policy, const std::vector<GeneratedFile>& files = {});
   bool apply(process::ChildFailure& failure) const noexcept;
 
   // Parent, privileged runtime, after prepare(): each read-write bind of the policy becomes a

@@ -415,7 +415,7 @@ void prepare_etc(Builder& build, const Policy& policy, const std::string& home) 
 
 }  // namespace
 
-RootfsPlan RootfsPlan::prepare(const Policy& policy) {
+RootfsPlan RootfsPlan::prepare(const Policy& policy, const std::vector<GeneratedFile>& files) {
   const auto& mounts = policy.filesystem.mounts;
   for (std::size_t i = 0; i < mounts.size(); ++i)
     check_sandbox_path(mounts[i].target, "filesystem.mounts[" + std::to_string(i) + "].target",
@@ -483,6 +483,16 @@ RootfsPlan RootfsPlan::prepare(const Policy& policy) {
     prepare_proc(build);
   }
   prepare_etc(build, policy, policy.filesystem.workdir.empty() ? "/tmp" : workdir);
+  for (const auto& file : files) {
+    for (std::size_t i = 0; i < mounts.size(); ++i)
+      if (file.path == mounts[i].target || file.path.starts_with(mounts[i].target + "/"))
+        fail_at(file.asked_by, "the runtime writes " + file.path + ", which filesystem.mounts[" +
+                                   std::to_string(i) + "] (" + mounts[i].target +
+                                   ") covers; to fix: mount narrower paths there");
+    build.mkdir_parents(file.path);
+    build.write_file(file.path, file.contents, 0444);
+    build.reach(file.path, Reach::Kind::read);
+  }
 
   // The workdir is created where missing; under a read-only mount that fails with EROFS, named.
   const std::string workdir_step = "create workdir " + workdir;

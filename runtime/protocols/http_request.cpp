@@ -306,7 +306,8 @@ HttpVerdict parse_http_request_head(std::span<const std::uint8_t> bytes, std::si
 }
 
 std::vector<std::uint8_t> rewrite_http_request_head(std::span<const std::uint8_t> head_bytes,
-                                                    const std::vector<std::string>& extra) {
+                                                    const std::vector<std::string>& extra,
+                                                    const std::vector<std::string>& replaced) {
   constexpr std::array<std::string_view, 4> kDropped = {"connection", "keep-alive",
                                                         "proxy-connection", "upgrade"};
   const std::string_view text = as_text(head_bytes);
@@ -328,6 +329,10 @@ std::vector<std::uint8_t> rewrite_http_request_head(std::span<const std::uint8_t
     if (!request_line &&
         std::any_of(kDropped.begin(), kDropped.end(),
                     [&](std::string_view dropped) { return equals_ignoring_case(name, dropped); }))
+      continue;
+    if (!request_line &&
+        std::any_of(replaced.begin(), replaced.end(),
+                    [&](const std::string& header) { return equals_ignoring_case(name, header); }))
       continue;
     emit(line);
   }

@@ -44,9 +44,11 @@ HttpVerdict parse_http_request_head(std::span<const std::uint8_t> bytes, std::si
 
 // The same head to send upstream: request line and headers as received, except every
 // Connection, Keep-Alive, Proxy-Connection and Upgrade header is dropped and "Connection: close"
-// added, and `extra` headers ("Name: value" each, no CRLF) appended. Ends with the blank line.
+// added, and `extra` headers ("Name: value" each, no CRLF) appended; every header named in
+// `replaced` (any case) is dropped too. Ends with the blank line.
 std::vector<std::uint8_t> rewrite_http_request_head(std::span<const std::uint8_t> head_bytes,
-                                                    const std::vector<std::string>& extra);
+                                                    const std::vector<std::string>& extra,
+                                                    const std::vector<std::string>& replaced = {});
 
 // Walks a request body as it streams by, to find where it ends (so a second request cannot hide
 // in the first one's body). Feed it bytes after the head; it says how many belong to the body.

@@ -47,8 +47,9 @@ std::string unenforceable_network(const Policy& policy, std::string_view backend
          "backend (--backend), or use \"network\": \"none\"";
 }
 
-std::vector<std::string> payload_environment(
-    const Environment& rules, const std::map<std::string, std::string>& request_env) {
+std::vector<std::string> payload_environment(const Environment& rules,
+                                             const std::map<std::string, std::string>& request_env,
+                                             const std::vector<NetworkInjection>& injections) {
   std::map<std::string, std::string> variables;
   if (!rules.clear) {
     for (char** entry = environ; entry && *entry; ++entry) {
@@ -66,6 +67,12 @@ std::vector<std::string> payload_environment(
   }
   for (const auto& name : rules.pass)
     if (const char* value = std::getenv(name.c_str())) variables[name] = value;
+  for (const auto& injection : injections)
+    if (!injection.value_from_env.empty()) variables.erase(injection.value_from_env);
+  if (!injections.empty())
+    for (const char* name : {"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "PIP_CERT",
+                             "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"})
+      variables[name] = kInjectionTrustBundle;
   for (const auto& [name, value] : request_env) {
     check_variable(name, value, "request env");
     variables[name] = value;
@@ -93,7 +100,8 @@ bool uses_payload_stdio(const Request& request) {
 RunStart::RunStart(std::string_view backend, const Request& request, const Policy& policy)
     : argv(resolve_argv(request)),
       wall_limit(effective_wall_time(request, policy)),
-      environment(payload_environment(policy.env, request_variables(request, policy))),
+      environment(payload_environment(policy.env, request_variables(request, policy),
+                                      policy.egress.inject)),
       start(Clock::now()) {
   uses_payload_stdio(request);  // throws for a request that mixes it with the other stdio
   result.backend = backend;

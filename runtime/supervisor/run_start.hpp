@@ -25,9 +25,13 @@ struct RunEnd;
 // The payload's environment as a policy and a request define it: "NAME=value" strings, sorted by
 // name: nothing (env.clear) or the host's environment, then the host's values of the env.pass
 // names that are set, then env.set, then the request's variables. Throws Error for a name that
-// is empty or holds '=' or NUL, or a value holding NUL.
+// is empty or holds '=' or NUL, or a value holding NUL. With `injections` (an allowlist's
+// credentials), the host's values of the variables they read never come along (not with
+// env.clear false, not by env.pass), and the TLS clients' trust variables point at
+// kInjectionTrustBundle (after env.set, before the request's).
 std::vector<std::string> payload_environment(const Environment& rules,
-                                             const std::map<std::string, std::string>& request_env);
+                                             const std::map<std::string, std::string>& request_env,
+                                             const std::vector<NetworkInjection>& injections = {});
 
 // Whether the request's payload has the caller's fds as its stdio (Request::payload_stdio). Throws
 // Error when only some of the three are set, or when stdin_data, stdin_fd, on_stdout or on_stderr

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "egress_credentials.hpp"
 #include "egress_suite.hpp"
 #include "namespace/namespace_backend.hpp"
 #include "rlm_sandbox/client.hpp"
@@ -19,6 +20,8 @@ std::string egress_backend_unavailable(const std::string&) {
 }
 
 INSTANTIATE_TEST_SUITE_P(On, EgressSuite, ::testing::Values("namespace"),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(On, EgressCredentials, ::testing::Values("namespace"),
                          [](const auto& info) { return info.param; });
 
 namespace {
@@ -77,6 +80,23 @@ class EgressSessionNarrowing : public EgressNamespace,
     server_.emplace(std::vector<std::string>{"--session-pool", offered + "=1"});
     return ServerConnection(server_->socket()).open_session(offered, nullptr, {});
   }
+  // python-repl with `allow` as its allowlist and a minute of time, in this world.
+  Policy repl_policy(const std::vector<std::string>& allow) {
+    Policy repl =
+        load_policy_text(json{{"extends", "python-repl"},
+                              {"network", {{"allow", allow}}},
+                              {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
+                             .dump(),
+                         "egress-repl.json");
+    world_.bind_into(repl);
+    return repl;
+  }
+  // One cell of `session`, which must run to its end.
+  static CellResult cell(Session& session, const std::string& code) {
+    auto result = session.execute(code, std::chrono::seconds(40));
+    EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
+    return result;
+  }
   std::optional<ServerProcess> server_;
   int opened_ = 0;
 };
@@ -109,18 +129,8 @@ print(outcome(socket.gethostbyname, "pypi.test"))
 )PY"};
 
 TEST_P(EgressSessionNarrowing, ALiveSessionsAllowlistNarrowsAndEndsWhatItNoLongerLetsThrough) {
-  Policy repl = load_policy_text(json{{"extends", "python-repl"},
-                                      {"network", {{"allow", {"pypi.test:443", "echo.test:5432"}}}},
-                                      {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
-                                     .dump(),
-                                 "egress-repl.json");
-  world_.bind_into(repl);
-  auto session = open_session(repl);
-  auto cell = [&](const std::string& code) {
-    const auto result = session->execute(code, std::chrono::seconds(40));
-    EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
-    return result;
-  };
+  auto session = open_session(repl_policy({"pypi.test:443", "echo.test:5432"}));
+  auto cell = [&](const std::string& code) { return this->cell(*session, code); };
   cell(kPrelude);
   EXPECT_EQ(cell(kNarrowingCells[0]).stdout_data, "b'one' tls ok sni=pypi.test\n");
 
@@ -162,20 +172,9 @@ TEST_P(EgressSessionNarrowing, ALiveSessionsAllowlistNarrowsAndEndsWhatItNoLonge
 // when its name's entry now asks for an HTTP check; and one still in its check when the list
 // drops its name is never resolved nor dialled.
 TEST_P(EgressSessionNarrowing, ANarrowingJudgesAllAConnectionPassed) {
-  Policy repl = load_policy_text(
-      json{{"extends", "python-repl"},
-           {"network",
-            {{"allow", {"rebind.test:5432", "127.0.0.0/8:5432", "web.test:80", "pypi.test:443"}}}},
-           {"limits", {{"wall_time_ms", "60s"}, {"cpu_time_ms", "60s"}}}}
-          .dump(),
-      "egress-repl.json");
-  world_.bind_into(repl);
-  auto session = open_session(repl);
-  auto cell = [&](const std::string& code) {
-    const auto result = session->execute(code, std::chrono::seconds(40));
-    EXPECT_EQ(result.status, CellStatus::ok) << result.error << result.stderr_data;
-    return result.stdout_data;
-  };
+  auto session = open_session(
+      repl_policy({"rebind.test:5432", "127.0.0.0/8:5432", "web.test:80", "pypi.test:443"}));
+  auto cell = [&](const std::string& code) { return this->cell(*session, code).stdout_data; };
   cell(kPrelude);
   EXPECT_EQ(cell(R"PY(
 private = socket.create_connection(("rebind.test", 5432), timeout=10)
@@ -301,6 +300,34 @@ print(outcome(socket.gethostbyname, "evil.test"))
   const auto narrow = pool.run(request, narrowed);
   EXPECT_NE(narrow.stderr_data.find("gaierror"), std::string::npos) << describe(narrow);
   EXPECT_TRUE(denial(narrow, "dns", "pypi.test")) << describe(narrow);
+}
+
+// Through `rlm-sandbox serve` (the static binary, started with the secret in its environment):
+// a client's run of an offered policy gets the credential injected; a client cannot add an
+// injection of its own (it could name any of the server's variables or files and send the value
+// to a host of its choosing).
+TEST_P(EgressCredentials, ThroughTheServerTheCredentialIsInjectedAndNoClientAddsOne) {
+  const std::string offered = world_.dir().file("offered-inject.json");
+  std::ofstream(offered) << injecting({{"value_from_env", kSecretVariable}}).to_json().dump();
+  ServerProcess server({"--pool", offered + "=1"});
+  Request request;
+  request.argv = {"python3", "-c", R"PY(
+import os, urllib.request
+print(urllib.request.urlopen("https://api.test/", timeout=20).read().decode())
+print(os.environ.get("RLM_TEST_INJECTED_TOKEN"))
+)PY"};
+  const auto result = ServerConnection(server.socket()).run(request, offered);
+  ASSERT_EQ(result.status, Status::ok) << describe(result) << server.log();
+  EXPECT_EQ(result.stdout_data, "tls ok sni=api.test\nNone\n");
+  bool injected = false;
+  for (const auto& line : world_.requests())
+    injected |= line.find("Authorization: sha256:" + sha256_hex(secret_)) != std::string::npos;
+  EXPECT_TRUE(injected);
+
+  Policy widened = ServerConnection(server.socket()).policy(offered);
+  widened.egress.inject.push_back(widened.egress.inject.front());
+  widened.egress.inject.back().value_from_env = "HOME";
+  EXPECT_THROW(ServerConnection(server.socket()).run(request, offered, &widened), ServerRefused);
 }
 
 }  // namespace

@@ -44,11 +44,11 @@ class EgressWorld {
         return why;
     if (auto why = ip({"link", "set", "lo", "up"}); !why.empty()) return why;
     chmod(dir_.path().c_str(), 0755);
-    const auto certificate =
-        run_process({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                     "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir_.file("server.key"),
-                     "-out", dir_.file("server.pem"), "-days", "2", "-subj", "/CN=pypi.test",
-                     "-addext", "subjectAltName=DNS:pypi.test,DNS:*.cdn.test,DNS:other.test"});
+    const auto certificate = run_process(
+        {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dir_.file("server.key"), "-out",
+         dir_.file("server.pem"), "-days", "2", "-subj", "/CN=pypi.test", "-addext",
+         "subjectAltName=DNS:pypi.test,DNS:*.cdn.test,DNS:other.test,DNS:api.test"});
     if (certificate.exit_code != 0) return "openssl req: " + certificate.err;
     chmod(dir_.file("server.key").c_str(), 0644);
     return start_servers();
@@ -57,13 +57,15 @@ class EgressWorld {
   ~EgressWorld() {
     if (to_world_ >= 0) close(to_world_);  // the world reads its stdin to EOF, then exits
     unsetenv("RLM_SANDBOX_RESOLVER");
+    unsetenv("RLM_SANDBOX_UPSTREAM_CA");
   }
 
   // The names the fake resolver answers, and with what.
-  std::vector<std::string> answers = {
-      "pypi.test=203.0.113.10",    "other.test=203.0.113.10", "a.cdn.test=203.0.113.10",
-      "b.a.cdn.test=203.0.113.10", "web.test=203.0.113.11",   "echo.test=203.0.113.12",
-      "sink.test=203.0.113.13",    "rebind.test=127.0.0.1",   "meta.test=169.254.169.254"};
+  std::vector<std::string> answers = {"pypi.test=203.0.113.10",    "other.test=203.0.113.10",
+                                      "a.cdn.test=203.0.113.10",   "api.test=203.0.113.10",
+                                      "b.a.cdn.test=203.0.113.10", "web.test=203.0.113.11",
+                                      "echo.test=203.0.113.12",    "sink.test=203.0.113.13",
+                                      "rebind.test=127.0.0.1",     "meta.test=169.254.169.254"};
 
   // Every query the fake resolver got, "name type" each.
   std::vector<std::string> queries() const { return lines("queries.log"); }
@@ -119,6 +121,9 @@ class EgressWorld {
     if (!read_until(world_.from, seen, "ready", std::chrono::seconds(60)))
       return "the fake world did not start: " + seen;
     setenv("RLM_SANDBOX_RESOLVER", ("127.0.0.1:" + std::to_string(kResolverPort)).c_str(), 1);
+    // Injected credentials go only to an upstream verified against this (the host's CA store
+    // knows nothing of the fake world).
+    setenv("RLM_SANDBOX_UPSTREAM_CA", dir_.file("server.pem").c_str(), 1);
     return "";
   }
 

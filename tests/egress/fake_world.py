@@ -6,7 +6,9 @@ is the code under test: DNS is hand-built from RFC 1035, TLS is Python's ssl mod
   fake_world.py DIR RESOLVER_PORT NAME=ADDRESS...
 
 Every query the resolver gets is appended to DIR/queries.log ("NAME TYPE" a line); every
-request head an upstream gets, to DIR/requests.log. Upstreams:
+request head an upstream gets, to DIR/requests.log, the value of each Authorization or X-Api-Key
+header as "sha256:<hex>" (the tests' injected secrets must be found nowhere a sandbox can read,
+and DIR is bound into the sandbox). Upstreams:
   203.0.113.10:443  TLS (DIR/server.pem, DIR/server.key), answers "tls ok" and its SNI
   203.0.113.11:80   HTTP, answers "http ok Host=<host>" to each request
   203.0.113.12:5432 TCP echo
@@ -14,6 +16,7 @@ request head an upstream gets, to DIR/requests.log. Upstreams:
   127.0.0.1:5432    TCP echo (rebind.test's answer: a private address)
 Prints "ready" once every socket listens.
 """
+import hashlib
 import os
 import socket
 import ssl
@@ -76,6 +79,16 @@ def read_head(conn):
     return head.decode("latin-1"), rest
 
 
+def loggable(head):
+    lines = []
+    for line in (head or "").split("\r\n"):
+        key, colon, value = line.partition(":")
+        if colon and key.lower() in ("authorization", "x-api-key"):
+            line = key + ": sha256:" + hashlib.sha256(value.strip().encode("latin-1")).hexdigest()
+        lines.append(line)
+    return " | ".join(lines)
+
+
 def serve(address, port, handler, wrap=None):
     listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -100,7 +113,7 @@ def guarded(conn, handler, wrap):
 
 def tls_handler(conn):
     head, _ = read_head(conn)
-    log("requests.log", "TLS " + (head or "").replace("\r\n", " | "))
+    log("requests.log", "TLS " + loggable(head))
     sni = getattr(conn, "sni", "")
     body = f"tls ok sni={sni}".encode()
     conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
@@ -117,7 +130,7 @@ def http_handler(conn):
             data += chunk
         head, _, rest = data.partition(b"\r\n\r\n")
         head = head.decode("latin-1")
-        log("requests.log", "HTTP " + head.replace("\r\n", " | "))
+        log("requests.log", "HTTP " + loggable(head))
         host = ""
         length = 0
         for line in head.split("\r\n")[1:]:

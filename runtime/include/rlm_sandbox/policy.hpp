@@ -74,8 +74,8 @@ struct Filesystem {
 };
 
 // "none": loopback only; "host": the host's network; "allowlist": egress by name and port
-// (Egress below). No build enforces an allowlist yet (issue 27): every backend refuses such a
-// policy before anything runs, never running it with more network than it asks for.
+// (Egress below), enforced on the host by the namespace and docker backends; the others refuse
+// such a policy before anything runs, never running it with more network than it asks for.
 enum class Network { none, host, allowlist };
 
 // One entry of an allowlist's "allow" or "deny" (docs/policy.md, "network"):
@@ -97,7 +97,12 @@ struct NetworkRule {
   std::string text;                             // as written (canonical)
 };
 
-// Credentials the host side adds to requests for one host, never given to the sandbox.
+// Credentials the host side adds to requests for one host, never given to the sandbox: it ends
+// the sandbox's TLS to that host with a certificate of the sandbox's own CA, whose certificate
+// (after the host's CA bundle) the sandbox finds at kInjectionTrustBundle; SSL_CERT_FILE,
+// CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO and NODE_EXTRA_CA_CERTS point
+// there.
+inline constexpr const char* kInjectionTrustBundle = "/etc/rlm-sandbox/ca-certificates.crt";
 struct NetworkInjection {
   std::string host;  // "api.example.com:443", covered by an allow entry
   std::string header;

@@ -1,0 +1,166 @@
+// Credentials injected at the edge (docs/network.md, "Credentials"), on each backend that
+// enforces an allowlist: the host side adds the header to requests for the named host and nowhere
+// else, and the secret is found nowhere the sandbox can reach -- its environment (even one copying
+// the host's, even one that passes the variable by name), its files, its memory, its traffic.
+// Attacked from inside a real sandbox.
+#include "egress_credentials.hpp"
+
+namespace rlm::test {
+namespace {
+
+using nlohmann::json;
+
+// The sandbox's requests to api.test reach it with the real Authorization in place of its own,
+// over TLS verified on both sides; its other names pass untouched (pypi.test's TLS is the
+// upstream's own); a client that does not trust the sandbox's CA is refused, not served; and the
+// secret is nowhere inside.
+constexpr const char* kInjectedRun = R"PY(
+import os, re, urllib.request
+request = urllib.request.Request("https://api.test/", headers={"Authorization": "Bearer the-sandboxs-own"})
+print(urllib.request.urlopen(request, timeout=20).read().decode())
+print(https_get("pypi.test"))
+def pinned():
+    context = ssl.create_default_context(cafile="/world/server.pem")
+    with socket.create_connection(("api.test", 443), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="api.test") as tls:
+            return "served"
+print(outcome(pinned))
+print(os.environ.get("SSL_CERT_FILE"), os.environ.get("RLM_TEST_INJECTED_TOKEN"))
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem, open("/out/memory", "wb") as out:
+    for line in maps:
+        fields = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
+        if fields[3][0] != "r" or "[vvar]" in line or "[vsyscall]" in line: continue
+        try:
+            mem.seek(int(fields[1], 16))
+            out.write(mem.read(int(fields[2], 16) - int(fields[1], 16)))
+        except (OSError, ValueError, OverflowError): pass
+skipped = ("/proc", "/sys", "/dev", "/out", "/usr", "/lib", "/lib64", "/bin", "/sbin")
+with open("/out/files", "wb") as out:
+    for top, dirs, files in os.walk("/"):
+        dirs[:] = [d for d in dirs if os.path.join(top, d) not in skipped]
+        for name in files:
+            try:
+                with open(os.path.join(top, name), "rb") as file: out.write(file.read(1 << 24))
+            except OSError: pass
+with open("/proc/self/environ", "rb") as environ, open("/out/environ", "wb") as out:
+    out.write(environ.read())
+)PY";
+
+TEST_P(EgressCredentials, TheUpstreamGetsTheCredentialAndTheSandboxNeverSeesIt) {
+  const auto result = python(kInjectedRun, injecting({{"value_from_env", kSecretVariable}}));
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(lines_of(result.stdout_data),
+            (std::vector<std::string>{"tls ok sni=api.test", "tls ok sni=pypi.test",
+                                      "error:SSLCertVerificationError",
+                                      std::string(kInjectionTrustBundle) + " None"}))
+      << describe(result);
+
+  // Upstream: the real credential, once, in place of the sandbox's own.
+  const std::string injected = "Authorization: sha256:" + sha256_hex(secret_);
+  const std::string own = "Authorization: sha256:" + sha256_hex("Bearer the-sandboxs-own");
+  int with_secret = 0;
+  for (const auto& request : world_.requests()) {
+    if (request.find("Host: api.test") == std::string::npos) {
+      EXPECT_EQ(request.find("Authorization"), std::string::npos) << request;
+      continue;
+    }
+    EXPECT_EQ(request.find(own), std::string::npos) << request;
+    EXPECT_NE(request.find("Connection: close"), std::string::npos) << request;
+    with_secret += request.find(injected) != std::string::npos;
+  }
+  EXPECT_EQ(with_secret, 1) << "requests the upstream got: " << world_.requests().size();
+
+  // The account: api.test allowed with its bytes; the pinned client's refusal recorded.
+  ASSERT_TRUE(result.network) << describe(result);
+  bool api_logged = false;
+  for (const auto& entry : result.network->allowed)
+    api_logged |= entry.name == "api.test" && entry.bytes_out > 0 && entry.bytes_in > 0;
+  EXPECT_TRUE(api_logged) << describe(result);
+  EXPECT_TRUE(denial(result, "protocol", "api.test")) << describe(result);
+
+  // Nowhere inside: its memory, its files, its environment, its output.
+  const std::string memory = read_whole(out_.file("memory"));
+  const std::string files = read_whole(out_.file("files"));
+  const std::string environ = read_whole(out_.file("environ"));
+  EXPECT_GT(memory.size(), 1u << 20) << "the memory dump is too small to mean anything";
+  EXPECT_NE(files.find("BEGIN CERTIFICATE"), std::string::npos) << "the file walk read nothing";
+  EXPECT_NE(environ.find("SSL_CERT_FILE="), std::string::npos);
+  for (const auto* place : {&memory, &files, &environ, &result.stdout_data, &result.stderr_data})
+    EXPECT_EQ(place->find(secret_), std::string::npos) << "the secret is inside the sandbox";
+  // The memory dump does hold what the sandbox sent itself: a search that could find it.
+  EXPECT_NE(memory.find("the-sandboxs-own"), std::string::npos);
+}
+
+TEST_P(EgressCredentials, AValueFromAFileIsInjectedWithoutItsLineEnd) {
+  TempDir secrets;
+  std::ofstream(secrets.file("token")) << secret_ << "\n";
+  const auto result = python(R"PY(
+import urllib.request
+print(urllib.request.urlopen("https://api.test/", timeout=20).read().decode())
+)PY",
+                             injecting({{"value_from_file", secrets.file("token")}}));
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data, "tls ok sni=api.test\n");
+  bool injected = false;
+  for (const auto& request : world_.requests())
+    injected |= request.find("Authorization: sha256:" + sha256_hex(secret_)) != std::string::npos;
+  EXPECT_TRUE(injected);
+}
+
+// What cannot be injected is never run without it: the run fails before anything starts and
+// names the field.
+TEST_P(EgressCredentials, AValueThatCannotBeReadStopsTheRunAndSaysWhich) {
+  const auto unset = python("print('ran')", injecting({{"value_from_env", "RLM_TEST_NOT_SET"}}));
+  EXPECT_EQ(unset.status, Status::sandbox_error) << describe(unset);
+  EXPECT_EQ(unset.stdout_data, "");
+  EXPECT_NE(unset.detail.find("network.inject[0].value_from_env"), std::string::npos)
+      << unset.detail;
+
+  const auto missing = python("print('ran')", injecting({{"value_from_file", "/nonexistent/x"}}));
+  EXPECT_EQ(missing.status, Status::sandbox_error) << describe(missing);
+  EXPECT_NE(missing.detail.find("network.inject[0].value_from_file"), std::string::npos)
+      << missing.detail;
+
+  setenv(kSecretVariable, "two\r\nX-Smuggled: lines", 1);
+  const auto split = python("print('ran')", injecting({{"value_from_env", kSecretVariable}}));
+  EXPECT_EQ(split.status, Status::sandbox_error) << describe(split);
+  EXPECT_NE(split.detail.find("line break"), std::string::npos) << split.detail;
+}
+
+// A second request on the injected connection never reaches the upstream (it would be sent
+// under the sandbox's eyes with nothing checked), and a request for another Host is refused
+// before the credential is added.
+TEST_P(EgressCredentials, OneRequestAConnectionAndOnlyForItsHost) {
+  const auto result = python(R"PY(
+def two_requests(second_host):
+    context = ssl.create_default_context()
+    with socket.create_connection(("api.test", 443), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="api.test") as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: " + second_host + b"\r\nContent-Length: 0\r\n\r\n"
+                        b"GET /again HTTP/1.1\r\nHost: api.test\r\n\r\n")
+            data = b""
+            while True:
+                try: chunk = tls.recv(4096)
+                except (OSError, ssl.SSLError): break
+                if not chunk: break
+                data += chunk
+            return data.split(b"\r\n\r\n", 1)[-1]
+print(outcome(two_requests, b"api.test"))
+print(outcome(two_requests, b"evil.test"))
+)PY",
+                             injecting({{"value_from_env", kSecretVariable}}));
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  const auto lines = lines_of(result.stdout_data);
+  ASSERT_EQ(lines.size(), 2u) << describe(result);
+  EXPECT_TRUE(nothing_came_back(lines[0])) << lines[0];
+  EXPECT_TRUE(nothing_came_back(lines[1])) << lines[1];
+  EXPECT_TRUE(denial(result, "protocol", "api.test")) << describe(result);
+  EXPECT_TRUE(denial(result, "host_mismatch", "evil.test")) << describe(result);
+  for (const auto& request : world_.requests()) {
+    EXPECT_EQ(request.find("/again"), std::string::npos) << request;
+    EXPECT_EQ(request.find("evil.test"), std::string::npos) << request;
+  }
+}
+
+}  // namespace
+}  // namespace rlm::test
