@@ -22,7 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::uint8_t>;
 
-constexpr std::size_t kMaxHttpHead = 16384, kMaxHttpHeaders = 100;
 constexpr std::size_t kMaxDnsQueriesPerStream = 256;
 
 enum class Read { more, eof, timed_out, failed };

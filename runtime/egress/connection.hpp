@@ -17,6 +17,10 @@
 
 namespace rlm::egress {
 
+// An HTTP request head the host side reads (an http:// entry's, an injected host's): its bytes
+// and header lines at most.
+inline constexpr std::size_t kMaxHttpHead = 16384, kMaxHttpHeaders = 100;
+
 struct ConnectionContext {
   const Egress& egress;  // the list as it was when the connection came (rules.current())
   LiveRules& rules;      // as it is now: the relay starts only if it still lets it through

@@ -16,12 +16,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::uint8_t>;
 
-constexpr std::size_t kMaxHttpHead = 16384, kMaxHttpHeaders = 100, kChunk = 16384;
+constexpr std::size_t kChunk = 16384;
 
-// Waits until either stream may read (`client` only while `client_open`); false on idle or stop.
-bool wait_either(TlsStream& client, bool client_open, TlsStream& upstream, int stop_fd,
+// Waits until either socket turns readable (`client` only while `client_open`); false on idle or
+// stop. Called only when neither stream returned data on its last read: then nothing decrypted
+// waits inside OpenSSL, and only the socket can bring more (a partial record held back by the
+// peer keeps it quiet, not busy).
+bool wait_either(const TlsStream& client, bool client_open, const TlsStream& upstream, int stop_fd,
                  std::chrono::milliseconds idle) {
-  if ((client_open && client.buffered()) || upstream.buffered()) return true;
   pollfd fds[3] = {{upstream.fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}, {client.fd(), POLLIN, 0}};
   for (;;) {
     const int ready = poll(fds, client_open ? 3 : 2, static_cast<int>(idle.count()));
@@ -39,6 +41,7 @@ void serve_with_credentials(const ConnectionContext& context, int client,
   const auto deny = [&](Denial kind, const std::string& name) {
     context.account.deny(kind, name, target.destination, target.port);
   };
+  const SigpipeBlocked quiet_pipe;  // before the streams: they may write to a closed peer
   std::string why;
   TlsStream sandbox(context.credentials->sandbox_side(target.name), client);
   // A client that does not trust the sandbox's CA (its own trust store, a pinned key) ends here.
@@ -64,10 +67,12 @@ void serve_with_credentials(const ConnectionContext& context, int client,
       continue;
     }
     if (read != TlsStream::Read::none_yet) return;
-    if (!sandbox.buffered() && !wait_for(client, POLLIN, context.stop_fd, head_deadline))
+    if (!wait_for(client, POLLIN, context.stop_fd, head_deadline))
       return deny(Denial::limit, target.name);
   }
-  if (head.method == "CONNECT" || head.upgrade) return deny(Denial::protocol, target.name);
+  // TRACE (and TRACK) would have the upstream echo the request, credential and all.
+  if (head.method == "CONNECT" || head.method == "TRACE" || head.method == "TRACK" || head.upgrade)
+    return deny(Denial::protocol, target.name);
   if (head.host != target.name || (head.absolute_form && head.absolute_host != target.name) ||
       (head.host_port && *head.host_port != target.port))
     return deny(Denial::host_mismatch, head.absolute_form ? head.absolute_host : head.host);
@@ -119,8 +124,9 @@ void serve_with_credentials(const ConnectionContext& context, int client,
   std::uint64_t out = head.head_bytes + rest.size(), in = 0;  // the sandbox's plaintext bytes
   const auto finish = [&] { context.account.finish(entry, out, in); };
   if (!upstream.write_all(prefix, context.stop_fd, Clock::now() + limits.idle)) return finish();
-  bool client_open = true;
-  while (wait_either(sandbox, client_open, upstream, context.stop_fd, limits.idle)) {
+  bool client_open = true, moved = true;  // the first round reads before it waits
+  while (moved || wait_either(sandbox, client_open, upstream, context.stop_fd, limits.idle)) {
+    moved = false;
     if (out + in > limits.connection_bytes) {
       context.account.deny(Denial::limit, target.name, upstream_address, target.port);
       break;
@@ -141,6 +147,7 @@ void serve_with_credentials(const ConnectionContext& context, int client,
         }
         if (!upstream.write_all(bytes, context.stop_fd, Clock::now() + limits.idle)) break;
         out += got;
+        moved = true;
       } else if (read == TlsStream::Read::eof) {
         client_open = false;  // the response may still come
       } else if (read == TlsStream::Read::failed) {
@@ -153,6 +160,7 @@ void serve_with_credentials(const ConnectionContext& context, int client,
                              Clock::now() + limits.idle))
         break;
       in += got;
+      moved = true;
     } else if (read != TlsStream::Read::none_yet) {
       if (read == TlsStream::Read::eof) sandbox.close();
       break;

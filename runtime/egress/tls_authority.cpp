@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "egress/tls_stream.hpp"
 #include "rlm_sandbox/error.hpp"
 
 namespace rlm::egress {
@@ -92,10 +93,9 @@ std::string pem_of(X509* certificate) {
 // Only HTTP/1.1 is spoken where a credential is added: a client that offers ALPN must offer it.
 int select_http1(SSL*, const unsigned char** out, unsigned char* out_length,
                  const unsigned char* offered, unsigned int offered_length, void*) {
-  static constexpr unsigned char kHttp1[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   unsigned char* chosen = nullptr;
-  if (SSL_select_next_proto(&chosen, out_length, kHttp1, sizeof kHttp1, offered, offered_length) !=
-      OPENSSL_NPN_NEGOTIATED)
+  if (SSL_select_next_proto(&chosen, out_length, kAlpnHttp1, sizeof kAlpnHttp1, offered,
+                            offered_length) != OPENSSL_NPN_NEGOTIATED)
     return SSL_TLSEXT_ERR_ALERT_FATAL;
   *out = chosen;
   return SSL_TLSEXT_ERR_OK;

@@ -4,6 +4,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include "egress/upstream.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -33,6 +35,26 @@ std::string last_error() {
 }
 
 }  // namespace
+
+SigpipeBlocked::SigpipeBlocked() {
+  sigset_t pipe, old;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  was_blocked_ = sigismember(&old, SIGPIPE) == 1;
+}
+
+SigpipeBlocked::~SigpipeBlocked() {
+  if (was_blocked_) return;
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  // Pending for this thread only when a write of ours raised it: take it, then unblock.
+  const timespec now{0, 0};
+  while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
+  }
+  pthread_sigmask(SIG_UNBLOCK, &pipe, nullptr);
+}
 
 TlsStream::TlsStream(SSL_CTX* context, int fd) : ssl_(SSL_new(context)), fd_(fd) {
   if (!ssl_ || SSL_set_fd(ssl_, fd) != 1) {
@@ -70,9 +92,8 @@ bool TlsStream::accept(int stop_fd, Deadline deadline, std::string& why) {
 }
 
 bool TlsStream::connect(const std::string& host, int stop_fd, Deadline deadline, std::string& why) {
-  static constexpr unsigned char kHttp1[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   if (SSL_set_tlsext_host_name(ssl_, host.c_str()) != 1 || SSL_set1_host(ssl_, host.c_str()) != 1 ||
-      SSL_set_alpn_protos(ssl_, kHttp1, sizeof kHttp1) != 0) {
+      SSL_set_alpn_protos(ssl_, kAlpnHttp1, sizeof kAlpnHttp1) != 0) {
     why = last_error();
     return false;
   }
@@ -98,10 +119,6 @@ TlsStream::Read TlsStream::read_some(std::span<std::uint8_t> buffer, std::size_t
       ERR_clear_error();
       return Read::failed;
   }
-}
-
-bool TlsStream::buffered() const {
-  return SSL_has_pending(ssl_) == 1;
 }
 
 bool TlsStream::write_all(std::span<const std::uint8_t> bytes, int stop_fd, Deadline deadline) {

@@ -12,6 +12,24 @@
 
 namespace rlm::egress {
 
+// The one protocol spoken where credentials are added, as ALPN writes it.
+inline constexpr unsigned char kAlpnHttp1[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
+// OpenSSL writes to its socket with write(): to a peer that has gone, that raises SIGPIPE, whose
+// default action would end the whole runtime (a server with every tenant's runs). While one of
+// these lives, SIGPIPE is blocked for the calling thread (the signal is thread-directed); any
+// that came is taken off before the thread's mask is restored.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked();
+  ~SigpipeBlocked();
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  bool was_blocked_ = false;
+};
+
 class TlsStream {
  public:
   using Deadline = std::chrono::steady_clock::time_point;
@@ -28,9 +46,9 @@ class TlsStream {
 
   enum class Read { data, none_yet, eof, failed };
   // What is decrypted and waiting, at most `buffer.size()` bytes into `buffer`, without waiting.
+  // After none_yet, only the socket turning readable brings more: wait on it, never on OpenSSL's
+  // buffers (a partial record held back by the peer would keep a caller spinning).
   Read read_some(std::span<std::uint8_t> buffer, std::size_t& got);
-  // Whether a read_some() now may return data without the socket turning readable.
-  bool buffered() const;
   // Every byte of `bytes`, waiting as the socket lets it.
   bool write_all(std::span<const std::uint8_t> bytes, int stop_fd, Deadline deadline);
   // A close_notify, without waiting for the peer's.

@@ -67,8 +67,6 @@ std::vector<std::string> payload_environment(const Environment& rules,
   }
   for (const auto& name : rules.pass)
     if (const char* value = std::getenv(name.c_str())) variables[name] = value;
-  for (const auto& injection : injections)
-    if (!injection.value_from_env.empty()) variables.erase(injection.value_from_env);
   if (!injections.empty())
     for (const char* name : {"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "PIP_CERT",
                              "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"})
@@ -77,6 +75,9 @@ std::vector<std::string> payload_environment(const Environment& rules,
     check_variable(name, value, "request env");
     variables[name] = value;
   }
+  // Last: not even a request's own value (the CLI's `-e NAME` copies the caller's) gets through.
+  for (const auto& injection : injections)
+    if (!injection.value_from_env.empty()) variables.erase(injection.value_from_env);
   std::vector<std::string> entries;
   entries.reserve(variables.size());
   for (const auto& [name, value] : variables) entries.push_back(name + "=" + value);

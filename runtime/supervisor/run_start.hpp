@@ -26,8 +26,8 @@ struct RunEnd;
 // name: nothing (env.clear) or the host's environment, then the host's values of the env.pass
 // names that are set, then env.set, then the request's variables. Throws Error for a name that
 // is empty or holds '=' or NUL, or a value holding NUL. With `injections` (an allowlist's
-// credentials), the host's values of the variables they read never come along (not with
-// env.clear false, not by env.pass), and the TLS clients' trust variables point at
+// credentials), the variables they read are never set, whatever would have set them (env.clear
+// false, env.pass, the request), and the TLS clients' trust variables point at
 // kInjectionTrustBundle (after env.set, before the request's).
 std::vector<std::string> payload_environment(const Environment& rules,
                                              const std::map<std::string, std::string>& request_env,

@@ -3,6 +3,8 @@
 // else, and the secret is found nowhere the sandbox can reach -- its environment (even one copying
 // the host's, even one that passes the variable by name), its files, its memory, its traffic.
 // Attacked from inside a real sandbox.
+#include <signal.h>
+
 #include "egress_credentials.hpp"
 
 namespace rlm::test {
@@ -160,6 +162,66 @@ print(outcome(two_requests, b"evil.test"))
     EXPECT_EQ(request.find("/again"), std::string::npos) << request;
     EXPECT_EQ(request.find("evil.test"), std::string::npos) << request;
   }
+}
+
+// What the sandbox does to its end of an injected connection reaches only that connection: a
+// peer gone (closed, reset) before the response is written does not end the runtime (SIGPIPE:
+// this very test process, on the namespace backend), a partial TLS record held back does not
+// hold a thread past the head's wait or the idle limit, and TRACE, which would echo the
+// credential back, is refused.
+constexpr const char* kHostileClients = R"PY(
+import os
+def tls_to_api():
+    context = ssl.create_default_context()
+    return context.wrap_socket(socket.create_connection(("api.test", 443), timeout=10),
+                               server_hostname="api.test")
+def gone_before_the_response(reset):
+    tls = tls_to_api()
+    tls.sendall(b"GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+    if reset: tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    tls.close()
+def held_back(prefix):
+    tls = tls_to_api()
+    tls.sendall(prefix)
+    os.write(tls.fileno(), b"\x17")  # one byte of a TLS record, the rest never sent
+    start = time.monotonic()
+    try:
+        tls.settimeout(20)
+        while tls.recv(4096): pass
+    except (OSError, ssl.SSLError): pass
+    return "ended" if time.monotonic() - start < 15 else "held"
+for reset in (False, True, False, True):
+    gone_before_the_response(reset)
+time.sleep(1)
+print(held_back(b""))
+print(held_back(b"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 100\r\n\r\nsome"))
+def trace():
+    with tls_to_api() as tls:
+        tls.sendall(b"TRACE / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+        return tls.recv(4096)
+print(outcome(trace))
+)PY";
+
+TEST_P(EgressCredentials, AHostileClientReachesOnlyItsOwnConnection) {
+  // The runtime embedded in a host that leaves SIGPIPE as it comes (this test process ignores it
+  // for its own pipes, which would hide the fault).
+  struct DefaultSigpipe {
+    sighandler_t before = signal(SIGPIPE, SIG_DFL);
+    ~DefaultSigpipe() { signal(SIGPIPE, before); }
+  } default_sigpipe;
+  auto injected = injecting({{"value_from_env", kSecretVariable}});
+  injected.egress.limits.client_hello_wait = std::chrono::seconds(2);
+  injected.egress.limits.idle = std::chrono::seconds(2);
+  const auto result = python(kHostileClients, injected);
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  const auto lines = lines_of(result.stdout_data);
+  ASSERT_EQ(lines.size(), 3u) << describe(result);
+  EXPECT_EQ(lines[0], "ended") << "a partial record held the head's read past its wait";
+  EXPECT_EQ(lines[1], "ended") << "a partial record held the body's relay past the idle limit";
+  EXPECT_TRUE(nothing_came_back(lines[2])) << lines[2];
+  EXPECT_TRUE(denial(result, "limit", "api.test")) << describe(result);
+  EXPECT_TRUE(denial(result, "protocol", "api.test")) << describe(result);
+  for (const auto& request : world_.requests()) EXPECT_EQ(request.find("TRACE"), std::string::npos);
 }
 
 }  // namespace

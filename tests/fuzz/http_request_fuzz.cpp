@@ -2,9 +2,12 @@
 // (runtime/protocols/http_request.hpp): a connection's bytes from a sandbox. The head is parsed,
 // rewritten for the upstream, and the rest fed to the body framer in reads of sizes taken from
 // the data. Beyond the sanitizers, it checks what the proxy relies on: the rewritten head parses
-// as the same request with Connection: close and no upgrade; the framer stops exactly where the
-// body ends and finds the same end (or the same fault) however the bytes are split.
+// as the same request with Connection: close and no upgrade, and an injected header is the only
+// one of its name; the framer stops exactly where the body ends and finds the same end (or the
+// same fault) however the bytes are split.
 // Seed corpus: tests/fuzz/corpus/http_request/.
+#include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -52,6 +55,28 @@ Framed frame(const HttpRequestHead& head, std::span<const std::uint8_t> body, bo
   return framed;
 }
 
+// How many header lines of `head` (a rewritten one: CRLF line ends) have the field name `name`,
+// compared without case after trimming the spaces and tabs around it.
+std::size_t headers_named(std::span<const std::uint8_t> head, std::string_view name) {
+  const std::string_view text(reinterpret_cast<const char*>(head.data()), head.size());
+  std::size_t count = 0;
+  std::size_t at = text.find("\r\n");  // past the request line
+  while (at != std::string_view::npos && at + 2 < text.size()) {
+    const std::size_t end = text.find("\r\n", at + 2);
+    std::string_view line = text.substr(at + 2, end == std::string_view::npos ? end : end - at - 2);
+    std::string_view field = line.substr(0, line.find(':'));
+    while (!field.empty() && (field.front() == ' ' || field.front() == '\t'))
+      field.remove_prefix(1);
+    while (!field.empty() && (field.back() == ' ' || field.back() == '\t')) field.remove_suffix(1);
+    if (line.find(':') != std::string_view::npos && field.size() == name.size() &&
+        std::equal(field.begin(), field.end(), name.begin(),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }))
+      ++count;
+    at = end;
+  }
+  return count;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -77,6 +102,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         upstream.host == head.host && upstream.host_port == head.host_port &&
         upstream.chunked == head.chunked && upstream.content_length == head.content_length);
   check(upstream.connection_close && !upstream.upgrade);
+
+  // An injected header is the only one of its name that goes upstream.
+  const auto injected = rewrite_http_request_head(bytes.first(head.head_bytes),
+                                                  {"Authorization: real"}, {"authorization"});
+  check(headers_named(injected, "authorization") == 1);
 
   // The body's end does not depend on how its bytes arrive.
   const auto rest = bytes.subspan(head.head_bytes);

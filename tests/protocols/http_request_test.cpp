@@ -263,6 +263,26 @@ TEST(HttpRequestHead, TheHeadSentUpstreamDropsHopByHopHeadersAndClosesTheConnect
             "Content-Length: 3\r\nConnection: close\r\n\r\n");
 }
 
+// An injected credential replaces every header the request had under its name, in any case.
+TEST(HttpRequestHead, AnInjectedHeaderReplacesTheRequestsOwnInAnyCase) {
+  const Bytes head = bytes_of(
+      "GET /v1 HTTP/1.1\r\n"
+      "Host: api.example.com\r\n"
+      "authorization: Bearer the-sandboxs\r\n"
+      "X-Authorization: kept\r\n"
+      "AUTHORIZATION: Basic again\r\n"
+      "\r\n");
+  const Bytes rewritten =
+      rewrite_http_request_head(head, {"Authorization: Bearer real"}, {"Authorization"});
+  EXPECT_EQ(std::string(rewritten.begin(), rewritten.end()),
+            "GET /v1 HTTP/1.1\r\n"
+            "Host: api.example.com\r\n"
+            "X-Authorization: kept\r\n"
+            "Connection: close\r\n"
+            "Authorization: Bearer real\r\n"
+            "\r\n");
+}
+
 // Feeds `body` to a framer one byte at a time; how many it took when it said done.
 std::size_t frame_byte_by_byte(const HttpRequestHead& head, std::string_view body,
                                std::string& why) {

@@ -49,6 +49,9 @@ ProcessOutcome run_process(const std::vector<std::string>& argv, const ProcessOp
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
+    // The binary under test runs with SIGPIPE as a user's shell gives it, not as this process
+    // keeps it (ignored, below): an ignored SIGPIPE would hide a write to a closed peer.
+    signal(SIGPIPE, SIG_DFL);
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
