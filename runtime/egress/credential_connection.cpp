@@ -9,6 +9,7 @@
 #include "egress/client_gate.hpp"
 #include "egress/tls_stream.hpp"
 #include "protocols/http_request.hpp"
+#include "rlm_sys/sys.hpp"
 
 namespace rlm::egress {
 namespace {
@@ -18,17 +19,17 @@ using Bytes = std::vector<std::uint8_t>;
 
 constexpr std::size_t kChunk = 16384;
 
-// Waits until either socket turns readable (`client` only while `client_open`); false on idle or
-// stop. Called only when neither stream returned data on its last read: then nothing decrypted
-// waits inside OpenSSL, and only the socket can bring more (a partial record held back by the
-// peer keeps it quiet, not busy).
-bool wait_either(const TlsStream& client, bool client_open, const TlsStream& upstream, int stop_fd,
-                 std::chrono::milliseconds idle) {
-  pollfd fds[3] = {{upstream.fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}, {client.fd(), POLLIN, 0}};
+// Waits until the client's socket is ready for `client_event` (0: not watched) or the
+// upstream's for `upstream_event`; false at `deadline` or stop. Called only when neither stream
+// moved data on its last read, so only the sockets can bring more.
+bool wait_either(const TlsStream& client, short client_event, const TlsStream& upstream,
+                 short upstream_event, int stop_fd, Clock::time_point deadline) {
+  pollfd fds[3] = {
+      {stop_fd, POLLIN, 0}, {upstream.fd(), upstream_event, 0}, {client.fd(), client_event, 0}};
   for (;;) {
-    const int ready = poll(fds, client_open ? 3 : 2, static_cast<int>(idle.count()));
+    const int ready = poll(fds, client_event != 0 ? 3 : 2, sys::poll_timeout_ms(deadline));
     if (ready < 0 && errno == EINTR) continue;
-    return ready > 0 && fds[1].revents == 0;
+    return ready > 0 && fds[0].revents == 0;
   }
 }
 
@@ -66,8 +67,11 @@ void serve_with_credentials(const ConnectionContext& context, int client,
       buffer.insert(buffer.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(got));
       continue;
     }
-    if (read != TlsStream::Read::none_yet) return;
-    if (!wait_for(client, POLLIN, context.stop_fd, head_deadline))
+    if (read != TlsStream::Read::wants_read && read != TlsStream::Read::wants_write) return;
+    // The deadline checked here too: poll() past it still reports a socket that is ready (a
+    // sandbox that floods KeyUpdates it never lets us answer).
+    if (Clock::now() >= head_deadline ||
+        !wait_for(client, TlsStream::event_for(read), context.stop_fd, head_deadline))
       return deny(Denial::limit, target.name);
   }
   // TRACE (and TRACK) would have the upstream echo the request, credential and all.
@@ -124,15 +128,24 @@ void serve_with_credentials(const ConnectionContext& context, int client,
   std::uint64_t out = head.head_bytes + rest.size(), in = 0;  // the sandbox's plaintext bytes
   const auto finish = [&] { context.account.finish(entry, out, in); };
   if (!upstream.write_all(prefix, context.stop_fd, Clock::now() + limits.idle)) return finish();
-  bool client_open = true, moved = true;  // the first round reads before it waits
-  while (moved || wait_either(sandbox, client_open, upstream, context.stop_fd, limits.idle)) {
+  // What each side's socket must do before its stream goes on; idle counts from the last data.
+  short client_event = POLLIN, upstream_event = POLLIN;
+  auto last_data = Clock::now();
+  for (bool moved = true;;) {
+    if (moved) {
+      last_data = Clock::now();
+    } else if (Clock::now() >= last_data + limits.idle ||
+               !wait_either(sandbox, client_event, upstream, upstream_event, context.stop_fd,
+                            last_data + limits.idle)) {
+      break;
+    }
     moved = false;
     if (out + in > limits.connection_bytes) {
       context.account.deny(Denial::limit, target.name, upstream_address, target.port);
       break;
     }
     std::size_t got = 0;
-    if (client_open) {
+    if (client_event != 0) {  // 0: the sandbox ended its side; the response may still come
       const auto read = sandbox.read_some(chunk, got);
       if (read == TlsStream::Read::data) {
         const std::span bytes(chunk.data(), got);
@@ -149,9 +162,11 @@ void serve_with_credentials(const ConnectionContext& context, int client,
         out += got;
         moved = true;
       } else if (read == TlsStream::Read::eof) {
-        client_open = false;  // the response may still come
+        client_event = 0;
       } else if (read == TlsStream::Read::failed) {
         break;
+      } else {
+        client_event = TlsStream::event_for(read);
       }
     }
     const auto read = upstream.read_some(chunk, got);
@@ -161,7 +176,9 @@ void serve_with_credentials(const ConnectionContext& context, int client,
         break;
       in += got;
       moved = true;
-    } else if (read != TlsStream::Read::none_yet) {
+    } else if (read == TlsStream::Read::wants_read || read == TlsStream::Read::wants_write) {
+      upstream_event = TlsStream::event_for(read);
+    } else {
       if (read == TlsStream::Read::eof) sandbox.close();
       break;
     }

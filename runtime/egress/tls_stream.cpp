@@ -13,6 +13,8 @@
 namespace rlm::egress {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // What the last call's error asks for: the socket event to wait for, or 0 when it failed.
 short wanted(SSL* ssl, int result) {
   switch (SSL_get_error(ssl, result)) {
@@ -80,7 +82,8 @@ bool TlsStream::handshake(bool server, int stop_fd, Deadline deadline, std::stri
               X509_verify_cert_error_string(SSL_get_verify_result(ssl_));
       return false;
     }
-    if (!wait_for(fd_, event, stop_fd, deadline)) {
+    // The deadline checked here too: poll() past it still reports a socket that is ready.
+    if (Clock::now() >= deadline || !wait_for(fd_, event, stop_fd, deadline)) {
       why = "the handshake timed out";
       return false;
     }
@@ -101,6 +104,10 @@ bool TlsStream::connect(const std::string& host, int stop_fd, Deadline deadline,
   return handshake(false, stop_fd, deadline, why);
 }
 
+short TlsStream::event_for(Read read) {
+  return read == Read::wants_write ? POLLOUT : POLLIN;
+}
+
 TlsStream::Read TlsStream::read_some(std::span<std::uint8_t> buffer, std::size_t& got) {
   got = 0;
   ERR_clear_error();
@@ -108,8 +115,9 @@ TlsStream::Read TlsStream::read_some(std::span<std::uint8_t> buffer, std::size_t
   if (result == 1) return Read::data;
   switch (SSL_get_error(ssl_, result)) {
     case SSL_ERROR_WANT_READ:
+      return Read::wants_read;
     case SSL_ERROR_WANT_WRITE:
-      return Read::none_yet;
+      return Read::wants_write;
     case SSL_ERROR_ZERO_RETURN:
       return Read::eof;
     case SSL_ERROR_SYSCALL:  // the peer closed without a close_notify: its end all the same
@@ -131,7 +139,7 @@ bool TlsStream::write_all(std::span<const std::uint8_t> bytes, int stop_fd, Dead
       continue;
     }
     const short event = wanted(ssl_, result);
-    if (event == 0 || !wait_for(fd_, event, stop_fd, deadline)) {
+    if (event == 0 || Clock::now() >= deadline || !wait_for(fd_, event, stop_fd, deadline)) {
       ERR_clear_error();
       return false;
     }

@@ -44,11 +44,15 @@ class TlsStream {
   // The client's handshake to `host`: SNI, ALPN http/1.1, the certificate verified for `host`.
   bool connect(const std::string& host, int stop_fd, Deadline deadline, std::string& why);
 
-  enum class Read { data, none_yet, eof, failed };
+  // wants_read / wants_write: nothing decrypted waits, and OpenSSL goes on only once the socket
+  // turns readable (or writable: a TLS 1.3 KeyUpdate to answer, a peer that does not read) --
+  // wait on that, never on OpenSSL's buffers (a partial record held back would keep a caller
+  // spinning).
+  enum class Read { data, wants_read, wants_write, eof, failed };
   // What is decrypted and waiting, at most `buffer.size()` bytes into `buffer`, without waiting.
-  // After none_yet, only the socket turning readable brings more: wait on it, never on OpenSSL's
-  // buffers (a partial record held back by the peer would keep a caller spinning).
   Read read_some(std::span<std::uint8_t> buffer, std::size_t& got);
+  // The poll() event a wants_read or wants_write asks for.
+  static short event_for(Read read);
   // Every byte of `bytes`, waiting as the socket lets it.
   bool write_all(std::span<const std::uint8_t> bytes, int stop_fd, Deadline deadline);
   // A close_notify, without waiting for the peer's.

@@ -167,8 +167,8 @@ print(outcome(two_requests, b"evil.test"))
 // What the sandbox does to its end of an injected connection reaches only that connection: a
 // peer gone (closed, reset) before the response is written does not end the runtime (SIGPIPE:
 // this very test process, on the namespace backend), a partial TLS record held back does not
-// hold a thread past the head's wait or the idle limit, and TRACE, which would echo the
-// credential back, is refused.
+// hold a thread past the head's wait or the idle limit, nor does a flood of TLS 1.3 KeyUpdates
+// whose answers it never reads, and TRACE, which would echo the credential back, is refused.
 constexpr const char* kHostileClients = R"PY(
 import os
 def tls_to_api():
@@ -195,6 +195,32 @@ for reset in (False, True, False, True):
 time.sleep(1)
 print(held_back(b""))
 print(held_back(b"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 100\r\n\r\nsome"))
+def key_update_flood():
+    # TLS 1.3 KeyUpdates that each ask for one back, never reading them: the host side's writes
+    # to us stall, and its read of our head must still end at its wait.
+    import ctypes
+    lib = ctypes.CDLL("libssl.so.3")
+    for name in ("TLS_client_method", "SSL_CTX_new", "SSL_new"):
+        getattr(lib, name).restype = ctypes.c_void_p
+    lib.SSL_CTX_new.argtypes = [ctypes.c_void_p]
+    lib.SSL_new.argtypes = [ctypes.c_void_p]
+    for name in ("SSL_set_fd", "SSL_connect", "SSL_write", "SSL_key_update", "SSL_do_handshake"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p] + ([ctypes.c_int] if name in ("SSL_set_fd", "SSL_key_update") else [ctypes.c_char_p, ctypes.c_int] if name == "SSL_write" else [])
+    lib.SSL_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_char_p]
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    raw.connect(("api.test", 443))
+    tls = lib.SSL_new(lib.SSL_CTX_new(lib.TLS_client_method()))
+    lib.SSL_set_fd(tls, raw.fileno())
+    lib.SSL_ctrl(tls, 55, 0, b"api.test")  # SSL_set_tlsext_host_name
+    if lib.SSL_connect(tls) != 1: return "no handshake"
+    lib.SSL_write(tls, b"GET / HTTP/1.1\r\n", 16)
+    start = time.monotonic()
+    while time.monotonic() - start < 15:
+        if lib.SSL_key_update(tls, 1) != 1 or lib.SSL_do_handshake(tls) != 1:
+            return "ended"
+    return "held"
+print(key_update_flood())
 def trace():
     with tls_to_api() as tls:
         tls.sendall(b"TRACE / HTTP/1.1\r\nHost: api.test\r\n\r\n")
@@ -215,10 +241,11 @@ TEST_P(EgressCredentials, AHostileClientReachesOnlyItsOwnConnection) {
   const auto result = python(kHostileClients, injected);
   ASSERT_EQ(result.status, Status::ok) << describe(result);
   const auto lines = lines_of(result.stdout_data);
-  ASSERT_EQ(lines.size(), 3u) << describe(result);
+  ASSERT_EQ(lines.size(), 4u) << describe(result);
   EXPECT_EQ(lines[0], "ended") << "a partial record held the head's read past its wait";
   EXPECT_EQ(lines[1], "ended") << "a partial record held the body's relay past the idle limit";
-  EXPECT_TRUE(nothing_came_back(lines[2])) << lines[2];
+  EXPECT_EQ(lines[2], "ended") << "a KeyUpdate flood held the head's read past its wait";
+  EXPECT_TRUE(nothing_came_back(lines[3])) << lines[3];
   EXPECT_TRUE(denial(result, "limit", "api.test")) << describe(result);
   EXPECT_TRUE(denial(result, "protocol", "api.test")) << describe(result);
   for (const auto& request : world_.requests()) EXPECT_EQ(request.find("TRACE"), std::string::npos);
