@@ -45,12 +45,10 @@ inline std::string read_whole(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(file), {});
 }
 
-class EgressCredentials : public EgressFixture, public ::testing::WithParamInterface<std::string> {
+class EgressCredentials : public EgressSuite {
  protected:
   void SetUp() override {
-    backend_ = GetParam();
-    if (const auto why = egress_backend_unavailable(backend_); !why.empty()) GTEST_SKIP() << why;
-    EgressFixture::SetUp();
+    EgressSuite::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
     secret_ = random_secret();
     setenv(kSecretVariable, secret_.c_str(), 1);
