@@ -24,7 +24,7 @@ class ClientGate {
   virtual std::optional<std::size_t> admit(std::span<const std::uint8_t> peeked) = 0;
   // The most admit() needs to see at once to decide.
   virtual std::size_t window() const = 0;
-  // Whether every byte from now on passes unseen (the relay then splices without peeking).
+  // Whether every byte from now on passes unseen (the relay then reads without peeking).
   virtual bool passes_everything() const { return false; }
 };
 

@@ -1,6 +1,5 @@
 #include "egress/relay.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,64 +7,53 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <memory>
 #include <vector>
-
-#include "host/unique_fd.hpp"
 
 namespace rlm::egress {
 namespace {
 
-// Each direction's pipe: 1 MiB where the kernel lets us size it (fewer wake-ups per byte:
-// bulk throughput), else the default 64 KiB.
-constexpr std::size_t kWantedPipeBytes = 1 << 20, kDefaultPipeBytes = 65536;
+// Each direction's buffer. Copying through it beats splice() through a pipe here: with loopback
+// on both sides, the copy leaves the bytes in cache for the receiver, where a spliced page is
+// handed on cold and in pieces (tools/bench/egress_bench.cpp measured 0.54 of direct loopback
+// with a 1 MiB pipe, the copy more; docs/network.md has the figures). Its pages are touched
+// only as far as bytes come, so a connection that carries little holds little.
+constexpr std::size_t kBufferBytes = 1 << 20;
 
 struct Direction {
   int from = -1, to = -1;
-  host::UniqueFd pipe_read, pipe_write;
-  std::size_t in_pipe = 0, capacity = kDefaultPipeBytes;
+  std::unique_ptr<std::uint8_t[]> buffer;
+  std::size_t start = 0, end = 0;  // the bytes held: [start, end)
   bool eof = false, shut = false;
   std::uint64_t* moved = nullptr;
-  bool done() const { return eof && in_pipe == 0 && shut; }
+  std::size_t held() const { return end - start; }
+  std::size_t room() const { return kBufferBytes - end; }
+  bool done() const { return eof && held() == 0 && shut; }
 };
 
-bool make_pipe(Direction& direction) {
-  int ends[2];
-  if (pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) return false;
-  direction.pipe_read = host::UniqueFd(ends[0]);
-  direction.pipe_write = host::UniqueFd(ends[1]);
-  if (const int size = fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kWantedPipeBytes)); size > 0)
-    direction.capacity = static_cast<std::size_t>(size);
-  return true;
-}
-
-// Moves exactly `length` bytes already waiting on `from` into the pipe (there is room).
-bool splice_exactly(Direction& direction, std::size_t length) {
-  while (length > 0) {
-    const ssize_t moved = splice(direction.from, nullptr, direction.pipe_write.get(), nullptr,
-                                 length, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (moved < 0 && errno == EINTR) continue;
-    if (moved <= 0) return false;
-    direction.in_pipe += static_cast<std::size_t>(moved);
-    *direction.moved += static_cast<std::uint64_t>(moved);
-    length -= static_cast<std::size_t>(moved);
+// Reads at most `length` bytes (waiting on `from`) into the buffer; -1 and errno on failure.
+ssize_t take(Direction& direction, std::size_t length) {
+  const ssize_t got =
+      recv(direction.from, direction.buffer.get() + direction.end, length, MSG_DONTWAIT);
+  if (got > 0) {
+    direction.end += static_cast<std::size_t>(got);
+    *direction.moved += static_cast<std::uint64_t>(got);
   }
-  return true;
+  return got;
 }
 
 enum class Step { more, blocked, eof, failed, refused };
 
-// Reads what `from` has into the pipe; the sandbox's side through its gate.
+// Reads what `from` has into the buffer; the sandbox's side through its gate.
 Step fill(Direction& direction, ClientGate* gate, std::vector<std::uint8_t>& window, bool hung_up) {
-  const std::size_t room = direction.capacity - direction.in_pipe;
+  if (direction.held() == 0) direction.start = direction.end = 0;
+  const std::size_t room = direction.room();
   if (room == 0) return Step::blocked;
   if (!gate || gate->passes_everything()) {
-    const ssize_t moved = splice(direction.from, nullptr, direction.pipe_write.get(), nullptr, room,
-                                 SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (moved == 0) return Step::eof;
-    if (moved < 0 && errno == EINTR) return Step::more;
-    if (moved < 0) return errno == EAGAIN ? Step::blocked : Step::failed;
-    direction.in_pipe += static_cast<std::size_t>(moved);
-    *direction.moved += static_cast<std::uint64_t>(moved);
+    const ssize_t got = take(direction, room);
+    if (got == 0) return Step::eof;
+    if (got < 0 && errno == EINTR) return Step::more;
+    if (got < 0) return errno == EAGAIN ? Step::blocked : Step::failed;
     return Step::more;
   }
   const ssize_t seen =
@@ -82,17 +70,24 @@ Step fill(Direction& direction, ClientGate* gate, std::vector<std::uint8_t>& win
     return Step::blocked;
   }
   wake_beyond(direction.from, 0);
-  return splice_exactly(direction, *admitted) ? Step::more : Step::failed;
+  // The admitted bytes are waiting (they were peeked): read exactly them, nothing beyond.
+  for (std::size_t left = *admitted; left > 0;) {
+    const ssize_t got = take(direction, left);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return Step::failed;
+    left -= static_cast<std::size_t>(got);
+  }
+  return Step::more;
 }
 
 bool drain(Direction& direction) {
-  while (direction.in_pipe > 0) {
-    const ssize_t moved = splice(direction.pipe_read.get(), nullptr, direction.to, nullptr,
-                                 direction.in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (moved < 0 && errno == EINTR) continue;
-    if (moved < 0 && errno == EAGAIN) return true;
-    if (moved <= 0) return false;
-    direction.in_pipe -= static_cast<std::size_t>(moved);
+  while (direction.held() > 0) {
+    const ssize_t sent = send(direction.to, direction.buffer.get() + direction.start,
+                              direction.held(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && errno == EAGAIN) return true;
+    if (sent <= 0) return false;
+    direction.start += static_cast<std::size_t>(sent);
   }
   return true;
 }
@@ -115,7 +110,7 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
   directions[1].to = client;
   directions[1].moved = &count.in;
   for (auto& direction : directions)
-    if (!make_pipe(direction)) return RelayEnd::failed;
+    direction.buffer = std::make_unique_for_overwrite<std::uint8_t[]>(kBufferBytes);
 
   for (;;) {
     if (directions[0].done() && directions[1].done()) return RelayEnd::closed;
@@ -125,11 +120,11 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
     int watch[2][2] = {{-1, -1}, {-1, -1}};  // [direction][from, to] -> index in fds
     for (std::size_t d = 0; d < 2; ++d) {
       auto& direction = directions[d];
-      if (!direction.eof && direction.in_pipe < direction.capacity) {
+      if (!direction.eof && (direction.room() > 0 || direction.held() == 0)) {
         watch[d][0] = static_cast<int>(used);
         fds[used++] = {direction.from, POLLIN | POLLRDHUP, 0};
       }
-      if (direction.in_pipe > 0) {
+      if (direction.held() > 0) {
         watch[d][1] = static_cast<int>(used);
         fds[used++] = {direction.to, POLLOUT, 0};
       }
@@ -144,7 +139,7 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
     for (std::size_t d = 0; d < 2; ++d) {
       auto& direction = directions[d];
       // Move what there is until either side would block, then wait again: one wake-up moves
-      // as much as the sockets and the pipe hold.
+      // as much as the sockets and the buffer hold.
       const short revents =
           watch[d][0] >= 0 ? fds[static_cast<std::size_t>(watch[d][0])].revents : 0;
       bool readable = revents != 0;
@@ -152,7 +147,7 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
       for (;;) {
         bool progress = false;
         if (readable && !direction.eof) {
-          const std::size_t before = direction.in_pipe;
+          const std::size_t before = direction.held();
           switch (fill(direction, d == 0 ? gate : nullptr, window, hung_up)) {
             case Step::more:
               break;
@@ -167,17 +162,17 @@ RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds 
             case Step::refused:
               return RelayEnd::refused;
           }
-          progress = direction.in_pipe != before;
+          progress = direction.held() != before;
         }
-        if (direction.in_pipe > 0) {
-          const std::size_t before = direction.in_pipe;
+        if (direction.held() > 0) {
+          const std::size_t before = direction.held();
           if (!drain(direction)) return RelayEnd::failed;
-          progress = progress || direction.in_pipe != before;
+          progress = progress || direction.held() != before;
         }
         if (!progress) break;
         if (count.out + count.in > max_bytes) return RelayEnd::limit;
       }
-      if (direction.eof && direction.in_pipe == 0 && !direction.shut) {
+      if (direction.eof && direction.held() == 0 && !direction.shut) {
         shutdown(direction.to, SHUT_WR);
         direction.shut = true;
       }

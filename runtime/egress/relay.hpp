@@ -1,7 +1,7 @@
 // The bytes of one allowed connection, relayed both ways between the sandbox's socket and the
-// upstream's with splice() through a pipe per direction (no copy through this process), each
-// direction's end passed on as a half-close. The sandbox's side is hostile: every wait is
-// bounded by the idle limit and ends when `stop_fd` turns readable.
+// upstream's through a buffer per direction, each direction's end passed on as a half-close. The
+// sandbox's side is hostile: every wait is bounded by the idle limit and ends when `stop_fd` turns
+// readable.
 #pragma once
 
 #include <chrono>
@@ -30,9 +30,9 @@ void wake_beyond(int fd, std::size_t bytes);
 
 // Both sockets non-blocking. `gate`, when set, judges the sandbox's bytes before they go
 // (client_gate.hpp); bytes it has not admitted yet stay in the socket, read by peeking. Once it
-// passes everything (a TLS handshake gone encrypted) they are spliced as they come.
-// Ends (limit) once `count` holds more than `max_bytes` both ways together: a pipe's worth at
-// most past it.
+// passes everything (a TLS handshake gone encrypted) they are read as they come.
+// Ends (limit) once `count` holds more than `max_bytes` both ways together: a buffer's worth (1
+// MiB) at most past it.
 RelayEnd relay(int client, int upstream, int stop_fd, std::chrono::milliseconds idle,
                ClientGate* gate, RelayCount& count, std::uint64_t max_bytes);
 

@@ -59,6 +59,7 @@ class EgressCapturePlan {
   bool apply_through(int child_end, process::ChildFailure& failure) const noexcept;
 
   std::vector<std::uint8_t> route_v4_, route_v6_;  // RTM_NEWROUTE requests, NLM_F_ACK set
+  std::vector<std::uint8_t> loopback_segment_;     // RTM_NEWLINK for lo, NLM_F_ACK set
   std::vector<std::uint16_t> ports_;
   host::UniqueFd host_end_, child_end_;  // SOCK_SEQPACKET; the child's is close-on-exec
 };

@@ -2,7 +2,9 @@
 // way through work too (so no test passes by everything being cut off). Compiled into each
 // backend's test binary, which instantiates it with its backend's name.
 #include <dirent.h>
+#include <sys/utsname.h>
 
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -355,6 +357,66 @@ print(exchange(ip, 9000, b"x" * (16 << 20)))
   ASSERT_TRUE(result.network);
   for (const auto& connection : result.network->allowed)
     EXPECT_LE(connection.bytes_out, 4u << 20) << "far past the limit";
+}
+
+// The relay's buffers wrap many times over and both directions move at once: what the upstream
+// echoes back is the sandbox's bytes, every one in order.
+TEST_P(EgressSuite, BytesCrossTheRelayIntactBothWaysAtOnce) {
+  const auto result = python(R"PY(
+import hashlib, os, threading
+data = os.urandom(24 << 20)
+conn = socket.create_connection((socket.gethostbyname("echo.test"), 5432), timeout=60)
+def send():
+    for at in range(0, len(data), 100_003):  # pieces that never line up with a buffer
+        conn.sendall(data[at:at + 100_003])
+    conn.shutdown(socket.SHUT_WR)
+writer = threading.Thread(target=send)
+writer.start()
+back = hashlib.sha256()
+count = 0
+while chunk := conn.recv(1 << 20):
+    back.update(chunk)
+    count += len(chunk)
+writer.join()
+print(count == len(data), back.hexdigest() == hashlib.sha256(data).hexdigest())
+)PY",
+                             policy({{"allow", {"echo.test:5432"}}}));
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data, "True True\n") << describe(result);
+  ASSERT_TRUE(result.network);
+  ASSERT_EQ(result.network->allowed.size(), 1u) << describe(result);
+  EXPECT_EQ(result.network->allowed[0].bytes_out, 24u << 20);
+  EXPECT_EQ(result.network->allowed[0].bytes_in, 24u << 20);
+}
+
+// The sandbox's lo carries 256 KiB segments (BIG TCP): the relay's hop costs a quarter of the
+// packets (docs/network.md, Throughput). Read back from inside with RTM_GETLINK.
+TEST_P(EgressSuite, TheSandboxsLoopbackCarriesLargeSegments) {
+  utsname host{};
+  uname(&host);
+  int major = 0, minor = 0;
+  std::sscanf(host.release, "%d.%d", &major, &minor);
+  if (major * 100 + minor < 519)
+    GTEST_SKIP() << "Linux " << host.release << " has no GSO size above 64 KiB (5.19 added it)";
+  const bool ipv4 = major * 100 + minor >= 603;
+  const auto result = python(R"PY(
+import struct
+nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+nl.send(struct.pack("=LHHLL", 32, 18, 1, 1, 0) + struct.pack("=BxHiII", 0, 0, 1, 0, 0))  # RTM_GETLINK lo
+reply = nl.recv(65536)
+length = struct.unpack_from("=L", reply)[0]
+sizes, at = {}, 32
+while at + 4 <= length:
+    size, kind = struct.unpack_from("=HH", reply, at)
+    if size < 4: break
+    if kind in (41, 63) and size == 8:  # IFLA_GSO_MAX_SIZE, IFLA_GSO_IPV4_MAX_SIZE
+        sizes[kind] = struct.unpack_from("=I", reply, at + 4)[0]
+    at += (size + 3) & ~3
+print(sizes.get(41), sizes.get(63))
+)PY",
+                             policy({{"allow", {"echo.test:5432"}}}));
+  ASSERT_EQ(result.status, Status::ok) << describe(result);
+  EXPECT_EQ(result.stdout_data, ipv4 ? "262144 262144\n" : "262144 None\n") << describe(result);
 }
 
 // A sandbox keeping CAP_NET_ADMIN over namespaces of the host's user namespace could drop the

@@ -6,7 +6,7 @@
 //              relay) against a direct connection to the upstream's address. Target: median at
 //              most +1 ms.
 //   bulk       one connection carrying --bulk-mb MiB to a sink: throughput through the relay
-//              (splice) against direct loopback. Target: at least 80%.
+//              against direct loopback. Target: at least 80%.
 // The world is the bench's own: it moves into a network namespace of its own (root only), puts
 // the upstream's address on loopback, and serves an echo, a sink and a one-name resolver from
 // threads of this process; nothing touches the host's network.
