@@ -19,9 +19,10 @@ std::string egress_backend_unavailable(const std::string&) {
   return "";  // EgressFixture::SetUp skips where the world itself cannot be made
 }
 
-INSTANTIATE_TEST_SUITE_P(On, EgressSuite, ::testing::Values("namespace"),
+// "server": the namespace backend through `rlm-sandbox serve` (EgressFixture::server()).
+INSTANTIATE_TEST_SUITE_P(On, EgressSuite, ::testing::Values("namespace", "server"),
                          [](const auto& info) { return info.param; });
-INSTANTIATE_TEST_SUITE_P(On, EgressCredentials, ::testing::Values("namespace"),
+INSTANTIATE_TEST_SUITE_P(On, EgressCredentials, ::testing::Values("namespace", "server"),
                          [](const auto& info) { return info.param; });
 
 namespace {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,9 +16,11 @@
 
 #include "egress_world.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
+#include "support/server_process.hpp"
 
 namespace rlm::test {
 
@@ -113,12 +117,51 @@ class EgressFixture : public ::testing::Test {
     return policy;
   }
 
+  // `code` after kPrelude, run under `policy` on backend_; "server" is the namespace backend
+  // through an `rlm-sandbox serve` (server()), which gets `policy` as a client's narrowing of
+  // wide_policy() -- or, for a policy that injects credentials (a client cannot add one), offers
+  // it as it is.
   Result python(const std::string& code, const Policy& policy) const {
     Request request;
     request.argv = {"python3", "-c", std::string(kPrelude) + code};
+    if (backend_ == "server") {
+      const auto client = make_server_client(
+          server(policy.egress.inject.empty() ? wide_policy() : policy).socket());
+      Policy narrowing = policy;
+      narrowing.name = offered_;
+      auto result = client->run(request, narrowing);
+      EXPECT_EQ(result.backend, "namespace");
+      return result;
+    }
     auto result = make_backend(backend_)->run(request, policy);
     EXPECT_EQ(result.backend, backend_);
     return result;
+  }
+
+  // Wider than every test's policy: the world's names on the ports the tests use, the CIDR
+  // entries, private addresses.
+  Policy wide_policy() const {
+    return policy({{"allow",
+                    {"pypi.test:443", "*.cdn.test:443", "*.cdn.test:5432", "http://web.test",
+                     "echo.test:5432", "sink.test:9000", "rebind.test:5432", "meta.test:80",
+                     "203.0.113.0/24:5432", "127.0.0.0/8:5432"}},
+                   {"private", true}});
+  }
+
+  // The server of backend_ "server", offering `offered`: started from this process (so in the
+  // world's network namespace, with its resolver and this environment) at its first use, and
+  // again whenever another policy is to be offered.
+  const ServerProcess& server(const Policy& offered) const {
+    const std::string text = offered.to_json().dump();
+    if (!server_ || text != offered_text_) {
+      server_.reset();
+      offered_ = world_.dir().file("offered-" + std::to_string(++offers_) + ".json");
+      std::ofstream(offered_) << text;
+      offered_text_ = text;
+      server_ =
+          std::make_unique<ServerProcess>(std::vector<std::string>{"--pool", offered_ + "=1"});
+    }
+    return *server_;
   }
 
   static const NetworkDenied* denial(const Result& result, const std::string& kind,
@@ -131,6 +174,9 @@ class EgressFixture : public ::testing::Test {
 
   EgressWorld world_;
   std::string backend_ = "namespace";
+  mutable std::string offered_, offered_text_;
+  mutable int offers_ = 0;
+  mutable std::unique_ptr<ServerProcess> server_;
 };
 
 // The namespace backend's own paths (sessions, pools, the server).
