@@ -489,11 +489,13 @@ print(sum(exchange(ip, 5432, b"x" * 100) == b"x" * 100 for _ in range(20)))
     const auto result = python(code, allowed);
     ASSERT_EQ(result.stdout_data, "20\n") << describe(result);
   }
-  // The server closes a client's connection just after its result is sent: a moment to settle.
+  // The server closes a client's connection just after its result is sent, and may hold one
+  // then (or a warm sandbox's) when `fds_before` is read: a leak is more fds than before, once
+  // they had a moment to settle (one fd a sandbox would be 50, one a connection 1,000).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (open_fds(host_side) != fds_before && std::chrono::steady_clock::now() < deadline)
+  while (open_fds(host_side) > fds_before && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(open_fds(host_side), fds_before);
+  EXPECT_LE(open_fds(host_side), fds_before);
   // 1,000 connections: leaving each one's relay buffers (a page touched of each, at least),
   // thread or sockets behind would add more than 8 MiB; seen here, under 200 KiB either way.
   if (kResidentMemoryTells) {
