@@ -43,6 +43,15 @@ struct MessageDeleter {
   void operator()(nl_msg* message) const { nlmsg_free(message); }
 };
 
+// The bytes of a built request, numbered `sequence`, for the child to send as they are.
+std::vector<std::uint8_t> request_bytes(nl_msg* message, std::uint32_t sequence) {
+  nlmsghdr* header = nlmsg_hdr(message);
+  header->nlmsg_seq = sequence;
+  header->nlmsg_pid = 0;
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(header);
+  return {bytes, bytes + header->nlmsg_len};
+}
+
 // RTM_NEWROUTE: `local <any>/0 dev lo table local` -- every destination of `family` is this host.
 std::vector<std::uint8_t> local_default_route(int family) {
   std::unique_ptr<nl_msg, MessageDeleter> message(
@@ -58,11 +67,7 @@ std::vector<std::uint8_t> local_default_route(int family) {
   if (nlmsg_append(message.get(), &route, sizeof route, NLMSG_ALIGNTO) < 0 ||
       nla_put_u32(message.get(), RTA_OIF, kLoopbackIndex) < 0)
     throw Error("cannot build the netlink request for the egress route");
-  nlmsghdr* header = nlmsg_hdr(message.get());
-  header->nlmsg_seq = kRouteSequence;
-  header->nlmsg_pid = 0;
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(header);
-  return {bytes, bytes + header->nlmsg_len};
+  return request_bytes(message.get(), kRouteSequence);
 }
 
 // RTM_NEWLINK: lo's GSO size for IPv6 and IPv4 raised to kLoopbackSegmentBytes. A kernel before
@@ -78,11 +83,7 @@ std::vector<std::uint8_t> loopback_segment_size() {
       nla_put_u32(message.get(), IFLA_GSO_MAX_SIZE, kLoopbackSegmentBytes) < 0 ||
       nla_put_u32(message.get(), kIflaGsoIpv4MaxSize, kLoopbackSegmentBytes) < 0)
     throw Error("cannot build the netlink request for lo's segment size");
-  nlmsghdr* header = nlmsg_hdr(message.get());
-  header->nlmsg_seq = kLinkSequence;
-  header->nlmsg_pid = 0;
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(header);
-  return {bytes, bytes + header->nlmsg_len};
+  return request_bytes(message.get(), kLinkSequence);
 }
 
 // A listener on every address of the namespace at `port`: dual-stack where the kernel has IPv6.
