@@ -162,6 +162,16 @@ void GroupDirs::kill_all() {
   cgfs::kill_until_empty(dirs_, suffix_, kKillTimeout);
 }
 
+bool GroupDirs::empty() const {
+  for (const auto& dir : dirs_)
+    if (!cgfs::members(dir).empty()) return false;
+  return true;
+}
+
+bool GroupDirs::begin_next_run() {
+  return reader_.begin_next_run();
+}
+
 std::uint64_t cpu_quota_us(double cpus) {
   // The kernel's smallest quota is 1 ms (kMinCpus of the 100 ms period).
   const double quota = std::round(cpus * static_cast<double>(kCpuPeriodUs));

@@ -102,6 +102,14 @@ class RunCgroup {
   // tightening its policy, written before the payload starts. The caller has checked that no
   // limit rises. Throws Error naming the file that could not be written.
   virtual void tighten(const Limits& limits) = 0;
+  // A recycled sandbox's next run in the same group: its counters count from now
+  // (UsageReader::begin_next_run; called once the next init is in, before its payload), and on v2
+  // page cache the last run left charged beyond a bound is reclaimed. False where that cannot be
+  // done: the group is not for another run then.
+  virtual bool begin_next_run() { return false; }
+  // Whether no process is in the group (every hierarchy's): a recycled sandbox's group is, between
+  // its last init's reaping and the next init.
+  virtual bool empty() const { return false; }
 };
 
 // Removes groups under the rlm-sandbox parents whose owning runtime process is gone (e.g. it was

@@ -42,6 +42,8 @@ class GroupDirs : public RunCgroup {
   CgroupUsage usage() const override { return reader_.read(); }
   std::uint64_t oom_kills() const override { return reader_.oom_kills().value_or(0); }
   std::optional<std::chrono::microseconds> cpu_time() const override { return reader_.cpu_time(); }
+  bool begin_next_run() override;
+  bool empty() const override;
 
  protected:
   GroupDirs(const RunId& id, std::vector<std::string> dirs, UsageReader reader);

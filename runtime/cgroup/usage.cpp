@@ -89,23 +89,38 @@ std::optional<UsageReader> UsageReader::of_process(pid_t pid, std::string_view n
   return reader;
 }
 
+// A recycled group's counters as they stood when its current run began (begin_next_run): what
+// the reader reports is counted from there.
+struct UsageReader::RunBaseline {
+  std::uint64_t oom_kills = 0, memory_max = 0, memory_oom = 0, pids_max = 0;
+  std::chrono::microseconds cpu{0};
+  int peak_fd = -1;  // memory.peak, open for writing: its peak counts from the reset through it
+  ~RunBaseline() {
+    if (peak_fd >= 0) ::close(peak_fd);
+  }
+};
+
 CgroupUsage UsageReader::read() const {
   CgroupUsage usage;
   usage.peak_memory_bytes = peak_memory_bytes();
   if (v2_) {
     // One read for all three: oom_kill (processes killed), max and oom (the limit was reached).
     const auto events = text_of(memory_, "memory.events").value_or("");
-    usage.oom_kills = cgfs::key_value(events, "oom_kill").value_or(0);
+    const RunBaseline none;
+    const RunBaseline& base = baseline_ ? *baseline_ : none;
+    usage.oom_kills = cgfs::key_value(events, "oom_kill").value_or(0) - base.oom_kills;
     usage.oom_killed = usage.oom_kills > 0;
-    usage.memory_limit_hit = usage.oom_killed || cgfs::key_value(events, "max").value_or(0) > 0 ||
-                             cgfs::key_value(events, "oom").value_or(0) > 0;
+    usage.memory_limit_hit = usage.oom_killed ||
+                             cgfs::key_value(events, "max").value_or(0) > base.memory_max ||
+                             cgfs::key_value(events, "oom").value_or(0) > base.memory_oom;
   } else {
     usage.oom_kills = oom_kills().value_or(0);
     usage.oom_killed = usage.oom_kills > 0;
-    usage.memory_limit_hit =
-        usage.oom_killed || number_in(memory_, "memory.failcnt").value_or(0) > 0;
+    usage.memory_limit_hit = usage.oom_killed || number_in(memory_, "memory.failcnt").value_or(0) >
+                                                     (baseline_ ? baseline_->memory_max : 0);
   }
-  usage.pids_limit_hit = key_in(pids_, "pids.events", "max").value_or(0) > 0;
+  usage.pids_limit_hit =
+      key_in(pids_, "pids.events", "max").value_or(0) > (baseline_ ? baseline_->pids_max : 0);
   usage.cpu = cpu_time();
   return usage;
 }
@@ -159,14 +174,27 @@ void UsageReader::close_counters() {
 }
 
 std::optional<std::uint64_t> UsageReader::oom_kills() const {
-  return key_in(memory_, v2_ ? "memory.events" : "memory.oom_control", "oom_kill");
+  const auto kills = key_in(memory_, v2_ ? "memory.events" : "memory.oom_control", "oom_kill");
+  if (!kills || !baseline_) return kills;
+  return *kills - baseline_->oom_kills;
 }
 
 std::optional<std::uint64_t> UsageReader::peak_memory_bytes() const {
+  if (baseline_ && baseline_->peak_fd >= 0) {
+    const auto text = pread_all(baseline_->peak_fd);
+    if (!text) return std::nullopt;
+    return cgfs::parse_number(*text);
+  }
   return number_in(memory_, v2_ ? "memory.peak" : "memory.max_usage_in_bytes");
 }
 
 std::optional<std::chrono::microseconds> UsageReader::cpu_time() const {
+  const auto total = total_cpu_time();
+  if (!total || !baseline_) return total;
+  return *total - baseline_->cpu;
+}
+
+std::optional<std::chrono::microseconds> UsageReader::total_cpu_time() const {
   if (v2_) {
     const auto usec = key_in(cpuacct_, "cpu.stat", "usage_usec");
     if (!usec) return std::nullopt;
@@ -175,6 +203,41 @@ std::optional<std::chrono::microseconds> UsageReader::cpu_time() const {
   const auto ns = number_in(cpuacct_, "cpuacct.usage");
   if (!ns) return std::nullopt;
   return std::chrono::microseconds(*ns / 1000);
+}
+
+bool UsageReader::begin_next_run() {
+  auto base = std::make_shared<RunBaseline>();
+  const auto cpu = total_cpu_time();
+  const auto pids = text_of(pids_, "pids.events");
+  if (!cpu || !pids) return false;
+  base->cpu = *cpu;
+  base->pids_max = cgfs::key_value(*pids, "max").value_or(0);
+  if (v2_) {
+    const auto events = text_of(memory_, "memory.events");
+    if (!events) return false;
+    base->oom_kills = cgfs::key_value(*events, "oom_kill").value_or(0);
+    base->memory_max = cgfs::key_value(*events, "max").value_or(0);
+    base->memory_oom = cgfs::key_value(*events, "oom").value_or(0);
+    // memory.peak restarts at the group's present usage for reads through the fd that wrote to
+    // it (6.12+); without that the last run's peak would be the next one's.
+    const std::string peak = memory_ + "/memory.peak";
+    base->peak_fd = ::open(peak.c_str(), O_RDWR | O_CLOEXEC);
+    if (base->peak_fd < 0) return false;
+    static constexpr char kReset[] = "reset\n";
+    if (::write(base->peak_fd, kReset, sizeof kReset - 1) !=
+        static_cast<ssize_t>(sizeof kReset - 1))
+      return false;
+  } else {
+    const auto kills = key_in(memory_, "memory.oom_control", "oom_kill");
+    const auto failures = number_in(memory_, "memory.failcnt");
+    if (!kills || !failures) return false;
+    base->oom_kills = *kills;
+    base->memory_max = *failures;
+    // v1 resets its peak to the present usage on any write.
+    if (cgfs::write_file(memory_ + "/memory.max_usage_in_bytes", "0") != 0) return false;
+  }
+  baseline_ = std::move(base);
+  return true;
 }
 
 LiveCounters UsageReader::live() const {

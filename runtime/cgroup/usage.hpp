@@ -50,6 +50,13 @@ class UsageReader {
   std::optional<std::uint64_t> oom_kills() const;
   std::optional<std::uint64_t> peak_memory_bytes() const;
   std::optional<std::chrono::microseconds> cpu_time() const;
+  // A recycled group's next run (docs/pools-and-server.md#recycled-sandboxes): from now on every
+  // counter above is the run's own -- the CPU time, OOM kills and limit events since this call,
+  // and the peak memory reset (v2: memory.peak, 6.12+; v1: memory.max_usage_in_bytes) -- not the
+  // group's since its creation. False (the reader unchanged) where a counter cannot be read or the
+  // peak cannot be reset.
+  bool begin_next_run();
+
   // oom_kills() and cpu_time(), as Request::on_started's probe hands them out.
   LiveCounters live() const;
 
@@ -61,12 +68,15 @@ class UsageReader {
 
  private:
   UsageReader() = default;
+  struct RunBaseline;
+  std::optional<std::chrono::microseconds> total_cpu_time() const;
   std::optional<std::string> text_of(const std::string& dir, const char* file) const;
   std::optional<std::uint64_t> number_in(const std::string& dir, const char* file) const;
   std::optional<std::uint64_t> key_in(const std::string& dir, const char* file,
                                       const char* key) const;
   // path -> an fd open for reading (open_counters()); shared by copies of this reader.
   std::shared_ptr<const std::map<std::string, int>> open_;
+  std::shared_ptr<const RunBaseline> baseline_;  // begin_next_run()
   bool v2_ = false;
   std::string memory_;   // v2: the group; v1: its memory group
   std::string pids_;     // v2: the group; v1: its pids group

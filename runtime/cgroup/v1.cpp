@@ -73,11 +73,19 @@ class V1Cgroup final : public GroupDirs {
       if (int err = cgfs::write_file(file, value))
         throw Error("cannot set " + file + ": " + sys::errno_text(err));
     };
-    // limit_in_bytes first: lowering it keeps memsw (still the old value) above it.
+    // limit_in_bytes may never exceed memsw: lowering, limit_in_bytes goes first; raising back
+    // to the policy's (a recycled sandbox after a tightened run), memsw does.
     const std::string bytes = std::to_string(limits.memory_bytes);
-    set(memory_ + "/memory.limit_in_bytes", bytes);
-    if (cgfs::exists(memory_ + "/memory.memsw.limit_in_bytes"))
-      set(memory_ + "/memory.memsw.limit_in_bytes", bytes);
+    const std::string limit = memory_ + "/memory.limit_in_bytes";
+    const std::string memsw = memory_ + "/memory.memsw.limit_in_bytes";
+    if (!cgfs::exists(memsw)) {
+      set(limit, bytes);
+    } else if (cgfs::write_file(limit, bytes) == 0) {
+      set(memsw, bytes);
+    } else {
+      set(memsw, bytes);
+      set(limit, bytes);
+    }
     set(pids_ + "/pids.max", std::to_string(limits.pids));
     if (limits.cpus && cpu_limited_)
       set(cpu_ + "/cpu.cfs_quota_us", std::to_string(cpu_quota_us(*limits.cpus)));

@@ -41,6 +41,16 @@ class V2Cgroup final : public GroupDirs {
 
   std::string describe() const override { return "cgroup v2 " + dir_; }
 
+  bool begin_next_run() override {
+    // What the last run read stays in the page cache, charged here; above this it is reclaimed
+    // (so the next run starts with its memory limit's room), below it the next run may reuse it.
+    constexpr std::uint64_t kLeftChargeBytes = 32 << 20;
+    if (const auto current = cgfs::read_number(dir_ + "/memory.current");
+        current && *current > kLeftChargeBytes)
+      cgfs::write_file(dir_ + "/memory.reclaim", std::to_string(*current));  // best effort
+    return GroupDirs::begin_next_run();
+  }
+
   void tighten(const Limits& limits) override {
     const auto set = [this](const char* file, const std::string& value) {
       if (int err = cgfs::write_file(dir_ + "/" + file, value))

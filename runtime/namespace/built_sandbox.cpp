@@ -24,6 +24,7 @@
 #include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/limits.hpp"
+#include "namespace/rearm.hpp"
 #include "namespace/setup_fix.hpp"
 #include "namespace/userns.hpp"
 #include "process/child_failure.hpp"
@@ -147,6 +148,35 @@ void collect_stale_groups_once() {
   });
 }
 
+// Init's await socket, its command line and stdio, and the pipes to its first process: for the
+// first init of a sandbox (prepare) and each next one of a recycled sandbox (recycle).
+void prepare_init(Preparation& p, const Policy& policy, const std::string& init_path, bool ahead) {
+  int await[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, await) != 0)
+    throw Error("cannot make init's await socket: " + sys::errno_text(errno));
+  p.await_host = supervisor::above_stdio(UniqueFd(await[0]));
+  p.await_init = supervisor::above_stdio(UniqueFd(await[1]));
+
+  supervisor::InitSettings settings;
+  settings.grace = policy.limits.kill_grace;
+  settings.seccomp_fd = p.filter.kill.get();
+  settings.seccomp_notify_fd = p.filter.notify.get();
+  settings.pid1 = policy.namespaces.pid;
+  settings.await_fd = p.await_init.get();
+  // Built ahead (a pool's): init stays after its report until the sandbox is destroyed, so the
+  // namespaces' teardown runs when the pool cleans up, not beside the next run. Only with a cgroup:
+  // without one, supervision waits for init's exit to count the usage (launch()'s defer_reap).
+  settings.hold_after_report = ahead && p.cgroup != nullptr;
+  // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's. Init's own
+  // environment is empty and its stdio /dev/null: the payload's come with its message.
+  auto args = supervisor::init_arguments(init_protocol::kBinaryName, std::move(settings));
+  p.launch.emplace(init_path, std::move(args), std::vector<std::string>{},
+                   supervisor::InitStdio{supervisor::InitStdio::Kind::null, {}});
+  p.launch->inherit({p.await_init.get()});
+  p.release = supervisor::make_pipe();
+  p.errors = supervisor::make_pipe();
+}
+
 // Throws Error or std::system_error with a message for the Result. Nothing of a request: init
 // starts in await mode and receives its payload from launch().
 void prepare(Preparation& p, const Policy& policy, const std::string& init_path, bool ahead,
@@ -200,30 +230,7 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   p.cgroup = std::move(created.group);
   p.cgroup_problem = std::move(created.problem);
 
-  int await[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, await) != 0)
-    throw Error("cannot make init's await socket: " + sys::errno_text(errno));
-  p.await_host = supervisor::above_stdio(UniqueFd(await[0]));
-  p.await_init = supervisor::above_stdio(UniqueFd(await[1]));
-
-  supervisor::InitSettings settings;
-  settings.grace = policy.limits.kill_grace;
-  settings.seccomp_fd = p.filter.kill.get();
-  settings.seccomp_notify_fd = p.filter.notify.get();
-  settings.pid1 = policy.namespaces.pid;
-  settings.await_fd = p.await_init.get();
-  // Built ahead (a pool's): init stays after its report until the sandbox is destroyed, so the
-  // namespaces' teardown runs when the pool cleans up, not beside the next run. Only with a cgroup:
-  // without one, supervision waits for init's exit to count the usage (launch()'s defer_reap).
-  settings.hold_after_report = ahead && p.cgroup != nullptr;
-  // argv[0] is what the sandbox sees in /proc/1/cmdline; the path is the host's. Init's own
-  // environment is empty and its stdio /dev/null: the payload's come with its message.
-  auto args = supervisor::init_arguments(init_protocol::kBinaryName, std::move(settings));
-  p.launch.emplace(init_path, std::move(args), std::vector<std::string>{},
-                   supervisor::InitStdio{supervisor::InitStdio::Kind::null, {}});
-  p.launch->inherit({p.await_init.get()});
-  p.release = supervisor::make_pipe();
-  p.errors = supervisor::make_pipe();
+  prepare_init(p, policy, init_path, ahead);
 
   ChildPlan& plan = p.plan;
   if (p.cgroup) {
@@ -353,6 +360,16 @@ struct BuiltSandbox::State {
   bool exec_pending = false;        // started without waiting for init's exec (run_cold)
   HostIds bind_owner;               // whose the files written through its read-write binds are
   bool has_writable_binds = false;  // built for `bind_owner` (idmapped to it)
+
+  // Recycling (recycle()): the policy its next init is made for, why it cannot be recycled ("":
+  // it can), the limits last written to the cgroup, and, from the first recycle on, the first
+  // init's user, mount and network namespaces and the plans that make a copy of the tree fresh.
+  Policy policy;
+  std::string recycle_problem;
+  Limits applied;
+  UniqueFd user_ns, mount_ns, net_ns;
+  std::optional<RootfsPlan> refresh, refresh_workdir;
+  std::vector<std::string> writable_tmpfs;  // their mount points, /dev/shm included
 };
 
 BuiltSandbox::BuiltSandbox() : state_(std::make_unique<State>()) {}
@@ -416,6 +433,12 @@ std::unique_ptr<BuiltSandbox> BuiltSandbox::start(const Policy& policy,
   s.has_writable_binds = s.p.rootfs && s.p.ids.privileged && s.p.rootfs->has_writable_binds();
   s.process = start_sandbox(s.p, policy, deadline, wait_exec);
   s.exec_pending = !wait_exec;
+  s.applied = policy.limits;
+  if (wait_exec) {  // built ahead: a pool may ask to recycle it
+    s.recycle_problem = recycle_problem(policy, s.p.ids.privileged, s.p.cgroup != nullptr,
+                                        s.p.reclaim_to.has_value());
+    if (s.recycle_problem.empty()) s.policy = policy;
+  }
   return sandbox;
 }
 
@@ -435,6 +458,99 @@ bool BuiltSandbox::waiting() const {
   return poll(gone, 2, 0) == 0;
 }
 
+bool BuiltSandbox::recycle() {
+  State& s = *state_;
+  Preparation& p = s.p;
+  if (!s.launched || !s.recycle_problem.empty() || s.process.pid <= 0) return false;
+  try {
+    // The last init is held after its report, every other process of its run dead and reaped:
+    // what it leaves is its namespaces. The first one's user, mount and network namespaces are
+    // the ones every later run enters.
+    const std::string ns = "/proc/" + std::to_string(s.process.pid) + "/ns/";
+    const auto open_ns = [&ns](const char* name) {
+      UniqueFd fd(open((ns + name).c_str(), O_RDONLY | O_CLOEXEC));
+      if (!fd) throw Error("cannot open " + ns + name + ": " + sys::errno_text(errno));
+      return fd;
+    };
+    if (!s.mount_ns) {
+      s.user_ns = open_ns("user");
+      s.mount_ns = open_ns("mnt");
+      s.net_ns = open_ns("net");
+      s.refresh = RootfsPlan::prepare_refresh(s.policy, p.ids.host_uid, p.ids.host_gid);
+      s.refresh_workdir = RootfsPlan::prepare_refresh_workdir(s.policy);
+      s.writable_tmpfs = {"/dev/shm"};
+      for (const Mount& mount : s.policy.filesystem.mounts)
+        if (mount.type == Mount::Type::tmpfs && !mount.readonly)
+          s.writable_tmpfs.push_back(mount.target);
+    }
+    if (!network_namespace_is_empty(s.process.pid)) return false;
+
+    // Its PID namespace ends with it: once it is reaped, nothing of the run is left running.
+    kill(s.process.pid, SIGKILL);
+    while (waitpid(s.process.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    s.process = supervisor::InitProcess{};
+    if (!p.cgroup->empty()) return false;
+
+    prepare_init(p, s.policy, s.init_path, true);
+    std::optional<LandlockPlan> landlock;
+    if (p.rootfs) landlock = LandlockPlan::prepare(s.policy, *p.rootfs, s.init_path);
+    RearmPlan plan;
+    plan.user_ns = s.user_ns.get();
+    plan.mount_ns = s.mount_ns.get();
+    plan.net_ns = s.net_ns.get();
+    plan.alive_read = p.release.read.get();
+    plan.alive_write = p.release.write.get();
+    plan.error_read = p.errors.read.get();
+    plan.error_write = p.errors.write.get();
+    plan.join_cgroup_fds = p.plan.join_cgroup_fds;  // v1's, opened at the build
+    plan.detach_in_template = &s.writable_tmpfs;
+    plan.refresh = &*s.refresh;
+    plan.workdir = &*s.refresh_workdir;
+    plan.hostname = s.policy.hostname.c_str();
+    plan.hostname_length = s.policy.hostname.size();
+    plan.ids = &p.ids;
+    plan.cgroup_namespace = s.policy.namespaces.cgroup;
+    plan.launch = &*p.launch;
+    plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
+    plan.privileges = &*p.privileges;
+    plan.landlock = landlock ? &*landlock : nullptr;
+    plan.init_fd = p.init_fd.get();
+    plan.max_fd = p.launch->max_fd();
+
+    // v1: the child joins the groups through their tasks files (a thread's own move, cheap), so it
+    // can share this process's memory until its exec rather than copy it. v2: clone3 starts it in
+    // the group (a move by cgroup.procs would take the kernel's threadgroup lock), as a fork.
+    constexpr std::uint64_t kRunNamespaces = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    const auto run_child = [&plan] { run_rearmed_child(plan); };
+    const bool joins_itself = plan.join_cgroup_fds[0] >= 0;
+    const auto child = joins_itself
+                           ? process::start_vfork_child(kRunNamespaces, run_child)
+                           : process::start_child({kRunNamespaces, p.cgroup->clone_into_fd()},
+                                                  run_child, [] { return 0; });
+    if (child.pid < 0) return false;
+    UniqueFd pidfd(child.pidfd);
+    ChildGuard guard(child.pid);
+    if (!joins_itself && !child.into_cgroup) return false;  // v2 without clone3
+    p.release.read.reset();
+    p.errors.write.reset();
+    p.await_init.reset();
+    landlock.reset();
+    constexpr int kExecTimeoutMs = 10'000;
+    wait_for_exec(p.errors.read.get(), kExecTimeoutMs);
+    p.release.write.reset();
+    s.process = p.launch->finish(child.pid, std::move(pidfd));
+    guard.release();
+    // The counters start here: after the template let go of the first run's files, and without
+    // what making the new init cost.
+    if (!p.cgroup->begin_next_run()) return false;
+    s.launched = false;
+    return true;
+  } catch (const std::exception&) {
+    return false;  // not shown fresh: destroyed by the caller
+  }
+}
+
 Result BuiltSandbox::run(const Request& request, const Policy& policy) {
   supervisor::RunStart run("namespace", request, policy);
   return launch(request, policy, run);
@@ -451,9 +567,14 @@ Result BuiltSandbox::launch(const Request& request, const Policy& policy,
   const bool caller_stdio = supervisor::uses_payload_stdio(request);
 
   // The request's limits, written before the payload exists.
-  if (p.cgroup && !same_cgroup_limits(policy.limits, s.built)) {
+  if (p.cgroup && !same_cgroup_limits(policy.limits, s.applied)) {
+    // A recycled sandbox's last run may have tightened them: back to the built CPU bandwidth
+    // where this request names none.
+    Limits wanted = policy.limits;
+    if (!wanted.cpus) wanted.cpus = s.built.cpus;
     try {
-      p.cgroup->tighten(policy.limits);
+      p.cgroup->tighten(wanted);
+      s.applied = wanted;
     } catch (const Error& error) {
       return run.setup_failed(std::string("cannot apply the request's limits: ") + error.what());
     }

@@ -54,6 +54,14 @@ class BuiltSandbox final : public PreparedSandbox {
   // sandbox is gone, and returns the Result (a payload that could not start is a sandbox_error).
   Result launch(const Request& request, const Policy& policy, supervisor::RunStart& run);
 
+  // Recycling (PreparedSandbox::recycle, docs/pools-and-server.md#recycled-sandboxes): after a
+  // launch, a new init in new PID, IPC, UTS and mount namespaces inside the kept user and network
+  // namespaces and cgroup, with a fresh /proc, /dev/shm and writable tmpfs; false -- destroy it --
+  // when the policy or host does not allow it (a rootless runtime, cgroup v1, a network other
+  // than "none", ...), when the last run left a socket in the network namespace, or when any step
+  // fails. Call it on the thread that built the sandbox.
+  bool recycle() override;
+
   // launch() with a RunStart of its own: a Pool's run. Throws Error for an invalid request.
   Result run(const Request& request, const Policy& policy) override;
 

@@ -92,6 +92,13 @@ std::string tmpfs_options(std::uint64_t bytes, mode_t mode) {
   return "size=" + std::to_string(std::max(bytes, kMinTmpfsBytes)) + ",mode=" + octal(mode);
 }
 
+// A tmpfs mounted by the host's root for a recycled sandbox (prepare_refresh): owned by the
+// sandbox uid's host ids, as the one its own child mounts is.
+std::string tmpfs_options(std::uint64_t bytes, mode_t mode, uid_t owner, gid_t group) {
+  return tmpfs_options(bytes, mode) + ",uid=" + std::to_string(owner) +
+         ",gid=" + std::to_string(group);
+}
+
 bool is_under(const std::string& path, const std::string& dir) {
   if (dir == "/") return path != "/";
   return path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/';
@@ -362,8 +369,7 @@ void prepare_dev(Builder& build, const Policy& policy) {
 }
 
 // /proc for the new PID namespace, with kernel internals masked and tunables read-only.
-void prepare_proc(Builder& build) {
-  build.mkdir("/proc", 0555);
+void mount_proc(Builder& build) {
   build.mount("mount proc on /proc", "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
   build.reach("/proc", RootfsPlan::Reach::Kind::proc);
   for (const char* name : kProcReadOnly) {
@@ -383,6 +389,11 @@ void prepare_proc(Builder& build) {
     else
       build.mount("mask " + path, "/dev/null", path, {}, MS_BIND);
   }
+}
+
+void prepare_proc(Builder& build) {
+  build.mkdir("/proc", 0555);
+  mount_proc(build);
 }
 
 // /etc/passwd and /etc/group: root, the sandbox user (named "sandbox", home = the workdir) and
@@ -504,6 +515,62 @@ RootfsPlan RootfsPlan::prepare(const Policy& policy, const std::vector<Generated
   build.simple(Op::Kind::detach, "detach the host root", kOldRoot);
   build.simple(Op::Kind::rmdir, "remove the old root's mount point", kOldRoot);
   build.remount("/", MS_RDONLY | MS_NOSUID | MS_NODEV);
+  build.simple(Op::Kind::chdir, "chdir " + workdir, workdir);
+  return plan;
+}
+
+}  // namespace rlm::ns
+
+namespace rlm::ns {
+
+std::string RootfsPlan::refresh_problem(const Policy& policy) {
+  for (std::size_t i = 0; i < policy.filesystem.mounts.size(); ++i) {
+    const Mount& mount = policy.filesystem.mounts[i];
+    if (mount.type != Mount::Type::tmpfs || mount.readonly) continue;
+    // Remounted by the host's root on a path no sandbox can have changed: a mount point on the
+    // read-only root tmpfs itself. Deeper, a component could be a link the last run planted.
+    if (mount.target.find('/', 1) != std::string::npos)
+      return "filesystem.mounts[" + std::to_string(i) + "]: a writable tmpfs at " + mount.target +
+             " is not directly under /, so it cannot be made fresh for the next run";
+  }
+  return {};
+}
+
+RootfsPlan RootfsPlan::prepare_refresh(const Policy& policy, uid_t owner, gid_t group) {
+  if (auto problem = refresh_problem(policy); !problem.empty()) throw Error(problem);
+  RootfsPlan plan;
+  std::vector<Reach> unused;
+  Builder build(plan.ops_, unused);
+  // Every path here is one no sandbox can write: /proc and /dev/shm are mount points on the
+  // read-only /dev and root tmpfs, and so are the writable tmpfs mounts (refresh_problem).
+  const Builder::SandboxBuilt own_trees(build);
+  mount_proc(build);
+  build.mount("mount a fresh tmpfs on /dev/shm", "tmpfs", "/dev/shm", "tmpfs",
+              MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              tmpfs_options(policy.limits.tmpfs_bytes, 01777, owner, group));
+  for (const Mount& mount : policy.filesystem.mounts) {
+    if (mount.type != Mount::Type::tmpfs || mount.readonly) continue;
+    const bool shared_tmp = mount.target == "/tmp" || mount.target == "/var/tmp";
+    build.mount("mount a fresh tmpfs on " + mount.target, "tmpfs", mount.target, "tmpfs",
+                MS_NOSUID | MS_NODEV,
+                tmpfs_options(mount.size_bytes.value_or(policy.limits.tmpfs_bytes),
+                              shared_tmp ? 01777 : 0755, owner, group));
+  }
+  return plan;
+}
+
+RootfsPlan RootfsPlan::prepare_refresh_workdir(const Policy& policy) {
+  RootfsPlan plan;
+  std::vector<Reach> unused;
+  Builder build(plan.ops_, unused);
+  const Builder::SandboxBuilt own_trees(build);  // as in prepare_refresh
+  const std::string workdir = policy.filesystem.workdir.empty() ? "/" : policy.filesystem.workdir;
+  // The workdir, where it lies in a fresh tmpfs, is made again, by the sandbox uid as at first.
+  for (const Mount& mount : policy.filesystem.mounts)
+    if (mount.type == Mount::Type::tmpfs && !mount.readonly && is_under(workdir, mount.target)) {
+      build.mkdir_parents(workdir, "create workdir " + workdir);
+      build.mkdir(workdir, 0755, "create workdir " + workdir);
+    }
   build.simple(Op::Kind::chdir, "chdir " + workdir, workdir);
   return plan;
 }

@@ -85,7 +85,7 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
     if (!pools.is_object()) reader.fail("pools", "must be an object of policy name to pool");
     for (const auto& [name, entry] : pools.items()) {
       const std::string path = "pools." + name;
-      reader.only_keys(entry, path, {"policy", "sandboxes", "sessions"});
+      reader.only_keys(entry, path, {"policy", "sandboxes", "sessions", "recycle"});
       OfferedPolicy offered;
       offered.name = name;
       if (entry.contains("policy")) offered.source = reader.text(entry["policy"], path + ".policy");
@@ -93,6 +93,8 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
         offered.sandboxes = reader.count(entry["sandboxes"], path + ".sandboxes", 1024);
       if (entry.contains("sessions"))
         offered.sessions = reader.count(entry["sessions"], path + ".sessions", 1024);
+      if (entry.contains("recycle"))
+        offered.recycle = reader.count(entry["recycle"], path + ".recycle", kMaxRecycledRuns);
       config.policies.push_back(std::move(offered));
     }
   }

@@ -98,6 +98,7 @@ json pool_stats(const std::map<std::string, server::Offer>& offers) {
                    {"warm_sessions", stats.warm_sessions},
                    {"cold_sessions", stats.cold_sessions},
                    {"ready_sandboxes", stats.ready_sandboxes},
+                   {"recycled", stats.recycled},
                    {"ready_sessions", stats.ready_sessions}};
   }
   return pools;
@@ -164,8 +165,8 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
     Policy policy = load_policy(offered.source.empty() ? offered.name : offered.source);
     server::Offer offer;
     offer.offered = offered;
-    offer.pool =
-        std::make_unique<Pool>(std::move(policy), PoolOptions{offered.sandboxes, offered.sessions});
+    offer.pool = std::make_unique<Pool>(
+        std::move(policy), PoolOptions{offered.sandboxes, offered.sessions, offered.recycle});
     state_->offers.emplace(offered.name, std::move(offer));
   }
   state_->wake = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -204,7 +205,9 @@ void Server::stop() {
 void Server::serve(int stop_fd) {
   json offered = json::object();
   for (const auto& [name, offer] : state_->offers)
-    offered[name] = {{"sandboxes", offer.offered.sandboxes}, {"sessions", offer.offered.sessions}};
+    offered[name] = {{"sandboxes", offer.offered.sandboxes},
+                     {"sessions", offer.offered.sessions},
+                     {"recycle", offer.offered.recycle}};
   state_->log->record(
       {{"event", "listening"},
        {"socket", state_->config.socket_path.empty() ? json("(the socket systemd passed)")

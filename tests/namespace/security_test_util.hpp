@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rlm_sandbox/backend.hpp"
@@ -118,16 +119,79 @@ inline std::string backend_under_test() {
 // uid read-write binds beneath /tmp, where the tests' scratch directories (test::TempDir,
 // SharedDir) are made, so their binds are the same requests the direct runs make. Everything
 // else a test asks for is checked by the server like any client's request.
+//
+// RLM_SECURITY_BACKEND=recycled: the same, but the server's default pool is one recycled sandbox
+// (`--pool default=1,recycle=N`, docs/pools-and-server.md#recycled-sandboxes), and before each
+// test it serves 50 runs that try to leave something behind (dirty_recycled_sandbox): the test's
+// runs get that sandbox, made fresh again, after them.
+inline bool via_recycled() {
+  return backend_under_test() == "recycled";
+}
+
 inline bool via_server() {
-  return backend_under_test() == "server";
+  return backend_under_test() == "server" || via_recycled();
 }
 
 inline const test::ServerProcess& security_server() {
-  static const test::ServerProcess server({"--pool", "default=2", "--pool", "python-repl=1",
-                                           "--permit-bind",
-                                           std::to_string(::getuid()) + ":/tmp:rw"});
+  static const test::ServerProcess server(
+      {"--pool", via_recycled() ? "default=1,recycle=1000000" : "default=2", "--pool",
+       "python-repl=1", "--permit-bind", std::to_string(::getuid()) + ":/tmp:rw"});
   return server;
 }
+
+#ifdef RLM_SECTEST_HAS_SERVER
+// Waits (up to 30 s: a loaded machine) until the recycled sandbox is ready, so the next run is
+// served by it rather than cold.
+inline void wait_for_recycled_sandbox() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ServerConnection(security_server().socket())
+                 .hello()["pools"]["default"]
+                 .value("ready_sandboxes", 0) < 1 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+// 50 runs that leave what they can behind -- stopped, detached and zombie processes, files in
+// /tmp and /dev/shm, SysV IPC objects, a POSIX message queue, an abstract unix socket and inotify
+// instances held by a daemon, memory -- each in the recycled sandbox, which is made fresh after
+// each (a run the pool cannot recycle would show as a test failure: every one of these can be).
+inline void dirty_recycled_sandbox() {
+  constexpr int kDirtyRuns = 50;
+  const char* shell =
+      "sleep 1000 & kill -STOP $!; setsid sleep 1001 </dev/null >/dev/null 2>&1 & "
+      "setsid sh -c 'sh -c \"exit 0\" & exec sleep 1002' </dev/null >/dev/null 2>&1 & "
+      "echo left > /tmp/left; mkdir -p /tmp/dir/sub; echo left > /dev/shm/left; "
+      "head -c 8M /dev/zero > /tmp/big; exit 0";
+  const char* python = R"(
+import ctypes, os, socket, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget(0x1eaf, 4096, 0o1666); libc.msgget(0x1eaf, 0o1666); libc.semget(0x1eaf, 1, 0o1666)
+ctypes.CDLL("librt.so.1").mq_open(b"/left", os.O_CREAT | os.O_RDWR, 0o666, None)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.bind("\0rlm-left"); s.listen(1)
+if os.fork() == 0:
+    os.setsid()
+    for i in range(64): libc.inotify_init()
+    time.sleep(1000)
+)";
+  ServerConnection connection(security_server().socket());
+  const auto recycled_before =
+      connection.hello()["pools"]["default"].value("recycled", std::uint64_t{0});
+  for (int i = 0; i < kDirtyRuns; ++i) {
+    wait_for_recycled_sandbox();
+    Request request;
+    if (i % 10 == 9)
+      request.argv = {"python3", "-c", python};
+    else
+      request.argv = {"sh", "-c", shell};
+    const auto result = ServerConnection(security_server().socket()).run(request, "default");
+    ASSERT_EQ(result.status, Status::ok) << result.to_json().dump();
+  }
+  wait_for_recycled_sandbox();
+  const auto pool = ServerConnection(security_server().socket()).hello()["pools"]["default"];
+  ASSERT_GE(pool.value("recycled", std::uint64_t{0}), recycled_before + kDirtyRuns)
+      << "the sandbox was not recycled after each of the runs that tried to leave something";
+}
+#endif
 
 // Every test starts from the shipped default policy on the namespace backend. A build without
 // the backend, or a host where it reports itself unavailable, fails the test: the suite exists to
@@ -141,6 +205,10 @@ class NamespaceTest : public ::testing::Test {
       // The CLI-driven tests go through the same server ($RLM_SANDBOX_SERVER, as a user sets it).
       ::setenv("RLM_SANDBOX_SERVER", security_server().socket().c_str(), 1);
       backend_ = make_server_client(security_server().socket());
+      if (via_recycled()) {
+        dirty_recycled_sandbox();
+        if (HasFatalFailure()) return;
+      }
 #else
       FAIL() << "RLM_SECURITY_BACKEND=server, but this build has no server client";
 #endif
@@ -190,6 +258,7 @@ class NamespaceTest : public ::testing::Test {
   Result run_request(const Request& request, const Policy& policy) {
 #ifdef RLM_SECTEST_HAS_SERVER
     try {
+      if (via_recycled()) wait_for_recycled_sandbox();
       return backend_->run(request, policy);
     } catch (const ServerRefused& refused) {
       Result result;

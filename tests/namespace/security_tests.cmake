@@ -34,4 +34,14 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/runtime/include/rlm_sandbox/client.hpp)
                        TEST_PREFIX via_server. TEST_FILTER NamespaceTest.*
                        PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE LABELS via_server
                                   ENVIRONMENT RLM_SECURITY_BACKEND=server)
+  # And on a recycled sandbox (RLM_SECURITY_BACKEND=recycled: a server pool of one sandbox with
+  # recycle, which serves 50 runs that try to leave something behind before each test), as
+  # via_recycled.<Suite.Test> with the label via_recycled.
+  gtest_discover_tests(namespace_security_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX via_recycled.
+                       PROPERTIES TIMEOUT 300 LABELS via_recycled
+                                  ENVIRONMENT RLM_SECURITY_BACKEND=recycled)
+  gtest_discover_tests(namespace_security_serial_tests DISCOVERY_TIMEOUT 60
+                       TEST_PREFIX via_recycled. TEST_FILTER NamespaceTest.*
+                       PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE LABELS via_recycled
+                                  ENVIRONMENT RLM_SECURITY_BACKEND=recycled)
 endif()

@@ -1,7 +1,9 @@
 // rlm-server-bench: what a run through `rlm-sandbox serve` costs, against bubblewrap and the
 // cold `rlm-sandbox run`, and how many runs two clients get through per second.
 //
-// It starts its own server (`serve --pool default=N` on a socket in a temp dir), then:
+// It starts its own two servers (`serve --pool default=N`, and `--pool default=N,recycle=M`: the
+// recycled sandboxes of docs/pools-and-server.md, "recycling server" below) on sockets in a temp
+// dir, then:
 //  1. latency: whole commands, posix_spawn+exec+wait each (as rlm-bench), interleaved round by
 //     round (the order rotating) so every column sees the same machine: `rlm-sandbox run
 //     --server S --policy default -- /bin/true`, rlm-bench's bubblewrap line, and the cold
@@ -20,11 +22,12 @@
 //  2. throughput: two client threads running back to back, against two threads running bwrap:
 //     runs per second. "burst" starts with the pool full and ends when the pool's sandboxes are
 //     used; "sustained" runs for --seconds, refills included. Clients are the CLI (an exec per
-//     run) and the library (a connection per run).
+//     run) and the library (a connection per run). The recycling server's library clients run
+//     /bin/true and `python3 -c pass` against bwrap running the same.
 // Build optimised (tools/build does, RelWithDebInfo) before believing any figure.
 //
-//   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--cost-runs=N]
-//                    [--rlm-sandbox=PATH] [--bwrap=PATH]
+//   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--recycle=M] [--seconds=S]
+//                    [--cost-runs=N] [--rlm-sandbox=PATH] [--bwrap=PATH]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -56,6 +59,7 @@ struct Settings {
   // short a window to measure; 32 gives a steady figure (and the refill, which resumes when a
   // quarter is left, overlaps the same share of any burst).
   long samples = 300, warmup = 10, pool = 32;
+  long recycle = 1000;  // runs per sandbox of the recycling server
   double seconds = 10;
   long cost_runs = 200;  // per line and payload, in blocks of a quarter
   std::string rlm_sandbox, bwrap = "/usr/bin/bwrap";
@@ -77,11 +81,12 @@ double rank_of(std::vector<double> values, double q) {
   return values[std::min(values.size(), std::max<std::size_t>(index, 1)) - 1];
 }
 
-// One run of /bin/true through the server by the library's client; its wall time in ms, or
+// One run of `payload` through the server by the library's client; its wall time in ms, or
 // nullopt unless it ended ok.
-std::optional<double> time_library_run(const std::string& socket) {
+std::optional<double> time_library_run(const std::string& socket,
+                                       std::vector<std::string> payload = {"/bin/true"}) {
   rlm::Request request;
-  request.argv = {"/bin/true"};
+  request.argv = std::move(payload);
   const auto begin = Clock::now();
   try {
     const auto result = rlm::ServerConnection(socket).run(request, "default");
@@ -97,7 +102,7 @@ struct Line {
   std::vector<std::string> argv;  // empty: the library's client
   std::vector<double> ms;
   long failed = 0;
-  bool through_server = false;
+  std::string socket;  // the server it runs through ("": none)
 };
 
 // Two threads running `one_run` back to back until `until` says stop; runs per second.
@@ -180,6 +185,8 @@ int main(int argc, char** argv) {
       settings.warmup = std::atol(value.c_str());
     else if (flag(arg, "--pool", value))
       settings.pool = std::max(1L, std::atol(value.c_str()));
+    else if (flag(arg, "--recycle", value))
+      settings.recycle = std::max(2L, std::atol(value.c_str()));
     else if (flag(arg, "--seconds", value))
       settings.seconds = std::atof(value.c_str());
     else if (flag(arg, "--cost-runs", value))
@@ -190,8 +197,8 @@ int main(int argc, char** argv) {
       settings.bwrap = value;
     else {
       std::printf(
-          "rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--seconds=S] [--cost-runs=N]\n"
-          "                 [--rlm-sandbox=PATH] [--bwrap=PATH]\n");
+          "rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--recycle=M] [--seconds=S]\n"
+          "                 [--cost-runs=N] [--rlm-sandbox=PATH] [--bwrap=PATH]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -199,30 +206,37 @@ int main(int argc, char** argv) {
   char directory[] = "/tmp/rlm-server-bench-XXXXXX";
   if (!mkdtemp(directory)) return 1;
   const std::string socket = std::string(directory) + "/s.sock";
-  // The server is started by posix_spawn: the runtime's only fork/clone sites are
+  const std::string recycling = std::string(directory) + "/recycling.sock";
+  // The servers are started by posix_spawn: the runtime's only fork/clone sites are
   // runtime/process/ and rlm-sandbox-init (docs/architecture.md).
   const std::string pool = "default=" + std::to_string(settings.pool);
-  const char* const server_argv[] = {settings.rlm_sandbox.c_str(),
-                                     "serve",
-                                     "--socket",
-                                     socket.c_str(),
-                                     "--pool",
-                                     pool.c_str(),
-                                     nullptr};
-  pid_t server = -1;
-  if (posix_spawn(&server, server_argv[0], nullptr, nullptr, const_cast<char* const*>(server_argv),
-                  environ) != 0) {
-    std::fprintf(stderr, "rlm-server-bench: cannot start %s\n", server_argv[0]);
-    std::filesystem::remove_all(directory);
-    return 1;
-  }
+  const std::string recycled_pool = pool + ",recycle=" + std::to_string(settings.recycle);
+  const auto start_server = [&](const std::string& at, const std::string& spec) {
+    const char* const server_argv[] = {settings.rlm_sandbox.c_str(),
+                                       "serve",
+                                       "--socket",
+                                       at.c_str(),
+                                       "--pool",
+                                       spec.c_str(),
+                                       nullptr};
+    pid_t pid = -1;
+    if (posix_spawn(&pid, server_argv[0], nullptr, nullptr, const_cast<char* const*>(server_argv),
+                    environ) != 0)
+      std::fprintf(stderr, "rlm-server-bench: cannot start %s\n", server_argv[0]);
+    return pid;
+  };
+  const pid_t servers[] = {start_server(socket, pool), start_server(recycling, recycled_pool)};
   const auto stop_server = [&] {
-    kill(server, SIGTERM);
-    waitpid(server, nullptr, 0);
+    for (pid_t server : servers) {
+      if (server <= 0) continue;
+      kill(server, SIGTERM);
+      waitpid(server, nullptr, 0);
+    }
     std::filesystem::remove_all(directory);
   };
-  if (!wait_for_full_pool(socket, settings.pool)) {
-    std::fprintf(stderr, "rlm-server-bench: the server did not fill its pool\n");
+  if (servers[0] <= 0 || servers[1] <= 0 || !wait_for_full_pool(socket, settings.pool) ||
+      !wait_for_full_pool(recycling, settings.pool)) {
+    std::fprintf(stderr, "rlm-server-bench: the servers did not fill their pools\n");
     stop_server();
     return 1;
   }
@@ -232,20 +246,21 @@ int main(int argc, char** argv) {
        {settings.rlm_sandbox, "run", "--server", socket, "--policy", "default", "--", "/bin/true"},
        {},
        0,
-       true},
-      {"bwrap", rlm::bench::bwrap_true(settings.bwrap), {}, 0, false},
+       socket},
+      {"bwrap", rlm::bench::bwrap_true(settings.bwrap), {}, 0, ""},
       {"rlm-sandbox run (cold)",
        {settings.rlm_sandbox, "run", "--policy", "default", "--", "/bin/true"},
        {},
        0,
-       false},
-      {"library client via server", {}, {}, 0, true},
+       ""},
+      {"library client via server", {}, {}, 0, socket},
+      {"library, recycling server", {}, {}, 0, recycling},
   };
   for (long round = 0; round < settings.warmup + settings.samples; ++round)
     for (std::size_t k = 0; k < lines.size(); ++k) {
       Line& line = lines[(static_cast<std::size_t>(round) + k) % lines.size()];
-      const auto ms = line.argv.empty() ? time_library_run(socket) : time_command(line.argv);
-      if (line.through_server) wait_for_full_pool(socket, settings.pool);
+      const auto ms = line.argv.empty() ? time_library_run(line.socket) : time_command(line.argv);
+      if (!line.socket.empty()) wait_for_full_pool(line.socket, settings.pool);
       if (round < settings.warmup) continue;
       if (ms)
         line.ms.push_back(*ms);
@@ -255,8 +270,11 @@ int main(int argc, char** argv) {
 
   double load[3] = {};
   getloadavg(load, 3);
-  std::printf("rlm-server-bench: %u CPUs, load %.2f %.2f %.2f; server pool default=%ld\n\n",
-              std::thread::hardware_concurrency(), load[0], load[1], load[2], settings.pool);
+  std::printf(
+      "rlm-server-bench: %u CPUs, load %.2f %.2f %.2f; server pools default=%ld, and "
+      "default=%ld,recycle=%ld\n\n",
+      std::thread::hardware_concurrency(), load[0], load[1], load[2], settings.pool, settings.pool,
+      settings.recycle);
   std::printf("  %-28s %8s %8s %8s %11s %7s %5s\n", "milliseconds", "median", "p99", "p99.9",
               "p99.9/med", "samples", "fail");
   for (const auto& line : lines) {
@@ -266,13 +284,20 @@ int main(int argc, char** argv) {
                 median > 0 ? rank_of(line.ms, 0.999) / median : 0.0, line.ms.size(), line.failed);
   }
   const double served = rank_of(lines[0].ms, 0.5), bwrap = rank_of(lines[1].ms, 0.5),
-               cold = rank_of(lines[2].ms, 0.5), library_median = rank_of(lines[3].ms, 0.5);
+               cold = rank_of(lines[2].ms, 0.5), library_median = rank_of(lines[3].ms, 0.5),
+               recycled_median = rank_of(lines[4].ms, 0.5);
   if (bwrap > 0) {
     std::printf("\n  server / bwrap median: %.2f  (target <= 0.50: %s)\n", served / bwrap,
                 served / bwrap <= 0.5 ? "met" : "NOT met");
     std::printf("  library client via server / bwrap median: %.2f\n", library_median / bwrap);
+    std::printf("  library, recycling server / bwrap median: %.2f\n", recycled_median / bwrap);
     std::printf("  cold / bwrap median:   %.2f  (target <= 1.00: %s)\n", cold / bwrap,
                 cold / bwrap <= 1.0 ? "met" : "NOT met");
+  }
+  if (recycled_median > 0) {
+    const double tail = rank_of(lines[4].ms, 0.999) / recycled_median;
+    std::printf("  library, recycling server p99.9 / median: %.2f  (target <= 5: %s)\n", tail,
+                tail <= 5 ? "met" : "NOT met");
   }
 
   // Throughput: burst from a full pool, then sustained.
@@ -285,6 +310,12 @@ int main(int argc, char** argv) {
   };
   const auto cli = [&] { return time_command(lines[0].argv); };
   const auto library = [&] { return time_library_run(socket); };
+  const auto recycled_true = [&] { return time_library_run(recycling); };
+  const auto recycled_python = [&] {
+    return time_library_run(recycling, {"python3", "-c", "pass"});
+  };
+  const auto bwrap_python_line = rlm::bench::bwrap_line(settings.bwrap, {"python3", "-c", "pass"});
+  const auto bwrap_python = [&] { return time_command(bwrap_python_line); };
   const auto bwrap_run = [&] { return time_command(lines[1].argv); };
   const double cli_burst = two_clients(cli, burst_until);
   wait_for_full_pool(socket, settings.pool);
@@ -294,6 +325,11 @@ int main(int argc, char** argv) {
   wait_for_full_pool(socket, settings.pool);
   const double library_sustained = two_clients(library, for_seconds);
   const double bwraps = two_clients(bwrap_run, for_seconds);
+  wait_for_full_pool(recycling, settings.pool);
+  const double recycled_sustained = two_clients(recycled_true, for_seconds);
+  const double bwraps_python = two_clients(bwrap_python, for_seconds);
+  wait_for_full_pool(recycling, settings.pool);
+  const double recycled_python_sustained = two_clients(recycled_python, for_seconds);
   const std::string burst_name = " burst (" + std::to_string(burst_runs) + " runs, pool full)";
   std::printf("  %-48s %8.1f\n", ("CLI clients," + burst_name).c_str(), cli_burst);
   std::printf("  %-48s %8.1f\n", ("library clients," + burst_name).c_str(), library_burst);
@@ -301,6 +337,11 @@ int main(int argc, char** argv) {
   std::printf("  %-48s %8.1f\n", "library clients, sustained (refills included)",
               library_sustained);
   std::printf("  %-48s %8.1f\n", "bwrap", bwraps);
+  std::printf("  %-48s %8.1f\n", "library clients, recycling server, sustained",
+              recycled_sustained);
+  std::printf("  %-48s %8.1f\n", "bwrap, python3 -c pass", bwraps_python);
+  std::printf("  %-48s %8.1f\n", "library, recycling server, python3 -c pass",
+              recycled_python_sustained);
   if (bwraps > 0) {
     std::printf("  CLI clients / bwrap runs per second: burst %.2f, sustained %.2f\n",
                 cli_burst / bwraps, cli_sustained / bwraps);
@@ -309,6 +350,12 @@ int main(int argc, char** argv) {
         "sustained %.2f\n",
         library_burst / bwraps, library_burst / bwraps >= 3 ? "met" : "NOT met",
         library_sustained / bwraps);
+    std::printf(
+        "  recycling server / bwrap runs per second: /bin/true %.2f (target >= 2: %s), "
+        "python3 -c pass %.2f (target >= 2: %s)\n",
+        recycled_sustained / bwraps, recycled_sustained / bwraps >= 2 ? "met" : "NOT met",
+        bwraps_python > 0 ? recycled_python_sustained / bwraps_python : 0.0,
+        bwraps_python > 0 && recycled_python_sustained / bwraps_python >= 2 ? "met" : "NOT met");
   }
 
   // The whole cost: machine-wide CPU per run, background subtracted.
@@ -318,7 +365,7 @@ int main(int argc, char** argv) {
     struct CostLine {
       std::string name;
       std::vector<std::string> argv;  // empty: the library's client
-      bool through_server = false;
+      std::string socket;             // through this server ("": none)
       double busy_ms = 0;
       long runs = 0, failed = 0;
     };
@@ -327,15 +374,19 @@ int main(int argc, char** argv) {
     std::vector<std::string> cli_cold = {settings.rlm_sandbox, "run", "--policy", "default", "--"};
     cli_server.insert(cli_server.end(), payload.begin(), payload.end());
     cli_cold.insert(cli_cold.end(), payload.begin(), payload.end());
-    std::vector<CostLine> cost = {{"rlm-sandbox run --server", cli_server, true},
-                                  {"library client via server", {}, true},
-                                  {"bwrap", rlm::bench::bwrap_line(settings.bwrap, payload)},
-                                  {"rlm-sandbox run (cold)", cli_cold}};
+    std::vector<std::string> cli_recycled = cli_server;
+    cli_recycled[3] = recycling;
+    std::vector<CostLine> cost = {{"rlm-sandbox run --server", cli_server, socket},
+                                  {"library client via server", {}, socket},
+                                  {"bwrap", rlm::bench::bwrap_line(settings.bwrap, payload), ""},
+                                  {"rlm-sandbox run (cold)", cli_cold, ""},
+                                  {"library, recycling server", {}, recycling},
+                                  {"run --server, recycling server", cli_recycled, recycling}};
     const long block = std::max(1L, settings.cost_runs / 4);
     for (int round = 0; round < 4; ++round)
       for (std::size_t k = 0; k < cost.size(); ++k) {
         CostLine& line = cost[(static_cast<std::size_t>(round) + k) % cost.size()];
-        if (line.through_server) wait_for_full_pool(socket, settings.pool);
+        if (!line.socket.empty()) wait_for_full_pool(line.socket, settings.pool);
         const double rate = background_rate(std::chrono::milliseconds(300));
         const double before = machine_busy_ms();
         const auto begin = Clock::now();
@@ -345,7 +396,8 @@ int main(int argc, char** argv) {
             rlm::Request request;
             request.argv = payload;
             try {
-              ok = rlm::ServerConnection(socket).run(request, "default").status == rlm::Status::ok;
+              ok = rlm::ServerConnection(line.socket).run(request, "default").status ==
+                   rlm::Status::ok;
             } catch (const rlm::Error&) {
             }
           } else {
@@ -354,7 +406,7 @@ int main(int argc, char** argv) {
           (ok ? line.runs : line.failed) += 1;
         }
         // The refill the block caused is part of what its runs cost.
-        if (line.through_server) wait_for_full_pool(socket, settings.pool);
+        if (!line.socket.empty()) wait_for_full_pool(line.socket, settings.pool);
         const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
         line.busy_ms += machine_busy_ms() - before - rate * seconds;
       }
@@ -366,6 +418,11 @@ int main(int argc, char** argv) {
       const double per_run = line.runs ? line.busy_ms / static_cast<double>(line.runs) : 0;
       std::printf("  %-32s %8.2f  %5.2fx bwrap  (%ld runs, %ld failed)\n", line.name.c_str(),
                   per_run, bwrap_cost > 0 ? per_run / bwrap_cost : 0.0, line.runs, line.failed);
+    }
+    if (payload_name == "/bin/true" && bwrap_cost > 0 && cost[4].runs) {
+      const double ratio = cost[4].busy_ms / static_cast<double>(cost[4].runs) / bwrap_cost;
+      std::printf("  library, recycling server / bwrap CPU per run: %.2f  (target <= 0.60: %s)\n",
+                  ratio, ratio <= 0.6 ? "met" : "NOT met");
     }
   }
   stop_server();

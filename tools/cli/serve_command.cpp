@@ -156,7 +156,9 @@ int serve_command(const std::vector<std::string>& args) {
       ("socket-mode", po::value<std::string>(),
        "permissions of the socket file, octal (default 0660); peers are checked anyway")  //
       ("pool", po::value<std::vector<std::string>>()->composing(),
-       "POLICY=N: offer POLICY (shipped name or server-side file) with N warm sandboxes")  //
+       "POLICY=N[,recycle=M]: offer POLICY (shipped name or server-side file) with N warm "
+       "sandboxes; with recycle, each serves up to M runs of one client uid, made fresh between "
+       "them (docs/pools-and-server.md#recycled-sandboxes)")  //
       ("session-pool", po::value<std::vector<std::string>>()->composing(),
        "POLICY=N: offer POLICY with N warm REPL sessions")  //
       ("allow-uid", po::value<std::vector<std::string>>()->composing(),
@@ -195,8 +197,14 @@ int serve_command(const std::vector<std::string>& args) {
       for (const auto& value : values[name].as<std::vector<std::string>>()) apply(value);
   };
   each("pool", [&](const std::string& v) {
-    auto [name, count] = pool_flag("--pool", v);
+    // POLICY=N[,recycle=M]: the option last, so a policy path may hold a ',' or '='.
+    constexpr std::string_view kRecycle = ",recycle=";
+    const auto option = v.rfind(kRecycle);
+    auto [name, count] = pool_flag("--pool", v.substr(0, option));
     offer(config, name).sandboxes = count;
+    if (option != std::string::npos)
+      offer(config, name).recycle =
+          whole_number("--pool " + v, v.substr(option + kRecycle.size()), kMaxRecycledRuns);
   });
   each("session-pool", [&](const std::string& v) {
     auto [name, count] = pool_flag("--session-pool", v);

@@ -53,6 +53,10 @@ class PreparedSandbox {
   // As Backend::run, once: `policy` is the built one or one that can_serve() accepted, and its
   // limits are applied before the payload starts. Throws Error for an invalid request.
   virtual Result run(const Request& request, const Policy& policy) = 0;
+  // After run(): makes it ready for another run with nothing of the last one left that the next
+  // could observe (docs/pools-and-server.md#recycled-sandboxes), on the thread that built it.
+  // False when it cannot be, or cannot be shown to be: destroy it then. The default never can.
+  virtual bool recycle() { return false; }
 };
 
 class Backend {

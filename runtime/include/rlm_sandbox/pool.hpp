@@ -21,10 +21,18 @@ namespace rlm {
 struct PoolOptions {
   std::size_t sandboxes = 2;  // warm run sandboxes kept ready
   std::size_t sessions = 0;   // warm REPL sessions kept ready
+  // Recycled sandboxes (docs/pools-and-server.md#recycled-sandboxes): how many runs one warm
+  // sandbox serves before it is destroyed; between two, it is made fresh -- new PID, IPC, UTS and
+  // mount namespaces and init, fresh /proc, /dev/shm and writable tmpfs, its cgroup's counters
+  // restarted -- and shown clean (no socket left in its network namespace), else destroyed. It
+  // serves one identity only (Request::bind_owner, else the caller's). 0 or 1: never recycled.
+  // Where the policy or host does not allow it (recycle_problem) sandboxes are used once.
+  std::size_t recycle = 0;
 };
 
 struct PoolStats {
   std::uint64_t warm_runs = 0, cold_runs = 0;           // runs served each way so far
+  std::uint64_t recycled = 0;                           // sandboxes made fresh for another run
   std::uint64_t warm_sessions = 0, cold_sessions = 0;   // sessions opened each way so far
   std::size_t ready_sandboxes = 0, ready_sessions = 0;  // waiting in the pool now
 };

@@ -31,7 +31,11 @@ struct OfferedPolicy {
   std::string source;  // a shipped name or a path on the server's side; "" means `name` itself
   std::size_t sandboxes = 0;  // warm run sandboxes kept ready
   std::size_t sessions = 0;   // warm REPL sessions kept ready
+  std::size_t recycle = 0;    // runs one warm sandbox serves (PoolOptions::recycle); 0: one
 };
+
+// The most runs a recycled sandbox may serve (PoolOptions::recycle through a server's config).
+inline constexpr std::size_t kMaxRecycledRuns = 1'000'000;
 
 struct ServerConfig {
   std::string socket_path;  // where to listen (a stale socket nobody listens on is replaced)
