@@ -369,7 +369,6 @@ struct BuiltSandbox::State {
   Limits applied;
   UniqueFd user_ns, mount_ns, net_ns;
   std::optional<RootfsPlan> refresh, refresh_workdir;
-  std::vector<std::string> writable_tmpfs;  // their mount points, /dev/shm included
 };
 
 BuiltSandbox::BuiltSandbox() : state_(std::make_unique<State>()) {}
@@ -478,10 +477,6 @@ bool BuiltSandbox::recycle() {
       s.net_ns = open_ns("net");
       s.refresh = RootfsPlan::prepare_refresh(s.policy, p.ids.host_uid, p.ids.host_gid);
       s.refresh_workdir = RootfsPlan::prepare_refresh_workdir(s.policy);
-      s.writable_tmpfs = {"/dev/shm"};
-      for (const Mount& mount : s.policy.filesystem.mounts)
-        if (mount.type == Mount::Type::tmpfs && !mount.readonly)
-          s.writable_tmpfs.push_back(mount.target);
     }
     if (!network_namespace_is_empty(s.process.pid)) return false;
 
@@ -504,7 +499,6 @@ bool BuiltSandbox::recycle() {
     plan.error_read = p.errors.read.get();
     plan.error_write = p.errors.write.get();
     plan.join_cgroup_fds = p.plan.join_cgroup_fds;  // v1's, opened at the build
-    plan.detach_in_template = &s.writable_tmpfs;
     plan.refresh = &*s.refresh;
     plan.workdir = &*s.refresh_workdir;
     plan.hostname = s.policy.hostname.c_str();

@@ -56,12 +56,13 @@ class RootfsPlan {
   bool has_writable_binds() const;
 
   // Recycling (docs/pools-and-server.md#recycled-sandboxes): what makes a built tree fresh for
-  // the next run, applied by the host's root in a copy of the sandbox's mount namespace, inside
-  // the next run's new PID namespace: a new /proc (masked as at first), and a new tmpfs on
-  // /dev/shm and on every writable tmpfs of the policy, owned by `owner`:`group` (the sandbox
-  // uid's host ids). prepare_refresh_workdir(): the workdir made again where it lies in such a
-  // tmpfs, and the chdir into it; applied as the sandbox uid. refresh_problem(): why a policy's
-  // tree cannot be made fresh ("" when it can); prepare_refresh throws Error with it.
+  // the next run, applied by the host's root in the sandbox's mount namespace, inside the next
+  // run's new PID namespace: the last run's /proc, /dev/shm and writable tmpfs detached, a new
+  // /proc (masked as at first), and a new tmpfs on /dev/shm and on every writable tmpfs of the
+  // policy, owned by `owner`:`group` (the sandbox uid's host ids). prepare_refresh_workdir(): the
+  // workdir made again where it lies in such a tmpfs, and the chdir into it; applied as the sandbox
+  // uid. refresh_problem(): why a policy's tree cannot be made fresh ("" when it can);
+  // prepare_refresh throws Error with it.
   static std::string refresh_problem(const Policy& policy);
   static RootfsPlan prepare_refresh(const Policy& policy, uid_t owner, gid_t group);
   static RootfsPlan prepare_refresh_workdir(const Policy& policy);

@@ -369,9 +369,10 @@ void prepare_dev(Builder& build, const Policy& policy) {
 }
 
 // /proc for the new PID namespace, with kernel internals masked and tunables read-only.
-void mount_proc(Builder& build) {
-  build.mount("mount proc on /proc", "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
-  build.reach("/proc", RootfsPlan::Reach::Kind::proc);
+constexpr unsigned long kProcFlags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+// The kernel internals masked and the tunables read-only, on the proc mounted at /proc.
+void mask_proc(Builder& build) {
   for (const char* name : kProcReadOnly) {
     const std::string path = std::string("/proc/") + name;
     struct stat info {};
@@ -393,7 +394,9 @@ void mount_proc(Builder& build) {
 
 void prepare_proc(Builder& build) {
   build.mkdir("/proc", 0555);
-  mount_proc(build);
+  build.mount("mount proc on /proc", "proc", "/proc", "proc", kProcFlags);
+  build.reach("/proc", RootfsPlan::Reach::Kind::proc);
+  mask_proc(build);
 }
 
 // /etc/passwd and /etc/group: root, the sandbox user (named "sandbox", home = the workdir) and
@@ -544,13 +547,21 @@ RootfsPlan RootfsPlan::prepare_refresh(const Policy& policy, uid_t owner, gid_t 
   // Every path here is one no sandbox can write: /proc and /dev/shm are mount points on the
   // read-only /dev and root tmpfs, and so are the writable tmpfs mounts (refresh_problem).
   const Builder::SandboxBuilt own_trees(build);
-  mount_proc(build);
+  // The kernel mounts a proc in a user namespace's mount namespace only while another proc is
+  // fully visible there: the new one is mounted on /dev/shm's mount point before the last run's
+  // /proc goes, then moved to /proc.
+  build.simple(Op::Kind::detach, "detach the last run's /dev/shm", "/dev/shm");
+  build.mount("mount proc (on /dev/shm's mount point)", "proc", "/dev/shm", "proc", kProcFlags);
+  build.simple(Op::Kind::detach, "detach the last run's /proc", "/proc");
+  build.mount("move the new proc to /proc", "/dev/shm", "/proc", {}, MS_MOVE);
+  mask_proc(build);
   build.mount("mount a fresh tmpfs on /dev/shm", "tmpfs", "/dev/shm", "tmpfs",
               MS_NOSUID | MS_NODEV | MS_NOEXEC,
               tmpfs_options(policy.limits.tmpfs_bytes, 01777, owner, group));
   for (const Mount& mount : policy.filesystem.mounts) {
     if (mount.type != Mount::Type::tmpfs || mount.readonly) continue;
     const bool shared_tmp = mount.target == "/tmp" || mount.target == "/var/tmp";
+    build.simple(Op::Kind::detach, "detach the last run's " + mount.target, mount.target);
     build.mount("mount a fresh tmpfs on " + mount.target, "tmpfs", mount.target, "tmpfs",
                 MS_NOSUID | MS_NODEV,
                 tmpfs_options(mount.size_bytes.value_or(policy.limits.tmpfs_bytes),

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -40,13 +39,10 @@ void run_rearmed_child(const RearmPlan& plan) noexcept {
   for (int fd : plan.join_cgroup_fds)
     if (fd >= 0 && write(fd, "0", 1) != 1) fail(plan, "joining the run's cgroup (tasks)");
 
-  // A copy of the built tree, made fresh where a run could write, as the host's root: the mount
-  // namespace and its copy are the host's to change, and no path here is one the sandbox writes.
+  // The built tree made fresh where a run could write, as the host's root: the last run's /proc,
+  // /dev/shm and writable tmpfs are detached (the kernel frees them once nothing holds them: every
+  // process of that run is gone) and new ones mounted. No path here is one the sandbox writes.
   if (setns(plan.mount_ns, CLONE_NEWNS) != 0) fail(plan, "setns (the sandbox's mount namespace)");
-  for (const auto& path : *plan.detach_in_template)  // EINVAL: detached by an earlier recycle
-    if (umount2(path.c_str(), MNT_DETACH) != 0 && errno != EINVAL)
-      fail(plan, "detach the first run's tmpfs from the template");
-  if (unshare(CLONE_NEWNS) != 0) fail(plan, "unshare(CLONE_NEWNS) (a copy of the built tree)");
   if (plan.net_ns >= 0 && setns(plan.net_ns, CLONE_NEWNET) != 0)
     fail(plan, "setns (the sandbox's network namespace)");
   process::ChildFailure failure;
@@ -83,6 +79,9 @@ void run_rearmed_child(const RearmPlan& plan) noexcept {
 
 std::string recycle_problem(const Policy& policy, bool privileged, bool has_cgroup,
                             bool binds_reclaimed) {
+  if (!policy.capabilities.empty())
+    return "recycling needs a policy that keeps no capability (the tree every run shares is the "
+           "sandbox user namespace's: a capability there could change it for the next run)";
   if (!privileged)
     return "recycling needs a root runtime: the next run's namespaces are the host root's";
   if (!has_cgroup) return "recycling needs a cgroup (its counters restart per run)";

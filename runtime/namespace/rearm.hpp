@@ -1,26 +1,25 @@
 // A recycled sandbox's next init (docs/pools-and-server.md#recycled-sandboxes): the sandbox's
-// user and network namespaces, its cgroup and its built root filesystem are kept from run to run;
-// each run gets a new PID, IPC, UTS and mount namespace, a fresh /proc, /dev/shm and writable
-// tmpfs, and a new rlm-sandbox-init with the privileges, Landlock and seccomp of the first.
+// user, network and mount namespaces (its built tree) and its cgroup are kept from run to run;
+// each run gets a new PID, IPC and UTS namespace, a fresh /proc, /dev/shm and writable tmpfs in
+// place of the last run's, and a new rlm-sandbox-init with the privileges, Landlock and seccomp
+// of the first.
 //
 // The host's root clones the child (CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS, into the run's
 // cgroup on v2; on v1 it joins the groups first), which then, with raw syscalls only
-// (process/child_start.hpp): enters the sandbox's mount namespace and copies it (unshare), enters
-// its network namespace, refreshes the tree (RootfsPlan::prepare_refresh) and sets the hostname --
-// still as the host's root, which owns the new namespaces -- and only then enters the sandbox's
-// user namespace, becomes the sandbox uid and takes the same last steps as the first child
-// (run_child): its cgroup namespace, the workdir, stdio, fds, privileges, Landlock, the exec of
-// init. Nothing in the sandbox can reach the new namespaces' owner: they belong to the host's user
-// namespace, so the sandbox holds no capability over them at all (stricter than the first build,
-// whose namespaces its own user namespace owns).
+// (process/child_start.hpp): enters the sandbox's mount namespace, detaches the last run's /proc,
+// /dev/shm and writable tmpfs and mounts fresh ones (RootfsPlan::prepare_refresh), enters its
+// network namespace and sets the hostname -- as the host's root, which owns the new namespaces --
+// and only then enters the sandbox's user namespace, becomes the sandbox uid and takes the same
+// last steps as the first child (run_child): its cgroup namespace, the workdir, stdio, fds,
+// privileges, Landlock, the exec of init. The new PID, IPC and UTS namespaces belong to the
+// host's user namespace: the sandbox holds no capability over them at all. The mount namespace is
+// the sandbox's own, which is why a policy that keeps a capability is not recycled.
 #pragma once
 
 #include <sys/types.h>
 
 #include <array>
 #include <cstddef>
-#include <string>
-#include <vector>
 
 #include "namespace/child_setup.hpp"
 #include "namespace/userns.hpp"
@@ -38,9 +37,6 @@ struct RearmPlan {
   // v1: the run's groups' `tasks` files, joined first (as ChildPlan::join_cgroup_fds); v2 clones
   // straight into the group.
   std::array<int, 4> join_cgroup_fds{-1, -1, -1, -1};
-  // The template's writable tmpfs (and /dev/shm): detached there, once, before the copy, so what
-  // the first run wrote is freed rather than kept beneath the fresh mounts.
-  const std::vector<std::string>* detach_in_template = nullptr;
   const RootfsPlan* refresh = nullptr;  // as the host's root
   const RootfsPlan* workdir = nullptr;  // as the sandbox uid
   const char* hostname = nullptr;

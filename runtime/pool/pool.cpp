@@ -36,6 +36,12 @@ constexpr std::chrono::milliseconds kMaxBackoff{2000};
 // this long: a burst is served from what was built before it, and the refill catches up after.
 constexpr std::chrono::milliseconds kRefillQuiet{15};
 
+// Making a sandbox fresh mostly waits on the kernel (the last run's PID namespace ending, grace
+// periods after the detached mounts, the next init's exec), so several go at once: two clients
+// back to back on 2 CPUs got 449-580 recycled runs/s with 2 recyclers, 698 with 8 (CPU-bound
+// there).
+constexpr std::size_t kRecyclers = 8;
+
 // What a warm sandbox was built from, besides the limits: the policy's JSON without them (and
 // without its name and description, which build nothing).
 nlohmann::json shape_of(const Policy& policy) {
@@ -54,7 +60,8 @@ struct Pool::State {
   nlohmann::json shape;
 
   mutable std::mutex mutex;
-  std::condition_variable wake;  // the refill thread: room in the queue, used ones, stop
+  std::condition_variable wake;          // the refill thread: room in the queue, used ones, stop
+  std::condition_variable recycle_wake;  // the recyclers: a sandbox to make fresh, stop
   // A warm sandbox, and with recycling (PoolOptions::recycle) how many runs it has served and for
   // whom: a recycled sandbox serves the identity of its first run only.
   struct Warm {
@@ -64,16 +71,20 @@ struct Pool::State {
   };
   std::deque<Warm> ready;
   std::vector<std::unique_ptr<PreparedSandbox>> used;  // destroyed by the refill thread
-  std::deque<Warm> to_recycle;                         // recycled by the refill thread
+  std::deque<Warm> to_recycle;                         // made fresh by the recyclers
   std::size_t returning = 0;  // taken and expected back (recycling): counted as ready for refill
   bool stopping = false;
   Clock::time_point last_take{};  // when a run last took a sandbox
   std::thread refill;
+  // With recycling: threads that make used sandboxes fresh, beside the refill (which then builds
+  // and destroys only); kRecyclers, at most one per sandbox.
+  std::vector<std::thread> recyclers;
 
   std::atomic<std::uint64_t> warm_runs{0}, cold_runs{0}, recycled{0};
   std::unique_ptr<pool::SessionPool> sessions;
 
   void refill_loop();
+  void recycle_loop();
   std::optional<Warm> take(const HostIds& owner);
   void give_back_used(Warm warm);                          // after a run: recycled, or destroyed
   void discard(std::unique_ptr<PreparedSandbox> sandbox);  // destroyed by the refill thread
@@ -85,22 +96,6 @@ void Pool::State::refill_loop() {
   auto backoff = kFirstBackoff;
   std::unique_lock lock(mutex);
   while (!stopping) {
-    // First the sandboxes coming back for another run: making one fresh costs a fraction of
-    // building one, and the runs are waiting for it.
-    if (!to_recycle.empty()) {
-      Warm warm = std::move(to_recycle.front());
-      to_recycle.pop_front();
-      lock.unlock();
-      const bool fresh = warm.sandbox->recycle();
-      if (!fresh) warm.sandbox.reset();
-      lock.lock();
-      --returning;
-      if (fresh) {
-        ++recycled;
-        ready.push_back(std::move(warm));
-      }
-      continue;
-    }
     const auto since_take = Clock::now() - last_take;
     if (since_take < kRefillQuiet && ready.size() > options.sandboxes / 4) {
       wake.wait_for(lock, kRefillQuiet - since_take, [this] { return stopping; });
@@ -140,9 +135,31 @@ void Pool::State::refill_loop() {
       continue;
     }
     wake.wait(lock, [this] {
-      return stopping || !used.empty() || !to_recycle.empty() ||
-             ready.size() + returning < options.sandboxes;
+      return stopping || !used.empty() || ready.size() + returning < options.sandboxes;
     });
+  }
+}
+
+void Pool::State::recycle_loop() {
+  std::unique_lock lock(mutex);
+  for (;;) {
+    recycle_wake.wait(lock, [this] { return stopping || !to_recycle.empty(); });
+    if (stopping) return;
+    Warm warm = std::move(to_recycle.front());
+    to_recycle.pop_front();
+    lock.unlock();
+    // This thread starts the sandbox's next init, whose parent-death signal is this thread's: it
+    // lives as long as the pool.
+    const bool fresh = warm.sandbox->recycle();
+    if (!fresh) warm.sandbox.reset();
+    lock.lock();
+    --returning;
+    if (fresh) {
+      ++recycled;
+      ready.push_back(std::move(warm));
+    } else {
+      wake.notify_one();  // room for a new one
+    }
   }
 }
 
@@ -184,7 +201,8 @@ void Pool::State::give_back_used(Warm warm) {
   {
     std::lock_guard lock(mutex);
     if (!stopping && expected) {
-      to_recycle.push_back(std::move(warm));  // the refill thread settles `returning`
+      to_recycle.push_back(std::move(warm));  // the recycler settles `returning`
+      recycle_wake.notify_one();
     } else {
       if (expected) --returning;
       if (!stopping) used.push_back(std::move(warm.sandbox));
@@ -212,6 +230,11 @@ Pool::Pool(Policy policy, PoolOptions options) : state_(std::make_unique<State>(
     // Every sandbox is built on this thread, which lives as long as the pool: a sandbox's first
     // process dies with the thread that cloned it (PR_SET_PDEATHSIG), so no other thread may.
     state_->refill = std::thread([state = state_.get()] { state->refill_loop(); });
+    if (options.recycle > 1) {
+      const std::size_t count = std::min<std::size_t>(kRecyclers, options.sandboxes);
+      for (std::size_t i = 0; i < count; ++i)
+        state_->recyclers.emplace_back([state = state_.get()] { state->recycle_loop(); });
+    }
   }
   state_->sessions =
       std::make_unique<pool::SessionPool>(*state_->backend, state_->policy, options.sessions);
@@ -226,7 +249,9 @@ Pool::~Pool() {
       state_->stopping = true;
     }
     state_->wake.notify_all();
+    state_->recycle_wake.notify_all();
     state_->refill.join();
+    for (auto& recycler : state_->recyclers) recycler.join();
   }
   // Every waiting init is killed with everything in it, reaped, and its cgroup removed.
   state_->ready.clear();

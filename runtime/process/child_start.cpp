@@ -116,8 +116,8 @@ StartedChild vfork_clone(std::uint64_t namespaces, void (*run)(void*), void* arg
   int pidfd = -1;
   const int flags = static_cast<int>(namespaces) | CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
   // The child uses this thread's errno (no TLS of its own): keep the clone's own.
-  const int pid = clone(vfork_child_main, static_cast<char*>(base) + page + kVforkStack, flags,
-                        &start, &pidfd);
+  const int pid =
+      clone(vfork_child_main, static_cast<char*>(base) + page + kVforkStack, flags, &start, &pidfd);
   const int error = errno;
   munmap(base, kVforkStack + page);  // the child has exec'd or exited: CLONE_VFORK
   result.pid = pid;
