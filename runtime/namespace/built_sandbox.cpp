@@ -252,12 +252,12 @@ void prepare(Preparation& p, const Policy& policy, const std::string& init_path,
   }
   plan.loopback = p.loopback ? &*p.loopback : nullptr;
   plan.egress = p.egress_capture ? &*p.egress_capture : nullptr;
-  plan.launch = &*p.launch;
-  plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
-  plan.privileges = &*p.privileges;
-  plan.landlock = p.landlock ? &*p.landlock : nullptr;
-  plan.init_fd = p.init_fd.get();
-  plan.max_fd = p.launch->max_fd();
+  plan.exec.launch = &*p.launch;
+  plan.exec.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
+  plan.exec.privileges = &*p.privileges;
+  plan.exec.landlock = p.landlock ? &*p.landlock : nullptr;
+  plan.exec.init_fd = p.init_fd.get();
+  plan.exec.max_fd = p.launch->max_fd();
 }
 
 std::optional<std::string> read_setup_failure(int error_read);
@@ -300,7 +300,7 @@ supervisor::InitProcess start_sandbox(Preparation& p, const Policy& policy,
   // The child has its own copy of init's end: from here a child that dies before init takes its
   // payload turns a send on our end into EPIPE rather than a wait.
   p.await_init.reset();
-  p.plan.landlock = nullptr;
+  p.plan.exec.landlock = nullptr;
   p.landlock.reset();  // the child has its own copy of the ruleset
   if (p.egress_capture) p.egress_capture->close_child_end();
 
@@ -505,12 +505,12 @@ bool BuiltSandbox::recycle() {
     plan.hostname_length = s.policy.hostname.size();
     plan.ids = &p.ids;
     plan.cgroup_namespace = s.policy.namespaces.cgroup;
-    plan.launch = &*p.launch;
-    plan.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
-    plan.privileges = &*p.privileges;
-    plan.landlock = landlock ? &*landlock : nullptr;
-    plan.init_fd = p.init_fd.get();
-    plan.max_fd = p.launch->max_fd();
+    plan.exec.launch = &*p.launch;
+    plan.exec.pass_fds = {p.filter.kill.get(), p.filter.notify.get()};
+    plan.exec.privileges = &*p.privileges;
+    plan.exec.landlock = landlock ? &*landlock : nullptr;
+    plan.exec.init_fd = p.init_fd.get();
+    plan.exec.max_fd = p.launch->max_fd();
 
     // v1: the child joins the groups through their tasks files (a thread's own move, cheap), so it
     // can share this process's memory until its exec rather than copy it. v2: clone3 starts it in

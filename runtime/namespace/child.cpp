@@ -27,14 +27,41 @@ namespace {
 constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
 
 [[noreturn]] void fail(const ChildPlan& plan, const process::ChildFailure& failure) noexcept {
-  process::exit_with_failure(plan.error_write, failure, init_protocol::kInitFailureExit);
+  fail_child(plan.error_write, failure);
 }
 
 [[noreturn]] void fail(const ChildPlan& plan, const char* step) noexcept {
-  fail(plan, process::ChildFailure::at(step, errno));
+  fail_child(plan.error_write, step);
 }
 
 }  // namespace
+
+void fail_child(int error_write, const process::ChildFailure& failure) noexcept {
+  process::exit_with_failure(error_write, failure, init_protocol::kInitFailureExit);
+}
+
+void fail_child(int error_write, const char* step) noexcept {
+  fail_child(error_write, process::ChildFailure::at(step, errno));
+}
+
+void exec_init(const InitExec& exec, int error_write) noexcept {
+  if (!exec.launch->install_stdio()) fail_child(error_write, "dup2 (stdio and report pipe)");
+  supervisor::KeptFds keep = exec.launch->inherited();  // the request's fds, then ours
+  keep[supervisor::kMaxInheritedFds] = exec.pass_fds[0];
+  keep[supervisor::kMaxInheritedFds + 1] = exec.pass_fds[1];
+  if (!supervisor::clear_cloexec(keep)) fail_child(error_write, "fcntl (inherited fds)");
+  keep[supervisor::kMaxInheritedFds + 2] = error_write;
+  keep[supervisor::kMaxInheritedFds + 3] = exec.init_fd;
+  keep[supervisor::kMaxInheritedFds + 4] = exec.landlock ? exec.landlock->ruleset_fd() : -1;
+  supervisor::close_fds_except(kFirstFreeFd, keep, exec.max_fd);
+
+  process::ChildFailure failure;
+  if (exec.privileges && !exec.privileges->apply(failure)) fail_child(error_write, failure);
+  // Last: no_new_privs is set, and nothing after it mounts or opens a path but init's exec.
+  if (exec.landlock && !exec.landlock->apply(failure)) fail_child(error_write, failure);
+  syscall(SYS_execveat, exec.init_fd, "", exec.launch->argv(), exec.launch->envp(), AT_EMPTY_PATH);
+  fail_child(error_write, "execveat (rlm-sandbox-init)");
+}
 
 void run_child(const ChildPlan& plan) noexcept {
   // The sandbox's own file-creation mask, not whatever the host process had at the clone (an
@@ -74,21 +101,7 @@ void run_child(const ChildPlan& plan) noexcept {
   if (plan.loopback && !plan.loopback->apply(failure)) fail(plan, failure);
   if (plan.egress && !plan.egress->apply(failure)) fail(plan, failure);
 
-  if (!plan.launch->install_stdio()) fail(plan, "dup2 (stdio and report pipe)");
-  supervisor::KeptFds keep = plan.launch->inherited();  // the request's fds, then ours
-  keep[supervisor::kMaxInheritedFds] = plan.pass_fds[0];
-  keep[supervisor::kMaxInheritedFds + 1] = plan.pass_fds[1];
-  if (!supervisor::clear_cloexec(keep)) fail(plan, "fcntl (inherited fds)");
-  keep[supervisor::kMaxInheritedFds + 2] = plan.error_write;
-  keep[supervisor::kMaxInheritedFds + 3] = plan.init_fd;
-  keep[supervisor::kMaxInheritedFds + 4] = plan.landlock ? plan.landlock->ruleset_fd() : -1;
-  supervisor::close_fds_except(kFirstFreeFd, keep, plan.max_fd);
-
-  if (plan.privileges && !plan.privileges->apply(failure)) fail(plan, failure);
-  // Last: no_new_privs is set, and nothing after it mounts or opens a path but init's exec.
-  if (plan.landlock && !plan.landlock->apply(failure)) fail(plan, failure);
-  syscall(SYS_execveat, plan.init_fd, "", plan.launch->argv(), plan.launch->envp(), AT_EMPTY_PATH);
-  fail(plan, "execveat (rlm-sandbox-init)");
+  exec_init(plan.exec, plan.error_write);
 }
 
 void wait_for_exec(int error_read, int timeout_ms) {

@@ -17,6 +17,25 @@
 
 namespace rlm::ns {
 
+// The last steps before init, the same for a sandbox's first process (run_child) and a recycled
+// sandbox's next init (rearm.hpp): stdio and the report pipe on fds 0-3, the fds init keeps, every
+// other fd closed, privileges dropped, Landlock, the exec of rlm-sandbox-init by fd.
+struct InitExec {
+  const supervisor::InitLaunch* launch = nullptr;
+  std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
+  const PrivilegePlan* privileges = nullptr;
+  const LandlockPlan* landlock = nullptr;  // null: no Landlock (ABI 0, or no mount namespace)
+  int init_fd = -1;                        // rlm-sandbox-init, opened on the host; close-on-exec
+  unsigned max_fd = 1024;                  // close() ceiling when close_range is missing
+};
+
+// A failed step: its ChildFailure on `error_write`, and the exit (raw syscalls only).
+[[noreturn]] void fail_child(int error_write, const process::ChildFailure& failure) noexcept;
+[[noreturn]] void fail_child(int error_write, const char* step) noexcept;  // with errno
+
+// The steps of InitExec, in order; `error_write` crosses the exec (close-on-exec: EOF on success).
+[[noreturn]] void exec_init(const InitExec& exec, int error_write) noexcept;
+
 struct ChildPlan {
   // Pipes: the parent writes one byte on `release` once the maps are written (EOF: give up), and
   // keeps its end open until the exec, so the child can tell whether its parent still exists.
@@ -33,12 +52,7 @@ struct ChildPlan {
   std::size_t hostname_length = 0;
   const LoopbackPlan* loopback = nullptr;            // null: no network namespace
   const netns::EgressCapturePlan* egress = nullptr;  // null: no allowlist (after the loopback)
-  const supervisor::InitLaunch* launch = nullptr;
-  std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
-  const PrivilegePlan* privileges = nullptr;
-  const LandlockPlan* landlock = nullptr;  // null: no Landlock (ABI 0, or no mount namespace)
-  int init_fd = -1;                        // rlm-sandbox-init, opened on the host; close-on-exec
-  unsigned max_fd = 1024;                  // close() ceiling when close_range is missing
+  InitExec exec;
 };
 
 [[noreturn]] void run_child(const ChildPlan& plan) noexcept;

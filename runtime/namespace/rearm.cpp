@@ -14,20 +14,19 @@
 #include <cstring>
 #include <string>
 
+#include "namespace/child.hpp"
 #include "process/child_failure.hpp"
 #include "rlm_init/protocol.hpp"
 
 namespace rlm::ns {
 namespace {
 
-constexpr int kFirstFreeFd = init_protocol::kReportFd + 1;
-
 [[noreturn]] void fail(const RearmPlan& plan, const process::ChildFailure& failure) noexcept {
-  process::exit_with_failure(plan.error_write, failure, init_protocol::kInitFailureExit);
+  fail_child(plan.error_write, failure);
 }
 
 [[noreturn]] void fail(const RearmPlan& plan, const char* step) noexcept {
-  fail(plan, process::ChildFailure::at(step, errno));
+  fail_child(plan.error_write, step);
 }
 
 }  // namespace
@@ -61,20 +60,7 @@ void run_rearmed_child(const RearmPlan& plan) noexcept {
     fail(plan, "unshare(CLONE_NEWCGROUP)");
   if (!plan.workdir->apply(failure)) fail(plan, failure);
 
-  if (!plan.launch->install_stdio()) fail(plan, "dup2 (stdio and report pipe)");
-  supervisor::KeptFds keep = plan.launch->inherited();
-  keep[supervisor::kMaxInheritedFds] = plan.pass_fds[0];
-  keep[supervisor::kMaxInheritedFds + 1] = plan.pass_fds[1];
-  if (!supervisor::clear_cloexec(keep)) fail(plan, "fcntl (inherited fds)");
-  keep[supervisor::kMaxInheritedFds + 2] = plan.error_write;
-  keep[supervisor::kMaxInheritedFds + 3] = plan.init_fd;
-  keep[supervisor::kMaxInheritedFds + 4] = plan.landlock ? plan.landlock->ruleset_fd() : -1;
-  supervisor::close_fds_except(kFirstFreeFd, keep, plan.max_fd);
-
-  if (plan.privileges && !plan.privileges->apply(failure)) fail(plan, failure);
-  if (plan.landlock && !plan.landlock->apply(failure)) fail(plan, failure);
-  syscall(SYS_execveat, plan.init_fd, "", plan.launch->argv(), plan.launch->envp(), AT_EMPTY_PATH);
-  fail(plan, "execveat (rlm-sandbox-init)");
+  exec_init(plan.exec, plan.error_write);
 }
 
 std::string recycle_problem(const Policy& policy, bool privileged, bool has_cgroup,

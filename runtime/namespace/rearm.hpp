@@ -21,6 +21,7 @@
 #include <array>
 #include <cstddef>
 
+#include "namespace/child.hpp"
 #include "namespace/child_setup.hpp"
 #include "namespace/userns.hpp"
 #include "supervisor/launch.hpp"
@@ -43,12 +44,7 @@ struct RearmPlan {
   std::size_t hostname_length = 0;
   const IdMapping* ids = nullptr;
   bool cgroup_namespace = false;
-  const supervisor::InitLaunch* launch = nullptr;
-  std::array<int, 2> pass_fds{-1, -1};  // inherited by init (the seccomp memfds)
-  const PrivilegePlan* privileges = nullptr;
-  const LandlockPlan* landlock = nullptr;
-  int init_fd = -1;
-  unsigned max_fd = 1024;
+  InitExec exec;  // as the first child's
 };
 
 [[noreturn]] void run_rearmed_child(const RearmPlan& plan) noexcept;
