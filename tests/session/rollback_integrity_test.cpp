@@ -133,7 +133,14 @@ for pid in older:
         attempt(tag + 'pidfd', lambda: signal.pidfd_send_signal(os.pidfd_open(pid), sig))
         if pid != 1:
             attempt(tag + 'killpg', lambda: os.killpg(os.getpgid(pid), sig))
-print(len(older), len(outcomes), unexpected()))py");
+# A process that ended on its own between the listing and the first attempt (a cell's leftover
+# being reaped) answers ESRCH to every call: nothing reached it. Any call that got through shows
+# as 'allowed', which stays unexpected; and at least four processes must have been attacked.
+gone = {pid for pid in older
+        if all(v == 'ESRCH' for k, v in outcomes.items() if k.startswith('%d/' % pid))}
+assert len(older) - len(gone) >= 4, (older, gone)
+print(len(older), len(outcomes),
+      {k: v for k, v in unexpected().items() if int(k.split('/')[0]) not in gone}))py");
   EXPECT_EQ(attack.status, CellStatus::ok) << dump(attack);
   EXPECT_NE(attack.stdout_data.find(" {}\n"), std::string::npos) << dump(attack);
   expect_session_intact("after the snapshot");
