@@ -3,25 +3,29 @@
 // Each sample is a whole command as a user runs it -- posix_spawn + exec + waitpid of
 // `rlm-sandbox run --policy default -- /bin/true`, of the equivalent bwrap command line, and of
 // `rlm-sandbox run --policy trusted-local -- /bin/true` (the unisolated local backend, for
-// reference). The commands are interleaved round by round in one process, so every column sees
-// the same machine state; the order rotates each round so none always runs first. The samples are
-// collected inside one Google Benchmark benchmark (its time column is one round: all commands);
-// the percentiles are reported as its counters and in a table printed after it. Beside the wall
-// time, each sample's CPU time (user + system of the command and everything it waited for, from
-// wait4's rusage) is recorded: on a shared, loaded machine it moves far less than the wall time,
-// so it shows where a change's gain comes from.
+// reference), and of `runc run` of an OCI bundle with the default policy's isolation (namespaces,
+// memory and pids cgroup, the policy's seccomp rules, no capabilities: runc_bundle.hpp). The
+// commands are interleaved round by round in one process, so every column sees the same machine
+// state; the order rotates each round so none always runs first. The samples are collected inside
+// one Google Benchmark benchmark (its time column is one round: all commands); the percentiles are
+// reported as its counters and in a table printed after it. Beside the wall time, each sample's CPU
+// time (user + system of the command and everything it waited for, from wait4's rusage) is
+// recorded: on a shared, loaded machine it moves far less than the wall time, so it shows where a
+// change's gain comes from.
 //
 // The targets printed are issue 12's for the cold path (no server, no pool): the median at most
 // 1.0x bubblewrap's, and the p99.9 at most 5x the median. Measure an optimised build (tools/build
 // configures RelWithDebInfo, -O2; tools/bench/run says which build it measures).
 //
 //   rlm-bench [--samples=N] [--warmup=N] [--rlm-sandbox=PATH] [--compare=PATH] [--bwrap=PATH]
-//             [--no-bwrap] [--no-local] [--csv=FILE] [Google Benchmark flags...]
+//             [--no-bwrap] [--no-local] [--runc=PATH] [--no-runc] [--csv=FILE]
+//             [Google Benchmark flags...]
 //
 // --compare=PATH adds another build's rlm-sandbox as a column of its own (a change's "no slowdown"
 // is shown by its ratio to the build before it, measured in the same rounds).
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -44,6 +48,7 @@
 #include <vector>
 
 #include "bwrap_line.hpp"
+#include "runc_bundle.hpp"
 #include "spawn.hpp"
 
 extern char** environ;
@@ -61,6 +66,8 @@ struct Options {
   std::string bwrap = "/usr/bin/bwrap";
   bool with_bwrap = true;
   bool with_local = true;
+  std::string runc;  // default: runc on PATH
+  bool with_runc = true;
   std::string csv;
 };
 
@@ -181,7 +188,7 @@ void print_summary() {
     std::printf("  %-28s %s\n", (column.label + ":").c_str(), join(column.argv).c_str());
   std::printf("\n  %-28s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "milliseconds", "median", "p99",
               "p99.9", "mean", "min", "max", "cpu p50", "samples", "fail");
-  Stats rlm, bwrap, compare, rlm_cpu, bwrap_cpu, compare_cpu;
+  Stats rlm, bwrap, compare, runc, rlm_cpu, bwrap_cpu, compare_cpu, runc_cpu;
   for (const auto& column : g_columns) {
     if (!column.unavailable.empty()) {
       std::printf("  %-28s unavailable: %s\n", column.label.c_str(), column.unavailable.c_str());
@@ -192,6 +199,7 @@ void print_summary() {
     if (column.key == "rlm") rlm = s, rlm_cpu = cpu;
     if (column.key == "bwrap") bwrap = s, bwrap_cpu = cpu;
     if (column.key == "compare") compare = s, compare_cpu = cpu;
+    if (column.key == "runc") runc = s, runc_cpu = cpu;
     std::printf("  %-28s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8zu %6ld\n",
                 column.label.c_str(), s.median, s.p99, s.p999, s.mean, s.min, s.max, cpu.median,
                 column.samples_ms.size(), column.failures);
@@ -204,6 +212,13 @@ void print_summary() {
     if (bwrap_cpu.median > 0)
       std::printf("  CPU time:  rlm-sandbox median / bwrap median:  %.2f  (%.2f / %.2f ms)\n",
                   rlm_cpu.median / bwrap_cpu.median, rlm_cpu.median, bwrap_cpu.median);
+  }
+  if (rlm.median > 0 && runc.median > 0) {
+    std::printf("  cold path: rlm-sandbox median / runc median:   %.2f\n",
+                rlm.median / runc.median);
+    if (runc_cpu.median > 0)
+      std::printf("  CPU time:  rlm-sandbox median / runc median:   %.2f  (%.2f / %.2f ms)\n",
+                  rlm_cpu.median / runc_cpu.median, rlm_cpu.median, runc_cpu.median);
   }
   if (rlm.median > 0 && compare.median > 0) {
     std::printf("  rlm-sandbox median / --compare median:         %.2f  (p99.9: %.2f / %.2f ms)\n",
@@ -246,6 +261,43 @@ void write_csv(const std::string& path) {
   std::printf("  raw samples written to %s\n", path.c_str());
 }
 
+std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  dirs += ":/usr/local/sbin:/usr/sbin:/sbin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string candidate = dirs.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+// The runc bundle's directory, removed by a child `rm -rf` when the benchmark is interrupted
+// (fork, execve and waitpid are async-signal-safe; the destructor does it on a normal exit).
+char g_bundle_dir[256];
+
+void remove_bundle_and_exit(int signal) {
+  if (pid_t pid = ::fork(); pid == 0) {
+    ::execl("/bin/rm", "rm", "-rf", g_bundle_dir, static_cast<char*>(nullptr));
+    ::_exit(127);
+  } else if (pid > 0) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  ::_exit(128 + signal);
+}
+
+void remove_on_signal(const std::filesystem::path& dir) {
+  std::snprintf(g_bundle_dir, sizeof g_bundle_dir, "%s", dir.c_str());
+  struct sigaction action {};
+  action.sa_handler = remove_bundle_and_exit;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
 // Our flags are taken out of argv; the rest goes to Google Benchmark.
 bool parse_own_flag(const std::string& arg) {
   auto value_of = [&](const char* name) -> std::optional<std::string> {
@@ -275,6 +327,10 @@ bool parse_own_flag(const std::string& arg) {
     g_options.bwrap = *v;
   } else if (auto v = value_of("--csv")) {
     g_options.csv = *v;
+  } else if (auto v = value_of("--runc")) {
+    g_options.runc = *v;
+  } else if (arg == "--no-runc") {
+    g_options.with_runc = false;
   } else if (arg == "--no-bwrap") {
     g_options.with_bwrap = false;
   } else if (arg == "--no-local") {
@@ -299,6 +355,7 @@ int main(int argc, char** argv) {
           "  --samples=N   interleaved samples per command (default 1000)\n"
           "  --warmup=N    unrecorded rounds first (default 20)\n"
           "  --compare=PATH  also time another build's rlm-sandbox in the same rounds\n"
+          "  --runc=PATH   the runc to compare with (default: runc on PATH); --no-runc: none\n"
           "  --csv=FILE    also write every sample, one column per command\n");
       return 0;
     }
@@ -319,6 +376,21 @@ int main(int argc, char** argv) {
     add_column("--compare (default policy)", "compare",
                {g_options.compare, "run", "--policy", "default", "--", "/bin/true"});
   if (g_options.with_bwrap) add_column("bwrap", "bwrap", rlm::bench::bwrap_true(g_options.bwrap));
+  // The runc column's bundle is removed at exit, and by the handler below on SIGINT or SIGTERM.
+  std::optional<rlm::bench::RuncBundle> runc_bundle;
+  if (g_options.with_runc) {
+    std::string why;
+    const std::string runc = g_options.runc.empty() ? on_path("runc") : g_options.runc;
+    if (runc.empty())
+      why = "no runc on PATH";
+    else if (::geteuid() != 0)
+      why = "runc runs containers with cgroup limits only as root here";
+    else if ((runc_bundle = rlm::bench::RuncBundle::make(g_options.rlm_sandbox, runc, why)))
+      remove_on_signal(runc_bundle->dir());
+    add_column("runc run (OCI bundle)", "runc",
+               runc_bundle ? runc_bundle->command() : std::vector<std::string>{runc});
+    if (!runc_bundle) g_columns.back().unavailable = why;
+  }
   if (g_options.with_local)
     add_column("rlm-sandbox (trusted-local)", "local",
                {g_options.rlm_sandbox, "run", "--policy", "trusted-local", "--", "/bin/true"});
@@ -326,6 +398,7 @@ int main(int argc, char** argv) {
   // A command that cannot run here is reported, not measured (e.g. before the namespace backend
   // is built, `--policy default` exits 125 and says why).
   for (auto& column : g_columns) {
+    if (!column.unavailable.empty()) continue;
     std::string err;
     if (!spawn_once(column.argv, &err)) column.unavailable = first_line(err);
   }
