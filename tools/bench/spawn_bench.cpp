@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -275,11 +276,15 @@ std::string on_path(const std::string& name) {
   return "";
 }
 
-// The runc bundle's directory, removed by a child `rm -rf` when the benchmark is interrupted
+// The runc bundle's directory, removed by a child `rm -rf` when the benchmark is interrupted, once
+// the command in flight has ended
 // (fork, execve and waitpid are async-signal-safe; the destructor does it on a normal exit).
 char g_bundle_dir[256];
 
 void remove_bundle_and_exit(int signal) {
+  // The command in flight first: a runc still running would make its state directory again.
+  while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+  }
   if (pid_t pid = ::fork(); pid == 0) {
     ::execl("/bin/rm", "rm", "-rf", g_bundle_dir, static_cast<char*>(nullptr));
     ::_exit(127);
