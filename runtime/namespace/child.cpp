@@ -82,7 +82,7 @@ void run_child(const ChildPlan& plan) noexcept {
     if (fd >= 0 && write(fd, "0", 1) != 1) fail(plan, "joining the run's cgroup (tasks)");
 
   process::ChildFailure failure;
-  if (!apply_ids(*plan.ids, failure)) fail(plan, failure);
+  if (!apply_ids(*plan.ids, /*set_namespace_limits=*/true, failure)) fail(plan, failure);
   // After the id change, which clears the parent-death signal. If the runtime dies from here on,
   // PID 1 of the namespace dies and the kernel kills everything in it. The parent holds the
   // release pipe open until the exec, so a hangup there means it died before the prctl.

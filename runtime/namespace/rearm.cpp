@@ -51,7 +51,8 @@ void run_rearmed_child(const RearmPlan& plan) noexcept {
 
   // Into the sandbox's user namespace, whose capabilities the rest needs and then drops.
   if (setns(plan.user_ns, CLONE_NEWUSER) != 0) fail(plan, "setns (the sandbox's user namespace)");
-  if (!apply_ids(*plan.ids, failure)) fail(plan, failure);
+  // The namespace's limits were set by its first process and are kept with it.
+  if (!apply_ids(*plan.ids, /*set_namespace_limits=*/false, failure)) fail(plan, failure);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(plan, "prctl(PR_SET_PDEATHSIG)");
   pollfd parent{plan.alive_read, POLLIN, 0};
   if (poll(&parent, 1, 0) != 0) _exit(init_protocol::kInitFailureExit);

@@ -99,7 +99,8 @@ void write_id_maps(pid_t child, const IdMapping& mapping) {
   write_map_file(base + "uid_map", mapping.uid_map);
 }
 
-bool apply_ids(const IdMapping& mapping, process::ChildFailure& failure) noexcept {
+bool apply_ids(const IdMapping& mapping, bool set_namespace_limits,
+               process::ChildFailure& failure) noexcept {
   // Raw syscalls: glibc's wrappers would try to run the change on every thread of the parent.
   if (mapping.privileged && syscall(SYS_setgroups, 0, nullptr) != 0) {
     failure.set("setgroups (drop supplementary groups)", errno);
@@ -116,6 +117,7 @@ bool apply_ids(const IdMapping& mapping, process::ChildFailure& failure) noexcep
   // The sysctl files of /proc/sys/user are the opener's user namespace's: this one's, writable
   // with the CAP_SYS_RESOURCE the child still holds in it. A runtime inside a container whose
   // /proc/sys is mounted read-only cannot set them: the sandbox then runs without these caps.
+  if (!set_namespace_limits) return true;
   for (const auto& limit : mapping.namespace_limits) {
     const int fd = open(limit.path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0 && errno == EROFS) continue;

@@ -86,10 +86,13 @@ class OwnerSwitch {
 void write_id_maps(pid_t child, const IdMapping& mapping);
 
 // Child, once the maps are written: drop supplementary groups (privileged), then become the
-// sandbox gid and uid, then write the namespace's own limits (namespace_limits). Every capability
-// of the new user namespace is kept: the kernel clears them on leaving uid 0, and uid 0 is not
-// mapped here. Raw syscalls only.
-bool apply_ids(const IdMapping& mapping, process::ChildFailure& failure) noexcept;
+// sandbox gid and uid, then, when `set_namespace_limits` (the namespace's first process), write
+// the namespace's own limits (namespace_limits): they belong to the namespace, so a recycled
+// sandbox's next init, which joins the same one, finds them set. Every capability of the new user
+// namespace is kept: the kernel clears them on leaving uid 0, and uid 0 is not mapped here. Raw
+// syscalls only.
+bool apply_ids(const IdMapping& mapping, bool set_namespace_limits,
+               process::ChildFailure& failure) noexcept;
 
 // What to run to allow unprivileged user namespaces on this host ("" when nothing known applies).
 std::string user_namespace_fix();

@@ -90,6 +90,46 @@ struct VforkStart {
   void* argument;
 };
 
+// One stack per calling thread, mapped at its first vfork child and kept until the thread ends:
+// each child has exec'd or exited before its clone returns (CLONE_VFORK), so the next child of
+// the same thread may reuse it. A recycling pool starts a child per run; mapping, guarding and
+// unmapping a fresh stack each time cost page faults and, on the unmap, a TLB shootdown of every
+// CPU the busy, multithreaded process runs on.
+class VforkStack {
+ public:
+  VforkStack() = default;
+  VforkStack(const VforkStack&) = delete;
+  VforkStack& operator=(const VforkStack&) = delete;
+  ~VforkStack() {
+    if (base_) munmap(base_, size_);
+  }
+
+  // The top of the stack (it grows down), or nullptr with errno set.
+  char* top() noexcept {
+    if (!base_) {
+      const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+      void* base = mmap(nullptr, kVforkStack + page, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+      if (base == MAP_FAILED) return nullptr;
+      if (mprotect(base, page, PROT_NONE) != 0) {
+        const int error = errno;
+        munmap(base, kVforkStack + page);
+        errno = error;
+        return nullptr;
+      }
+      base_ = base;
+      size_ = kVforkStack + page;
+    }
+    return static_cast<char*>(base_) + size_;
+  }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+thread_local VforkStack t_vfork_stack;
+
 int vfork_child_main(void* start) {
   const auto& what = *static_cast<const VforkStart*>(start);
   what.run(what.argument);
@@ -100,26 +140,17 @@ int vfork_child_main(void* start) {
 
 StartedChild vfork_clone(std::uint64_t namespaces, void (*run)(void*), void* argument) noexcept {
   StartedChild result;
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  void* base = mmap(nullptr, kVforkStack + page, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (base == MAP_FAILED) {
+  char* const stack_top = t_vfork_stack.top();
+  if (!stack_top) {
     result.error = errno;
-    return result;
-  }
-  if (mprotect(base, page, PROT_NONE) != 0) {
-    result.error = errno;
-    munmap(base, kVforkStack + page);
     return result;
   }
   VforkStart start{run, argument};
   int pidfd = -1;
   const int flags = static_cast<int>(namespaces) | CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
   // The child uses this thread's errno (no TLS of its own): keep the clone's own.
-  const int pid =
-      clone(vfork_child_main, static_cast<char*>(base) + page + kVforkStack, flags, &start, &pidfd);
+  const int pid = clone(vfork_child_main, stack_top, flags, &start, &pidfd);
   const int error = errno;
-  munmap(base, kVforkStack + page);  // the child has exec'd or exited: CLONE_VFORK
   result.pid = pid;
   if (pid < 0) {
     result.error = error;

@@ -23,7 +23,8 @@
 //     runs per second. "burst" starts with the pool full and ends when the pool's sandboxes are
 //     used; "sustained" runs for --seconds, refills included. Clients are the CLI (an exec per
 //     run) and the library (a connection per run). The recycling server's library clients run
-//     /bin/true and `python3 -c pass` against bwrap running the same.
+//     /bin/true and `python3 -c pass` against bwrap running the same, and against the same
+//     payloads with no sandbox (a plain fork+exec: the ceiling of any sandbox's runs per second).
 // Build optimised (tools/build does, RelWithDebInfo) before believing any figure.
 //
 //   rlm-server-bench [--samples=N] [--warmup=N] [--pool=N] [--recycle=M] [--seconds=S]
@@ -330,6 +331,13 @@ int main(int argc, char** argv) {
   const double bwraps_python = two_clients(bwrap_python, for_seconds);
   wait_for_full_pool(recycling, settings.pool);
   const double recycled_python_sustained = two_clients(recycled_python, for_seconds);
+  // The ceiling of any sandbox: the same payloads with no sandbox at all (python3 as the sandboxes
+  // resolve it: /usr/bin's).
+  const std::vector<std::string> plain_true_line = {"/bin/true"},
+                                 plain_python_line = {"/usr/bin/python3", "-c", "pass"};
+  const double plain_true = two_clients([&] { return time_command(plain_true_line); }, for_seconds);
+  const double plain_python =
+      two_clients([&] { return time_command(plain_python_line); }, for_seconds);
   const std::string burst_name = " burst (" + std::to_string(burst_runs) + " runs, pool full)";
   std::printf("  %-48s %8.1f\n", ("CLI clients," + burst_name).c_str(), cli_burst);
   std::printf("  %-48s %8.1f\n", ("library clients," + burst_name).c_str(), library_burst);
@@ -342,6 +350,8 @@ int main(int argc, char** argv) {
   std::printf("  %-48s %8.1f\n", "bwrap, python3 -c pass", bwraps_python);
   std::printf("  %-48s %8.1f\n", "library, recycling server, python3 -c pass",
               recycled_python_sustained);
+  std::printf("  %-48s %8.1f\n", "no sandbox (fork+exec), /bin/true", plain_true);
+  std::printf("  %-48s %8.1f\n", "no sandbox (fork+exec), python3 -c pass", plain_python);
   if (bwraps > 0) {
     std::printf("  CLI clients / bwrap runs per second: burst %.2f, sustained %.2f\n",
                 cli_burst / bwraps, cli_sustained / bwraps);
@@ -356,6 +366,11 @@ int main(int argc, char** argv) {
         recycled_sustained / bwraps, recycled_sustained / bwraps >= 2 ? "met" : "NOT met",
         bwraps_python > 0 ? recycled_python_sustained / bwraps_python : 0.0,
         bwraps_python > 0 && recycled_python_sustained / bwraps_python >= 2 ? "met" : "NOT met");
+    if (bwraps_python > 0)
+      std::printf(
+          "  no sandbox / bwrap runs per second (what a sandbox costing nothing would reach): "
+          "/bin/true %.2f, python3 -c pass %.2f\n",
+          plain_true / bwraps, plain_python / bwraps_python);
   }
 
   // The whole cost: machine-wide CPU per run, background subtracted.
