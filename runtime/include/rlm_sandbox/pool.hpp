@@ -2,8 +2,10 @@
 // policy -- namespaces, root filesystem, cgroup and seccomp filter in place, rlm-sandbox-init
 // waiting for its payload -- and pre-started REPL sessions (the Python worker's imports done and
 // its first checkpoint taken, waiting for its context). run() and open_session() hand one over;
-// each is used once and destroyed, and nothing of one run is visible to the next. A background
-// thread refills; a drained pool runs on the cold path and never waits longer than a cold start.
+// a session, and by default a sandbox, is used once and destroyed; with PoolOptions::recycle a
+// sandbox is made fresh between runs of one owner. Either way nothing of one run is visible to
+// the next. A background thread refills; a drained pool runs on the cold path and never waits
+// longer than a cold start.
 // docs/pools-and-server.md.
 #pragma once
 
