@@ -3,17 +3,21 @@
 A call arrives as an ``llm_query`` event (``kind`` ``llm``, ``rlm`` or ``tool``); :class:`Calls`
 picks the function that answers it and turns what that function did into the reply's fields:
 ``{"text": str}`` for an LM call, ``{"value": <JSON>}`` for a tool, ``{"error": str}`` when it
-failed (the cell sees ``"Error: ..."`` from ``llm_query``, ``RuntimeError`` from a tool).
+failed (the cell sees ``"Error: ..."`` from ``llm_query``, ``RuntimeError`` from a tool of the
+``"json"`` encoding; a ``"python"`` tool's exception is sent as a value and raised as its type).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import keyword
 import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ._pyvalues import (PyvalueError, pyvalue_decode, pyvalue_encode,
+                        pyvalue_encode_exception)
 from .result import LlmCallback
 
 #: Names the REPL defines itself (spec: "Reserved names"); a tool may not take one.
@@ -44,15 +48,52 @@ def _reserved(name: str) -> bool:
     return False
 
 
-def split_tools(tools: Optional[Mapping[str, Any]]
-                ) -> Tuple[List[Dict[str, Any]], Dict[str, Callable[..., Any]]]:
-    """The tools as the repl's ``--tools`` list, and the callable ones by name.
+#: How tools' values cross: plain JSON, or ``_pyvalues``'s tags (tuples, sets, bytes, dict
+#: order and exception types kept, as LocalREPL's callers see them).
+TOOL_ENCODINGS = ("json", "python")
 
-    Each entry is a callable (called on the host), any other JSON value (a data tool: the
-    REPL global is that value), or ``{"tool": <either>, "description": str}``.
+
+class PythonValuesTool:
+    """A callable tool of the ``"python"`` encoding: its arguments are decoded from
+    ``_pyvalues``'s tags, its result encoded, and an exception it raises is sent as one, to be
+    raised in the cell as its own type (a builtin one, or one of its name on its builtin base)."""
+
+    def __init__(self, name: str, function: Callable[..., Any]) -> None:
+        self.name = name
+        self.function = function
+
+    def answer(self, args: Any, kwargs: Any) -> Dict[str, Any]:
+        try:  # from the sandbox: hostile, bounded by the frame (depth and values)
+            args = pyvalue_decode(args)
+            kwargs = {key: pyvalue_decode(value) for key, value in kwargs.items()}
+        except (PyvalueError, RecursionError) as error:
+            return {"error": f"tool {self.name!r}: arguments that are not encoded values "
+                             f"({error})"}
+        try:
+            value = self.function(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - raised in the cell as its own type
+            return {"value": pyvalue_encode_exception(error)}
+        try:
+            return {"value": pyvalue_encode(value)}
+        except (PyvalueError, RecursionError) as error:
+            return {"value": pyvalue_encode_exception(
+                TypeError(f"tool {self.name!r} returned {error}"))}
+
+
+def split_tools(tools: Optional[Mapping[str, Any]], encoding: str = "json"
+                ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """The tools as the repl's ``--tools`` list, and the callable ones by name (wrapped in a
+    ``PythonValuesTool`` under the ``"python"`` encoding).
+
+    Each entry is a callable (called on the host), any other value (a data tool: the REPL
+    global is that value; JSON under the ``"json"`` encoding), or ``{"tool": <either>,
+    "description": str}``. Under ``"python"`` a data tool's value that cannot be encoded does
+    not fail here: the cell gets a TypeError saying why when it uses the name.
     """
+    if encoding not in TOOL_ENCODINGS:
+        raise ValueError(f"tool_encoding must be one of {TOOL_ENCODINGS}, not {encoding!r}")
     specs: List[Dict[str, Any]] = []
-    functions: Dict[str, Callable[..., Any]] = {}
+    functions: Dict[str, Any] = {}
     if not tools:
         return specs, functions
     if len(tools) > MAX_TOOLS:
@@ -71,12 +112,31 @@ def split_tools(tools: Optional[Mapping[str, Any]]
         spec: Dict[str, Any] = {"name": name}
         if description:
             spec["description"] = description
+        if encoding == "python":
+            spec["encoding"] = "python"
         if callable(entry):
-            functions[name] = entry
+            functions[name] = PythonValuesTool(name, entry) if encoding == "python" else entry
+        elif encoding == "python":
+            try:
+                spec["value"] = pyvalue_encode(entry)
+            except (PyvalueError, RecursionError) as error:
+                spec["value"] = {"u": str(error)}
         else:
             spec["value"] = entry
         specs.append(spec)
     return specs, functions
+
+
+#: The host's id of the call being answered in this context (see ``current_call_id``).
+_CURRENT_CALL: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar(
+    "rlm_sandbox_current_call", default=None)
+
+
+def current_call_id() -> Optional[int]:
+    """In a callback answering a call, the id the host gave the call (a repl event's
+    ``query_id``, a server's call ``id``): ids grow in the order the cell made its calls, a
+    batch's in prompt order, whatever order the callbacks run in. None elsewhere."""
+    return _CURRENT_CALL.get()
 
 
 def _error_text(error: BaseException) -> str:
@@ -105,6 +165,14 @@ class Calls:
 
     def answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
         """The reply's fields for one call event; never raises for what a callback does."""
+        call_id = event.get("query_id", event.get("id"))
+        token = _CURRENT_CALL.set(call_id if isinstance(call_id, int) else None)
+        try:
+            return self._answer(event)
+        finally:
+            _CURRENT_CALL.reset(token)
+
+    def _answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
         kind, name, callback = self.answerer(event)
         if kind == "tool":
             return self._tool(name, callback, event.get("prompt"))
@@ -128,6 +196,8 @@ class Calls:
         kwargs = call.get("kwargs") if isinstance(call, dict) else None
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return {"error": f"tool {name!r}: the call carried no args/kwargs"}
+        if isinstance(function, PythonValuesTool):
+            return function.answer(args, kwargs)
         try:
             value = function(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the cell gets it as RuntimeError

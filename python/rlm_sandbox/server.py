@@ -299,7 +299,7 @@ class ServerSession:
         context, context_file, context_json: the REPL's ``context`` (as RlmSandbox takes them).
         on_llm_query: the default ``callback(prompt, model) -> str``; None: calls fail in the
             cell unless ``execute`` is given one.
-        on_rlm_query, tools, echo: as RlmSandbox takes them.
+        on_rlm_query, tools, tool_encoding, echo: as RlmSandbox takes them.
         llm_timeout, llm_budget, llm_concurrency: the session's LM limits, each only tightening
             the server's (seconds or "30s"; counts).
         max_llm_workers: callbacks run at once on a thread pool (1: on the reading thread);
@@ -315,7 +315,8 @@ class ServerSession:
                  context_file: Optional[Union[str, os.PathLike]] = None,
                  context_json: bool = False, on_llm_query: Optional[LlmCallback] = None,
                  on_rlm_query: Optional[LlmCallback] = None,
-                 tools: Optional[Dict[str, Any]] = None, echo: bool = True,
+                 tools: Optional[Dict[str, Any]] = None, tool_encoding: str = "json",
+                 echo: bool = True,
                  llm_timeout: Optional[Union[int, float, str]] = None,
                  llm_budget: Optional[int] = None, llm_concurrency: Optional[int] = None,
                  max_llm_workers: Optional[int] = None,
@@ -329,7 +330,7 @@ class ServerSession:
         self._lock = threading.RLock()
         self._dispatcher = Dispatcher(int(max_llm_workers or llm_concurrency or 16),
                                       self._send_answer)
-        tool_specs, self._tool_functions = split_tools(tools)
+        tool_specs, self._tool_functions = split_tools(tools, tool_encoding)
         self.on_rlm_query = on_rlm_query
         self.on_llm_query = on_llm_query
         self.server = server if isinstance(server, Server) else Server(server)

@@ -23,11 +23,10 @@ from .server import ServerSession, server_from_environment
 
 _log = logging.getLogger(__name__)
 
-#: A context or history above this many bytes goes to the repl through a temporary file (read
-#: on the host by the CLI, as ``--context`` is), not JSON-escaped into a line.
+#: A text context above this many bytes goes to the repl through a temporary file (read on the
+#: host by the CLI, as ``--context`` is), not JSON-escaped into a line; a JSON one and a history
+#: always do (parsed in the sandbox, dicts keep their key order).
 _INLINE_BYTES = 1 << 20
-#: A JSON value nesting deeper than this goes through a file (a repl line nests at most 64).
-_INLINE_DEPTH = 32
 #: Linux's bound on one command-line argument (MAX_ARG_STRLEN), which --tools must fit in.
 _MAX_ARG_BYTES = 128 * 1024
 
@@ -54,19 +53,6 @@ def _count_flag(value: int, what: str) -> str:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{what} must be a positive int, not {value!r}")
     return str(value)
-
-
-def _shallow(value: Any, limit: int) -> bool:
-    """True when `value` nests lists and dicts at most `limit` deep (without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, tuple, dict)):
-            if depth > limit:
-                return False
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return True
 
 
 def _tools_flag(specs: List[Dict[str, Any]]) -> str:
@@ -139,6 +125,10 @@ class RlmSandbox:
             here with the cell's JSON arguments; it returns a JSON value, or raises and the
             cell gets ``RuntimeError``), any other JSON value (the global is that value), or
             ``{"tool": <either>, "description": str}``.
+        tool_encoding: how tools' arguments, results and values cross: ``"json"`` (plain
+            JSON, as above) or ``"python"`` (tuples, sets, bytes, dict order and non-str keys
+            kept, and an exception a tool raises is raised in the cell as its own type;
+            ``_pyvalues.py``). The RLM integration uses ``"python"``.
         echo: print the repr of a cell's trailing expression (False: never, ``--no-echo``).
         llm_timeout: seconds (or "10m") an LM or tool call may take (``--llm-timeout``).
         llm_budget: calls allowed per session (``--llm-budget``).
@@ -176,6 +166,7 @@ class RlmSandbox:
         on_llm_query: Optional[LlmCallback] = None,
         on_rlm_query: Optional[LlmCallback] = None,
         tools: Optional[Mapping[str, Any]] = None,
+        tool_encoding: str = "json",
         echo: bool = True,
         llm_timeout: Optional[Union[int, float, str]] = None,
         llm_budget: Optional[int] = None,
@@ -194,7 +185,7 @@ class RlmSandbox:
         self._owner = os.getpid()  # a forked child never ends this session by itself
         self.on_llm_query = on_llm_query
         self.on_rlm_query = on_rlm_query
-        tool_specs, self._tool_functions = split_tools(tools)
+        tool_specs, self._tool_functions = split_tools(tools, tool_encoding)
         if max_llm_workers is None:
             max_llm_workers = llm_concurrency or 16
         #: From the ``ready`` event: the backend and policy the session runs with.
@@ -217,7 +208,8 @@ class RlmSandbox:
             self._remote = ServerSession(
                 os.fspath(server), str(policy), context=context, context_file=context_file,
                 context_json=context_json, on_llm_query=on_llm_query, on_rlm_query=on_rlm_query,
-                tools=tools, echo=echo, llm_timeout=llm_timeout, llm_budget=llm_budget,
+                tools=tools, tool_encoding=tool_encoding, echo=echo, llm_timeout=llm_timeout,
+                llm_budget=llm_budget,
                 llm_concurrency=llm_concurrency, max_llm_workers=max_llm_workers,
                 timeout=timeout, memory=memory)
             self._closed = True  # nothing of the local process to clean up
@@ -344,8 +336,9 @@ class RlmSandbox:
         """Adds a context to the live session: ``context_N`` (and ``context`` for N = 0).
 
         A ``str`` is text; any other JSON-able value arrives parsed. `index` picks N (default:
-        the next free one); an existing one is replaced. Returns N. A large context goes
-        through a temporary file, read by the CLI on this host (no JSON escaping).
+        the next free one); an existing one is replaced. Returns N. A large context, and any
+        JSON one, goes through a temporary file, read by the CLI on this host (no JSON
+        escaping; the JSON is parsed in the sandbox, so dicts keep their key order).
 
         Raises:
             RlmSandboxError: the session could not take it (e.g. it ended).
@@ -357,7 +350,9 @@ class RlmSandbox:
                 else value).encode("utf-8")
         request: Dict[str, Any] = {"op": "add_context"}
         spilled: Optional[str] = None
-        if len(data) > _INLINE_BYTES or (as_json and not _shallow(value, _INLINE_DEPTH)):
+        # JSON goes through a file too: parsed in the sandbox, its dicts keep their key order
+        # (the CLI's parser would sort them, as LocalREPL does not).
+        if len(data) > _INLINE_BYTES or as_json:
             spilled = _spill(data)
             request["context_file"] = spilled
         else:
@@ -380,10 +375,16 @@ class RlmSandbox:
             return self._remote.add_history(messages, index)
         if not isinstance(messages, list):
             raise TypeError(f"messages must be a list, not {type(messages).__name__}")
-        request: Dict[str, Any] = {"op": "add_history", "history": messages}
+        # Through a file, parsed in the sandbox: the messages keep their key order.
+        spilled = _spill(json.dumps(messages, ensure_ascii=False, allow_nan=False)
+                         .encode("utf-8"))
+        request: Dict[str, Any] = {"op": "add_history", "history_file": spilled}
         if index is not None:
             request["index"] = checked_index(index)
-        return added_index(self._request(request))
+        try:
+            return added_index(self._request(request))
+        finally:
+            os.unlink(spilled)
 
     def snapshot(self) -> int:
         """Takes a copy-on-write snapshot of the interpreter; returns its id for restore()."""

@@ -38,10 +38,11 @@ constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 36
 class LimitState : public std::enable_shared_from_this<LimitState> {
  public:
   LimitState(std::shared_ptr<LlmHandler> inner, LlmLimits limits)
-      : inner_(std::move(inner)), limits_(limits) {}
+      : inner_(std::move(inner)), limits_(limits), hands_calls_on_(inner_->hands_calls_on()) {}
 
   void start_timer() {
     std::thread([self = shared_from_this()] { self->run_timer(); }).detach();
+    if (hands_calls_on_) std::thread([self = shared_from_this()] { self->run_hand_on(); }).detach();
   }
 
   void submit(LlmCall call, Done done) {
@@ -75,8 +76,10 @@ class LimitState : public std::enable_shared_from_this<LimitState> {
       for (auto& [id, pending] : unanswered_) orphaned.push_back(std::move(pending.done));
       unanswered_.clear();
       waiting_.clear();
+      to_hand_on_.clear();
     }
     timer_wakeup_.notify_one();
+    hand_on_wakeup_.notify_one();
     for (auto& done : orphaned)
       done(LlmAnswer::of_error("the LM handler was shut down before answering"));
   }
@@ -88,7 +91,8 @@ class LimitState : public std::enable_shared_from_this<LimitState> {
     Clock::time_point deadline;
   };
   struct Batch {
-    std::vector<std::pair<std::uint64_t, LlmCall>> started;  // their slots taken
+    // Their slots taken (with a handler that hands calls on, they go to to_hand_on_ instead).
+    std::vector<std::pair<std::uint64_t, LlmCall>> started;
     std::vector<Done> cancelled;  // cancelled while waiting: answered instead of started
   };
 
@@ -106,15 +110,24 @@ class LimitState : public std::enable_shared_from_this<LimitState> {
         continue;
       }
       ++running_;
-      batch.started.emplace_back(id, std::move(pending->second.call));
+      // Queued for the hand-on thread here, under the lock, so that calls started by answers
+      // finishing on several threads at once still queue in the order they came.
+      if (hands_calls_on_)
+        to_hand_on_.emplace_back(id, std::move(pending->second.call));
+      else
+        batch.started.emplace_back(id, std::move(pending->second.call));
     }
     return batch;
   }
 
   // Outside the lock. A thread per started call: the inner handler may block in answer() (the
-  // built-in ones do).
+  // built-in ones do). One that only hands calls on gets them from the hand-on thread, in order.
   void start(Batch batch) {
     for (auto& done : batch.cancelled) done(broker::cancelled_answer());
+    if (hands_calls_on_) {
+      hand_on_wakeup_.notify_one();
+      return;
+    }
     for (auto& [id, call] : batch.started) {
       try {
         // id = id: clang before 16 cannot capture a structured binding by name (the fuzz build).
@@ -162,6 +175,24 @@ class LimitState : public std::enable_shared_from_this<LimitState> {
     if (done) done(std::move(answer));
   }
 
+  // Hands started calls to the inner handler one at a time, in the order they started, until
+  // the handler is closed (calls still queued then were answered by close()).
+  void run_hand_on() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      hand_on_wakeup_.wait(lock, [&] { return closed_ || !to_hand_on_.empty(); });
+      if (closed_) return;
+      auto [id, call] = std::move(to_hand_on_.front());
+      to_hand_on_.pop_front();
+      lock.unlock();
+      if (call.is_cancelled())  // its cell ended while it queued here: not handed on
+        finish(id, broker::cancelled_answer());
+      else
+        call_inner(id, std::move(call));
+      lock.lock();
+    }
+  }
+
   void run_timer() {
     const std::string message =
         "LM call timed out after " + std::to_string(limits_.call_timeout.count()) + " ms";
@@ -191,8 +222,12 @@ class LimitState : public std::enable_shared_from_this<LimitState> {
 
   const std::shared_ptr<LlmHandler> inner_;
   const LlmLimits limits_;
+  const bool hands_calls_on_;
   std::mutex mutex_;
   std::condition_variable timer_wakeup_;
+  std::condition_variable hand_on_wakeup_;
+  // Started calls of a handler that hands_calls_on(), for the hand-on thread, in start order.
+  std::deque<std::pair<std::uint64_t, LlmCall>> to_hand_on_;
   bool closed_ = false;
   std::size_t accepted_ = 0;  // counts against the budget
   std::size_t running_ = 0;   // handed to the inner handler and not answered by it yet

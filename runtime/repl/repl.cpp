@@ -57,6 +57,9 @@ class OrchestratorHandler final : public LlmHandler {
  public:
   explicit OrchestratorHandler(Output& output) : output_(output) {}
 
+  // answer() writes the call out and returns; its answer comes back later.
+  bool hands_calls_on() const override { return true; }
+
   void set_current_request(json id) {
     std::lock_guard lock(mutex_);
     current_ = std::move(id);

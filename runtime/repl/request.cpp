@@ -85,7 +85,7 @@ bool op_takes(ReplOp op, std::string_view key) {
     case ReplOp::add_context:
       return key == "context" || key == "context_file" || key == "json" || key == "index";
     case ReplOp::add_history:
-      return key == "history" || key == "index";
+      return key == "history" || key == "history_file" || key == "index";
     case ReplOp::restore:
       return key == "snapshot";
     case ReplOp::narrow_network:
@@ -189,9 +189,18 @@ ReplRequest checked(const json& line, ReplOp op, std::string_view name,
     }
     case ReplOp::add_history: {
       const json* history = field(line, "history");
-      if (!history || !history->is_array())
-        throw Refusal{"add_history needs \"history\": a list (of messages)"};
-      request.context = *history;
+      const auto file = string_field(line, "history_file",
+                                     "add_history: \"history_file\" must be a string (a path)");
+      if (!history == !file || (history && !history->is_array()))
+        throw Refusal{
+            "add_history needs exactly one of \"history\" (a list of messages) and "
+            "\"history_file\" (a path to its JSON)"};
+      if (file && file->empty()) throw Refusal{"add_history: \"history_file\" is empty"};
+      if (history) request.context = *history;
+      if (file) {  // JSON text parsed in the sandbox: its dicts keep their key order
+        request.context_file = *file;
+        request.context_json = true;
+      }
       request.index = index_field(line, "add_history");
       break;
     }

@@ -32,6 +32,9 @@ class ClientHandler final : public LlmHandler {
  public:
   explicit ClientHandler(std::shared_ptr<SharedSender> link) : link_(std::move(link)) {}
 
+  // answer() writes the call out and returns; its answer comes back later.
+  bool hands_calls_on() const override { return true; }
+
   void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
     const auto id = calls_.add(call, std::move(done));
     if (!id) return;

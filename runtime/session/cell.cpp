@@ -155,9 +155,12 @@ void read_extras(json& frame, CellResult& result) {
       const auto& type = field(item, "type");
       const auto& repr = field(item, "repr");
       if (!name.is_string() || !type.is_string() || !repr.is_string()) continue;
-      kept.push_back({{"name", std::move(item["name"])},
-                      {"type", std::move(item["type"])},
-                      {"repr", std::move(item["repr"])}});
+      json entry = {{"name", std::move(item["name"])},
+                    {"type", std::move(item["type"])},
+                    {"repr", std::move(item["repr"])}};
+      // A small JSON value the worker copied (bounded there, and by the frame here).
+      if (auto value = item.find("value"); value != item.end()) entry["value"] = std::move(*value);
+      kept.push_back(std::move(entry));
     }
     result.locals = std::move(kept);
   }

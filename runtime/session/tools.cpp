@@ -80,6 +80,7 @@ json tools_to_json(const std::vector<ToolSpec>& tools) {
   for (const auto& tool : tools) {
     json spec = {{"name", tool.name}, {"description", tool.description}};
     if (tool.value) spec["value"] = *tool.value;
+    if (tool.encoding == ToolEncoding::python) spec["encoding"] = "python";
     list.push_back(std::move(spec));
   }
   return list;
@@ -87,7 +88,9 @@ json tools_to_json(const std::vector<ToolSpec>& tools) {
 
 std::vector<ToolSpec> tools_from_json(const json& document) {
   if (!document.is_array())
-    throw Error("the tools must be a JSON array of {\"name\", \"description\"?, \"value\"?}");
+    throw Error(
+        "the tools must be a JSON array of {\"name\", \"description\"?, \"value\"?, "
+        "\"encoding\"?}");
   if (document.size() > kMaxTools)
     throw Error("at most " + std::to_string(kMaxTools) + " tools, not " +
                 std::to_string(document.size()));
@@ -105,8 +108,13 @@ std::vector<ToolSpec> tools_from_json(const json& document) {
         if (value.is_string()) tool.description = value.get<std::string>();
       } else if (key == "value") {
         tool.value = value;
+      } else if (key == "encoding") {
+        if (value == "python")
+          tool.encoding = ToolEncoding::python;
+        else if (value != "json")
+          throw Error("a tool's \"encoding\" is \"json\" or \"python\"");
       } else {
-        throw Error("a tool takes only \"name\", \"description\" and \"value\"");
+        throw Error("a tool takes only \"name\", \"description\", \"value\" and \"encoding\"");
       }
     }
     if (tool.name.empty()) throw Error("a tool needs \"name\": a string");

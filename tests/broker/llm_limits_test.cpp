@@ -5,7 +5,9 @@
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -254,6 +256,63 @@ TEST(LlmLimits, NoThreadOutlivesTheHandlerOnceEveryCallIsAnswered) {
   while (thread_count() > before && steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(thread_count(), before);
+}
+
+// A handler that only hands calls on (an orchestrator's events) gets them in the order they
+// came, from one thread of the limiter's: a batch reaches the orchestrator in prompt order. The
+// answers come later, in any order, from other threads.
+class HandingOnHandler : public LlmHandler {
+ public:
+  void answer(LlmCall call, Done done) override {
+    std::lock_guard lock(mutex);
+    order.push_back(call.prompt);
+    threads.insert(std::this_thread::get_id());
+    kept.push_back(std::move(done));
+  }
+  bool hands_calls_on() const override { return true; }
+  std::size_t calls() {
+    std::lock_guard lock(mutex);
+    return order.size();
+  }
+  std::mutex mutex;
+  std::vector<std::string> order;
+  std::set<std::thread::id> threads;
+  std::vector<Done> kept;
+};
+
+TEST(LlmLimits, CallsHandedOnArriveInOrderFromOneThread) {
+  auto inner = std::make_shared<HandingOnHandler>();
+  const auto handler = limit_llm_handler(inner, {.concurrency = 8});
+  auto answers = std::make_shared<Answers>();
+  std::vector<std::string> asked;
+  for (std::size_t i = 0; i < 40; ++i) {
+    asked.push_back("p" + std::to_string(i));
+    handler->answer(call_of(asked.back()), answers->callback(i));
+  }
+  const auto until = [&](std::size_t count) {
+    const auto deadline = steady_clock::now() + milliseconds(10'000);
+    while (inner->calls() < count && steady_clock::now() < deadline)
+      std::this_thread::sleep_for(milliseconds(2));
+  };
+  until(8);
+  EXPECT_EQ(inner->calls(), 8u) << "the cap still holds";
+  // Answered from several threads, last first: each frees a slot for the next in line.
+  const auto deadline = steady_clock::now() + milliseconds(20'000);
+  while (answers->answered() < 40 && steady_clock::now() < deadline) {
+    std::vector<Done> now;
+    {
+      std::lock_guard lock(inner->mutex);
+      now.swap(inner->kept);
+    }
+    std::vector<std::thread> answerers;
+    for (auto done = now.rbegin(); done != now.rend(); ++done)
+      answerers.emplace_back([done = std::move(*done)] { done(LlmAnswer::of_text("a")); });
+    for (auto& thread : answerers) thread.join();
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_TRUE(answers->wait_for(40));
+  EXPECT_EQ(inner->order, asked);
+  EXPECT_EQ(inner->threads.size(), 1u);
 }
 
 TEST(LlmLimits, ExceptionFromTheHandlerIsAnErrorAnswer) {

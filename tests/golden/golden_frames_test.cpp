@@ -233,7 +233,10 @@ json as_line(const repl::ReplRequest& request) {
       if (request.index) line["index"] = *request.index;
       break;
     case repl::ReplOp::add_history:
-      line["history"] = request.context;
+      if (request.context_file.empty())
+        line["history"] = request.context;
+      else
+        line["history_file"] = request.context_file;  // its JSON: context_json is implied
       if (request.index) line["index"] = *request.index;
       break;
     case repl::ReplOp::restore:

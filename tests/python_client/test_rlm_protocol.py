@@ -182,7 +182,7 @@ class LocalsAndFetchTest(SandboxTestCase):
         result = self.run_ok(sb, "import os\nx = 42\nname = 'a' * 500\n_hidden = 1\n"
                                  "def f():\n    pass", locals=True)
         by_name = {entry["name"]: entry for entry in result.locals}
-        self.assertEqual(by_name["x"], {"name": "x", "type": "int", "repr": "42"})
+        self.assertEqual(by_name["x"], {"name": "x", "type": "int", "repr": "42", "value": 42})
         self.assertEqual(by_name["name"]["type"], "str")
         self.assertLessEqual(len(by_name["name"]["repr"]), 200)
         self.assertIn("f", by_name)

@@ -372,9 +372,12 @@ class ContextTest(SandboxTestCase):
         sb = self.sandbox(context_file=handle.name, context_json=True)
         self.assertEqual(self.run_ok(sb, "print(sum(context))").stdout, "6\n")
 
-    def test_no_context_is_none(self) -> None:
+    def test_no_context_leaves_context_unbound(self) -> None:
+        # As in LocalREPL: a NameError, not None.
         sb = self.sandbox()
-        self.assertEqual(self.run_ok(sb, "print(context)").stdout, "None\n")
+        cell = sb.execute("print(context)")
+        self.assertEqual(cell.status, "error")
+        self.assertIn("NameError: name 'context' is not defined", cell.error)
 
     def test_deep_json_context(self) -> None:
         # Deeper than a repl line may nest: it goes through a file.

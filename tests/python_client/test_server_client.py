@@ -346,10 +346,26 @@ class SessionTest(unittest.TestCase):
         result = sb.execute("r = add(2, b=3)\nprint(r, table)\nr", locals=True, fetch="r")
         self.assertEqual(result.status, "ok", result)
         self.assertEqual(result.stdout, "{'sum': 5} [1, 2, 3]\n")  # no echo of the last line
-        self.assertIn({"name": "r", "type": "dict", "repr": "{'sum': 5}"}, result.locals)
+        self.assertIn({"name": "r", "type": "dict", "repr": "{'sum': 5}", "value": {"sum": 5}},
+                      result.locals)
         self.assertEqual(result.fetched, {"value": {"sum": 5}})
         result = sb.execute("broken()")
         self.assertIn("tool 'broken' returned a value that is not JSON", result.error)
+
+    def test_python_encoded_tools_through_the_server(self) -> None:
+        def lookup(key: tuple) -> dict:
+            if key == ("missing",):
+                raise KeyError(key)
+            return {"z": key, "a": {1, 2}}
+
+        sb = self.session(tools={"lookup": lookup, "order": {"b": 1, "a": (2,)}},
+                          tool_encoding="python")
+        result = sb.execute("r = lookup(('x', 1))\nprint(list(r), r['z'], r['a'], order)\n"
+                            "try:\n    lookup(('missing',))\nexcept KeyError as e:\n"
+                            "    print(repr(e))")
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(result.stdout, "['z', 'a'] ('x', 1) {1, 2} {'b': 1, 'a': (2,)}\n"
+                                        "KeyError(('missing',))\n")
 
     def test_add_context_and_history(self) -> None:
         sb = self.session(context="first")

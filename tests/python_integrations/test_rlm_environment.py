@@ -60,8 +60,8 @@ class ReplResultShape(unittest.TestCase):
         result = self.env.execute_code("x = 6 * 7\nwords = ['a', 'b']\nprint('hello', x)")
         self.assertEqual(result.stdout, "hello 42\n")
         self.assertEqual(result.stderr, "")
-        self.assertEqual(result.locals.get("x"), "42")
-        self.assertEqual(result.locals.get("words"), "['a', 'b']")
+        self.assertEqual(result.locals.get("x"), 42)  # LocalREPL's locals hold the values
+        self.assertEqual(result.locals.get("words"), ["a", "b"])
         self.assertGreater(result.execution_time, 0)
         self.assertEqual(result.rlm_calls, [])
         self.assertIsNone(result.final_answer)
@@ -211,6 +211,29 @@ class LmCalls(unittest.TestCase):
         self.assertLessEqual(state["most"], 2)
         self.assertEqual(len(result.rlm_calls), 5)
 
+    def test_batched_rlm_query_reaches_subcall_fn_and_rlm_calls_in_prompt_order(self) -> None:
+        # As LocalREPL: the subcalls start in prompt order, and their records are in prompt
+        # order though they finish in reverse (each sleeps less than the one before).
+        started: List[str] = []
+        lock = threading.Lock()
+
+        def subcall(prompt: Any, model: Optional[str]) -> Completion:
+            with lock:
+                started.append(prompt)
+            time.sleep(0.02 * (8 - int(prompt[1:])))
+            return Completion(f"child:{prompt}")
+
+        env = make_env(subcall_fn=subcall, max_concurrent_subcalls=8)
+        self.addCleanup(env.cleanup)
+        prompts = [f"p{i}" for i in range(8)]
+        for _ in range(3):
+            started.clear()
+            result = env.execute_code(f"r = rlm_query_batched({prompts!r})\nprint(r[0], r[7])")
+            self.assertEqual(result.stdout, "child:p0 child:p7\n")
+            self.assertEqual(started, prompts)
+            self.assertEqual([call.response for call in result.rlm_calls],
+                             [f"child:{p}" for p in prompts])
+
     def test_rlm_query_failure_is_error_text(self) -> None:
         def subcall(prompt: Any, model: Optional[str]) -> Completion:
             raise RuntimeError("child broke")
@@ -225,6 +248,47 @@ class LmCalls(unittest.TestCase):
             env = make_env(lm_handler_address=handler.address)
             self.addCleanup(env.cleanup)
             self.assertEqual(env.execute_code("print(rlm_query('q'))").stdout, "lm:q\n")
+
+
+class LocalReplDropIn(unittest.TestCase):
+    """Where a cell sees what it would see in LocalREPL."""
+
+    def setUp(self) -> None:
+        self.env = make_env()
+        self.addCleanup(self.env.cleanup)
+
+    def test_without_a_context_context_is_a_name_error(self) -> None:
+        result = self.env.execute_code("print(context)")
+        self.assertEqual(result.stdout, "")
+        self.assertEqual(result.stderr, "\nNameError: name 'context' is not defined")
+
+    def test_errors_are_written_as_localrepl_writes_them(self) -> None:
+        for code, expected in (
+                ("1 / 0", "\nZeroDivisionError: division by zero"),
+                ("def f():\n    return g()\nf()", "\nNameError: name 'g' is not defined"),
+                ("raise ValueError('two\\nlines')", "\nValueError: two\nlines"),
+                ("try:\n    1 / 0\nexcept Exception:\n    raise KeyError('k')",
+                 "\nKeyError: 'k'")):
+            self.assertEqual(self.env.execute_code(code).stderr, expected, code)
+        printed = self.env.execute_code("import sys\nprint('w', file=sys.stderr)\n[][0]")
+        self.assertEqual(printed.stderr, "w\n\nIndexError: list index out of range")
+        self.assertTrue(self.env.execute_code("1 +").stderr.startswith("\nSyntaxError: "))
+
+    def test_llm_query_of_a_non_str_answers_error_text(self) -> None:
+        result = self.env.execute_code("r = llm_query(123)\nprint(r)\n"
+                                       "print(llm_query_batched(['a', None])[1])")
+        self.assertEqual(result.stderr, "")
+        self.assertEqual(result.stdout,
+                         "Error: prompt must be a str or a list of messages, not int\n"
+                         "Error: a batched prompt must be a str, not NoneType\n")
+
+    def test_locals_carry_small_values_and_reprs_of_the_rest(self) -> None:
+        result = self.env.execute_code("n = 3\nd = {'b': [1, (2, 3)], 'a': None}\n"
+                                       "big = list(range(1000))\nclass K:\n    pass\n")
+        self.assertEqual(result.locals["n"], 3)
+        self.assertEqual(result.locals["d"], {"b": [1, [2, 3]], "a": None})
+        self.assertTrue(result.locals["big"].startswith("[0, 1, 2"), result.locals["big"])
+        self.assertIn("class", result.locals["K"])
 
 
 class CustomTools(unittest.TestCase):
@@ -245,15 +309,68 @@ class CustomTools(unittest.TestCase):
         self.assertEqual(result.stdout, "a 1 b none\n3\n")
         self.assertEqual(len(host_threads), 2)
 
-    def test_tool_exception_raises_in_the_cell(self) -> None:
-        def broken() -> None:
-            raise KeyError("missing thing")
+    def test_tool_exception_raises_in_the_cell_as_its_own_type(self) -> None:
+        class NotFound(LookupError):
+            pass
+
+        def broken(kind: str) -> None:
+            if kind == "key":
+                raise KeyError("missing thing")
+            if kind == "os":
+                raise FileNotFoundError(2, "No such file", "/x")
+            raise NotFound("own type")
 
         env = make_env(custom_tools={"broken": broken})
         self.addCleanup(env.cleanup)
-        result = env.execute_code("try:\n    broken()\nexcept RuntimeError as e:\n"
-                                  "    print('raised', 'missing thing' in str(e))")
-        self.assertEqual(result.stdout, "raised True\n")
+        result = env.execute_code(
+            "for kind in ('key', 'os', 'own'):\n"
+            "    try:\n        broken(kind)\n"
+            "    except LookupError as e:\n        print(type(e).__name__, repr(e))\n"
+            "    except OSError as e:\n        print(type(e).__name__, e.errno, e.strerror)\n")
+        self.assertEqual(result.stdout, "KeyError KeyError('missing thing')\n"
+                                        "FileNotFoundError 2 No such file\n"
+                                        "NotFound NotFound('own type')\n")
+        # Uncaught: stderr as LocalREPL writes it.
+        self.assertEqual(env.execute_code("broken('key')").stderr,
+                         "\nKeyError: 'missing thing'")
+
+    def test_python_values_cross_both_ways_in_order(self) -> None:
+        seen: List[Any] = []
+
+        def echo(*args: Any, **kwargs: Any) -> Any:
+            seen.append((args, kwargs))
+            return {"z": args, "a": kwargs, (1, 2): {b"x", 3.5}}
+
+        env = make_env(custom_tools={"echo": echo, "table": {"z": (1, 2), 5: b"\x00"}})
+        self.addCleanup(env.cleanup)
+        result = env.execute_code(
+            "r = echo((1, 'a'), {2, 3}, k=frozenset([1]), n=float('inf'), b=bytearray(b'q'))\n"
+            "print(list(r), r['z'], r[(1, 2)] == {b'x', 3.5})\n"
+            "print(list(table), table)")
+        self.assertEqual(result.stderr, "")
+        self.assertEqual(result.stdout,
+                         "['z', 'a', (1, 2)] ((1, 'a'), {2, 3}) True\n"
+                         "['z', 5] {'z': (1, 2), 5: b'\\x00'}\n")
+        self.assertEqual(seen, [(((1, "a"), {2, 3}), {"k": frozenset([1]), "n": float("inf"),
+                                                      "b": bytearray(b"q")})])
+
+    def test_values_no_encoding_takes_fail_in_the_cell_not_the_constructor(self) -> None:
+        class Frame:  # stands for a DataFrame, an open file...
+            pass
+
+        env = make_env(custom_tools={"make": lambda: Frame(), "take": lambda x: x,
+                                     "frame": Frame()})
+        self.addCleanup(env.cleanup)
+        made = env.execute_code("make()")
+        self.assertIn("TypeError: tool 'make' returned a value of type Frame cannot be sent",
+                      made.stderr)
+        taken = env.execute_code("take(object())")
+        self.assertIn("TypeError: the arguments of take must be values a tool can take",
+                      taken.stderr)
+        used = env.execute_code("frame.columns")
+        self.assertIn("TypeError: the value of frame could not be sent to the sandbox: a value "
+                      "of type Frame cannot be sent", used.stderr)
+        self.assertEqual(env.execute_code("print(1)").stdout, "1\n")
 
     def test_reserved_names_are_refused(self) -> None:
         with self.assertRaises(ValueError):
@@ -292,6 +409,15 @@ class Persistence(unittest.TestCase):
         result = self.env.execute_code(
             "print(len(history), history is history_0, history_1[0]['content'])")
         self.assertEqual(result.stdout, "1 True two\n")
+
+    def test_dicts_keep_their_key_order_as_in_localrepl(self) -> None:
+        added = self.env.add_context({"zeta": 1, "alpha": {"y": 2, "b": 3}})
+        history = self.env.add_history([{"role": "user", "content": "hi", "name": "n"}])
+        result = self.env.execute_code(
+            f"print(list(context_{added}), list(context_{added}['alpha']), "
+            f"list(history_{history}[0]))")
+        self.assertEqual(result.stdout,
+                         "['zeta', 'alpha'] ['y', 'b'] ['role', 'content', 'name']\n")
 
     def test_added_context_survives_a_rolled_back_cell(self) -> None:
         env = make_env(timeout=1)
@@ -364,6 +490,15 @@ class Registration(unittest.TestCase):
         self.original = original
         core_rlm.get_environment = original
         environments.get_environment = original
+        recorded = self.recorded = []
+
+        class RLM:  # the library's constructor signature, as far as register() reads it
+            def __init__(self, backend: str = "openai", backend_kwargs: Any = None,
+                         environment: str = "local", environment_kwargs: Any = None,
+                         depth: int = 0, max_depth: int = 1, persistent: bool = False) -> None:
+                recorded.append((environment, environment_kwargs, persistent))
+
+        core_rlm.RLM = RLM
         package.core, core.rlm, package.environments = core, core_rlm, environments
         sys.modules.update({"rlm": package, "rlm.core": core, "rlm.core.rlm": core_rlm,
                             "rlm.environments": environments})
@@ -392,6 +527,22 @@ class Registration(unittest.TestCase):
         self.addCleanup(named.cleanup)
         self.assertIsInstance(named, RlmSandboxREPL)
         self.assertEqual(self.calls, ["local"])
+
+    def test_the_name_is_wired_as_local_for_child_rlms_and_persistence(self) -> None:
+        # The library passes rlm_query's callback, and takes persistent=True, only for the
+        # environments it knows: "rlm_sandbox" becomes "local" with the routing key.
+        rlm_env.register()
+        rlm_env.register()
+        library_rlm = self.core_rlm.RLM
+        self.assertFalse(getattr(library_rlm.__init__.__wrapped__, "rlm_sandbox_router", False))
+        library_rlm(environment="rlm_sandbox", environment_kwargs={"timeout": 5},
+                    persistent=True)
+        library_rlm("openai", None, "rlm_sandbox")
+        library_rlm(environment="local", environment_kwargs={"x": 1})
+        self.assertEqual(self.recorded, [
+            ("local", {"timeout": 5, "rlm_sandbox": {}}, True),
+            ("local", {"rlm_sandbox": {}}, False),
+            ("local", {"x": 1}, False)])
 
     def test_unknown_option_is_refused(self) -> None:
         with self.assertRaises(TypeError):

@@ -35,8 +35,8 @@ class AddContextTest(WorkerTestCase):
             result = worker.add_context(json.dumps(turn), kind='history', data_format='json')
             self.assertEqual(result['index'], expected)
         out = self.stdout_of(worker, "print(history == history_0 == history_1 == %r)\n"
-                                     "print(context)" % turn)
-        self.assertEqual(out, 'True\nNone\n')
+                                     "print('context' in globals())" % turn)
+        self.assertEqual(out, 'True\nFalse\n')
 
     def test_invalid_json_is_a_cell_error_that_changes_nothing(self):
         worker = self.start()

@@ -28,13 +28,27 @@ class LlmQueryTest(WorkerTestCase):
         write_frame(child, {'op': 'llm_result', 'id': second['id'], 'text': 'B'})
         self.assertEqual(worker.serve_cell(op_id, child)['stdout'], "'B'\n")
 
-    def test_argument_types_are_checked(self):
+    def test_a_call_that_cannot_be_made_answers_error_text_as_localrepl(self):
+        # LocalREPL hands any prompt to its LM handler, which answers "Error: ..." for one it
+        # cannot take: the cell gets text, not an exception, and nothing reaches the host.
         worker = self.start()
-        for call in ('llm_query(3)', "llm_query('p', model=1)", "llm_query_batched('abc')",
-                     "llm_query_batched(['a', 2])"):
-            result = worker.execute(call)
-            self.assertEqual(result['status'], 'error', call)
-            self.assertIn('TypeError', result['error'])
+        self.assertEqual(
+            self.stdout_of(worker, "print(llm_query(3))\nprint(rlm_query(b'x'))\n"
+                                   "print(llm_query('p', model=1))"),
+            'Error: prompt must be a str or a list of messages, not int\n'
+            'Error: prompt must be a str or a list of messages, not bytes\n'
+            'Error: model must be a str or None, not int\n')
+        self.assertEqual(worker.queries, [])
+        out = self.stdout_of(worker, "print(llm_query_batched(['a', 2, 'b']))")
+        self.assertEqual(out, "['echo:a', 'Error: a batched prompt must be a str, not int', "
+                              "'echo:b']\n")
+        self.assertEqual([q['prompts'] for q in worker.queries], [['a', 'b']])
+        self.assertEqual(self.stdout_of(worker, "print(llm_query_batched(['a'], model=2))"),
+                         "['Error: model must be a str or None, not int']\n")
+        result = worker.execute("llm_query_batched('abc')")
+        self.assertEqual(result['status'], 'error')
+        self.assertIn('TypeError: llm_query_batched takes a list of str, not str',
+                      result['error'])
         self.assertEqual(self.stdout_of(worker, 'llm_query_batched([])'), '[]\n')
         over = worker.execute("llm_query_batched([''] * 10001)")
         self.assertEqual(over['status'], 'error')
@@ -118,14 +132,15 @@ class LlmQueryTest(WorkerTestCase):
         self.assertEqual(worker.queries[0]['prompt'], [
             {'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': 'hi'}])
         for call in ("llm_query([{'role': 'user'}])", "llm_query([{'role': 1, 'content': ''}])",
-                     "llm_query(['hi'])", "rlm_query(b'x')",
-                     "llm_query_batched([[{'role': 'user', 'content': 'x'}]])"):
-            result = worker.execute(call)
-            self.assertEqual(result['status'], 'error', call)
-            self.assertIn('TypeError', result['error'])
-        over = worker.execute("llm_query([{'role': 'u', 'content': ''}] * 40000)")
-        self.assertIn('ValueError: the prompt nests deeper than 62 levels or holds more than',
-                      over['error'])
+                     "llm_query(['hi'])"):
+            self.assertEqual(self.stdout_of(worker, 'print(%s)' % call),
+                             'Error: a prompt that is a list holds messages: dicts with a str '
+                             '"role" and a str "content"\n', call)
+        self.assertEqual(
+            self.stdout_of(worker, "print(llm_query_batched([[{'role': 'u', 'content': 'x'}]]))"),
+            "['Error: a batched prompt must be a str, not list']\n")
+        over = self.stdout_of(worker, "print(llm_query([{'role': 'u', 'content': ''}] * 40000))")
+        self.assertIn('Error: the prompt nests deeper than 62 levels or holds more than', over)
         self.assertEqual(len(worker.queries), 2)
 
 

@@ -15,7 +15,7 @@ class LocalsTest(WorkerTestCase):
             "bad = Bad()\nllm_query = 3\nanswer['content'] = 'c'"), locals=True)
         listed = {entry['name']: entry for entry in result['locals']}
         self.assertEqual(sorted(listed), ['Bad', 'bad', 's', 'x'])
-        self.assertEqual(listed['x'], {'name': 'x', 'type': 'int', 'repr': '1'})
+        self.assertEqual(listed['x'], {'name': 'x', 'type': 'int', 'repr': '1', 'value': 1})
         self.assertEqual(listed['s']['repr'], "'" + 'a' * 199)
         self.assertEqual(listed['bad'], {'name': 'bad', 'type': 'Bad',
                                          'repr': '<unrepresentable>'})
@@ -26,7 +26,32 @@ class LocalsTest(WorkerTestCase):
         result = self.run_ok(worker, 'for i in range(1500):\n    globals()["v%d" % i] = i',
                              locals=True)
         self.assertEqual(len(result['locals']), 1000)
-        self.assertEqual(result['locals'][0], {'name': 'i', 'type': 'int', 'repr': '1499'})
+        self.assertEqual(result['locals'][0],
+                         {'name': 'i', 'type': 'int', 'repr': '1499', 'value': 1499})
+
+    def test_small_json_values_come_with_their_repr(self):
+        # LocalREPL's REPLResult.locals holds the values (the RLM library logs them): a small
+        # JSON one comes as itself, tuples as lists; large ones and objects only as a repr.
+        worker = self.start()
+        listed = {entry['name']: entry for entry in self.run_ok(worker, (
+            "t = (1, [2, 'x'], {'k': None})\nlong = list(range(300))\n"
+            "text = 'y' * 5000\nkeys = {1: 2}\nnan = float('nan')\nc = 1j"),
+            locals=True)['locals']}
+        self.assertEqual(listed['t']['value'], [1, [2, 'x'], {'k': None}])
+        for name in ('long', 'text', 'keys', 'nan', 'c'):
+            self.assertNotIn('value', listed[name], name)
+            self.assertTrue(listed[name]['repr'], name)
+
+    def test_the_listed_values_together_stay_bounded(self):
+        # 1000 variables of 250 values each would be 250,000 values: past the host's bound of a
+        # frame. Values stop at about 20,000; the names and reprs are all listed.
+        worker = self.start()
+        result = self.run_ok(worker, 'for i in range(1000):\n'
+                                     '    globals()["v%d" % i] = list(range(249))', locals=True)
+        self.assertEqual(len(result['locals']), 1000)
+        with_value = sum('value' in entry for entry in result['locals'])
+        self.assertGreater(with_value, 10)
+        self.assertLess(with_value * 250, 21000)
 
     def test_locals_that_do_not_fit_a_frame_are_cut(self):
         worker = self.start(max_frame=16 * 1024)

@@ -44,10 +44,15 @@ class ReservedNamesTest(WorkerTestCase):
         self.assertEqual(out, 'mine\n')
         self.assertEqual(self.stdout_of(worker, "print(llm_query('x'))"), 'echo:x\n')
 
-    def test_without_a_context_context_is_none_again(self):
+    def test_without_a_context_context_is_unbound_and_stays_the_cells(self):
+        # LocalREPL: no context_0, no `context` (a NameError), and it restores `context` only
+        # from context_0, so a cell's own binding holds until there is one.
         worker = self.start()
+        result = worker.execute('print(context)')
+        self.assertEqual(result['status'], 'error')
+        self.assertIn("NameError: name 'context' is not defined", result['error'])
         self.run_ok(worker, 'context = 1')
-        self.assertEqual(self.stdout_of(worker, 'print(context)'), 'None\n')
+        self.assertEqual(self.stdout_of(worker, 'print(context)'), '1\n')
 
     def test_history_stays_the_cells_until_there_is_a_history_0(self):
         # LocalREPL restores history only from history_0.

@@ -93,6 +93,9 @@ TEST(ReplRequest, TheRlmRequestsKeepTheirFields) {
   auto history = request_of(R"({"op":"add_history","history":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(history.op, ReplOp::add_history);
   EXPECT_EQ(history.context.size(), 1u);
+  auto history_file = request_of(R"({"op":"add_history","history_file":"/tmp/h.json"})");
+  EXPECT_EQ(history_file.context_file, "/tmp/h.json");
+  EXPECT_TRUE(history_file.context_json) << "a history file is JSON text";
 }
 
 TEST(ReplRequest, TheRlmRequestsRefuseWrongTypesAndRanges) {
@@ -116,8 +119,10 @@ TEST(ReplRequest, TheRlmRequestsRefuseWrongTypesAndRanges) {
       {R"({"id":1,"op":"add_context","context":"a","index":-1})", "non-negative integer"},
       {R"({"id":1,"op":"add_context","context":"a","index":1.5})", "non-negative integer"},
       {R"({"id":1,"op":"add_context","context":"a","code":""})", "unknown key 'code'"},
-      {R"({"id":1,"op":"add_history"})", "needs \"history\": a list"},
-      {R"({"id":1,"op":"add_history","history":"text"})", "needs \"history\": a list"},
+      {R"({"id":1,"op":"add_history"})", "needs exactly one of \"history\""},
+      {R"({"id":1,"op":"add_history","history":"text"})", "needs exactly one of \"history\""},
+      {R"({"id":1,"op":"add_history","history_file":""})", "\"history_file\" is empty"},
+      {R"({"id":1,"op":"add_history","history_file":3})", "must be a string (a path)"},
       {R"({"id":1,"op":"add_history","history":[],"json":true})", "unknown key 'json'"},
   };
   for (const auto& [line, says] : cases) {

@@ -90,6 +90,46 @@ TEST_F(RlmProtocol, ToolsAreValidatedBeforeAnySandboxStarts) {
   EXPECT_THROW(open(large), Error);
 }
 
+// A "python" tool's arguments and answer are _pyvalues.py's tagged JSON: the host passes them on
+// untouched, so a tuple, a set, bytes and a dict's key order go there and back, and an exception
+// the answer carries is raised in the cell as its own type.
+class EchoFirstArgument final : public LlmHandler {
+ public:
+  void answer(LlmCall call, std::function<void(LlmAnswer)> done) override {
+    if (call.tool == "raises")
+      return done(LlmAnswer::of_text(R"({"e": ["KeyError", "KeyError", ["k"]]})"));
+    done(LlmAnswer::of_text(json::parse(call.prompt)["args"][0].dump()));
+  }
+};
+
+TEST_F(RlmProtocol, PythonEncodedToolsKeepTypesOrderAndExceptionTypes) {
+  SessionOptions options;
+  options.llm = std::make_shared<EchoFirstArgument>();
+  options.tools = {
+      {"same", "", std::nullopt, ToolEncoding::python},
+      {"raises", "", std::nullopt, ToolEncoding::python},
+      {"data", "",
+       json{{"d", json::array({json::array({"z", 1}), json::array({"a", json{{"t", {1, 2}}}})})}},
+       ToolEncoding::python},
+      {"broken", "", json{{"u", "a DataFrame is no JSON"}}, ToolEncoding::python}};
+  EXPECT_EQ(tools_from_json(tools_to_json(options.tools))[2].encoding, ToolEncoding::python);
+  EXPECT_EQ(tools_from_json(tools_to_json(options.tools))[2].value, options.tools[2].value);
+  EXPECT_THROW(tools_from_json(json::parse(R"([{"name": "t", "encoding": "xml"}])")), Error);
+  auto session = open(options);
+  auto cell = session->execute(
+      "v = same({'z': (1, {2}), 'a': b'\\x00'})\n"
+      "print(v, list(v))\n"
+      "print(data, list(data))\n"
+      "try:\n    raises()\nexcept KeyError as error:\n    print(repr(error))\n"
+      "try:\n    len(broken)\nexcept TypeError as error:\n    print(error)");
+  EXPECT_EQ(cell.status, CellStatus::ok) << dump(cell);
+  EXPECT_EQ(cell.stdout_data,
+            "{'z': (1, {2}), 'a': b'\\x00'} ['z', 'a']\n"
+            "{'z': 1, 'a': (1, 2)} ['z', 'a']\n"
+            "KeyError('k')\n"
+            "the value of broken could not be sent to the sandbox: a DataFrame is no JSON\n");
+}
+
 TEST_F(RlmProtocol, WithoutEchoATrailingExpressionPrintsNothing) {
   SessionOptions options;
   options.echo_expression = false;
@@ -113,8 +153,10 @@ TEST_F(RlmProtocol, LocalsListTheCellsVariablesAndFetchTakesOneAsJson) {
   ASSERT_TRUE(by_name.count("x")) << cell.locals->dump();
   EXPECT_EQ(by_name["x"]["type"], "int");
   EXPECT_EQ(by_name["x"]["repr"], "41");
+  EXPECT_EQ(by_name["x"]["value"], 41) << "a small JSON value crosses as itself";
   ASSERT_TRUE(by_name.count("long"));
   EXPECT_LE(by_name["long"]["repr"].get<std::string>().size(), 200u);
+  EXPECT_EQ(by_name["long"]["value"], std::string(500, 'a'));
   EXPECT_FALSE(by_name.count("_hidden"));
   EXPECT_FALSE(by_name.count("os")) << "modules are not listed";
   EXPECT_FALSE(by_name.count("llm_query")) << "the reserved names are not listed";

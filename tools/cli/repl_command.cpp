@@ -40,7 +40,8 @@ in:   {"id": 1, "op": "execute", "code": "x = 41", "timeout_ms": 5000}
             or "context_file": "path"; "json": true parses the text or the file as JSON; the
             index is optional (the next free one); sets context_N (and context for 0)
       {"id": 3, "op": "add_history", "history": [{"role": "user", "content": "..."}]}
-            sets history_N (and history for 0); "index" as for add_context
+            or "history_file": "path" (its JSON: parsed in the sandbox, so each message keeps
+            its key order); sets history_N (and history for 0); "index" as for add_context
       {"id": 4, "op": "snapshot"}     {"id": 5, "op": "restore", "snapshot": 1}
       {"id": 6, "op": "narrow_network", "allow": ["https://pypi.org"]}
             under an egress allowlist: only these entries from now on (each within the list;
@@ -58,7 +59,8 @@ out:  {"event": "ready", "backend": "namespace", "policy": "python-repl"}
       {"id": 1, "result": {"status", "stdout", "stderr", "final", "wall_ms", "cpu_ms",
                            "llm_calls", "rolled_back", ...}}
             and when set: "answer" (answer["content"] once answer["ready"] was set), "locals"
-            ([{"name", "type", "repr"}...]), "fetched" ({"value"} or {"error"}), "index"
+            ([{"name", "type", "repr", "value"?}...]), "fetched" ({"value"} or {"error"}),
+            "index"
             (add_context, add_history)
       {"id": 9, "error": "..."}       for a request that could not be done
 
@@ -128,8 +130,10 @@ int repl_command(const std::vector<std::string>& args) {
        "never print the repr of a cell's trailing expression (the RLM library's REPLs do not)")  //
       ("tools", po::value<std::string>(),
        "host-side tools the cells may call: a JSON array of {\"name\", \"description\", "
-       "\"value\"}; a tool without a value is a function the orchestrator answers (events of "
-       "kind \"tool\"), one with a value is that value")     //
+       "\"value\", \"encoding\"}; a tool without a value is a function the orchestrator "
+       "answers (events of kind \"tool\"), one with a value is that value; \"encoding\": "
+       "\"python\" carries tuples, sets, bytes, dict order and exception types in tagged JSON "
+       "(docs/control-channel.md)")                          //
       ("server", po::value<std::string>(), kServerFlagHelp)  //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
   add_mount_and_env_options(options);

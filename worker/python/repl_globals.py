@@ -22,6 +22,11 @@ MAX_BATCH = 10000  # prompts per llm_query_batched: the host ends the session be
 MAX_TOOLS = 64
 MAX_LOCALS = 1000  # variables listed by execute's `locals`
 LOCAL_REPR_CHARS = 200
+# A listed variable also carries its JSON copy when it is this small (LocalREPL's REPLResult
+# holds the values themselves, and the RLM library logs them).
+LOCAL_VALUE_ITEMS = 256
+LOCAL_VALUE_CHARS = 4096
+LOCALS_VALUE_ITEMS = 20000  # of all the listed values together, within the frame's bound
 # The worker's functions, restored after every cell whatever a cell bound to their names.
 SCAFFOLD_FUNCTIONS = ('llm_query', 'llm_query_batched', 'rlm_query', 'rlm_query_batched',
                       'FINAL', 'FINAL_VAR', 'SHOW_VARS')
@@ -116,44 +121,64 @@ def answer_text(answer: dict) -> str:
     return answer['text']
 
 
+def refused_call(exc) -> str:
+    """The text of a call that is not sent: LocalREPL hands any prompt to its LM handler, which
+    answers one it cannot take with "Error: ...", so a cell gets that text, not an exception."""
+    return 'Error: %s' % exc
+
+
 def query_one(kind: str, prompt, model) -> str:
-    message = {'type': 'llm_query', 'prompt': check_prompt(prompt), 'model': model}
-    check_model(model)
+    try:
+        check_model(model)
+        message = {'type': 'llm_query', 'prompt': check_prompt(prompt), 'model': model}
+    except (TypeError, ValueError) as exc:
+        return refused_call(exc)
     if kind != 'llm':
         message['kind'] = kind
     return answer_text(SESSION.channel.query(message))
 
 
 def query_batch(kind: str, prompts, model) -> list:
+    """The answers in prompt order; a prompt that is not a str is answered "Error: ..." in its
+    place (the others are still asked), and so is every prompt under a model that is no str."""
     name = 'llm_query_batched' if kind == 'llm' else 'rlm_query_batched'
-    if not isinstance(prompts, (list, tuple)) or \
-            not all(isinstance(p, str) for p in prompts):
-        raise TypeError('prompts must be a list of str')
+    if not isinstance(prompts, (list, tuple)):
+        raise TypeError('%s takes a list of str, not %s' % (name, type(prompts).__name__))
     if len(prompts) > MAX_BATCH:
         raise ValueError('%s takes at most %d prompts, not %d' % (name, MAX_BATCH, len(prompts)))
-    check_model(model)
-    if not prompts:
-        return []
-    message = {'type': 'llm_query_batched', 'prompts': list(prompts), 'model': model}
+    try:
+        check_model(model)
+    except TypeError as exc:
+        return [refused_call(exc)] * len(prompts)
+    results = [None] * len(prompts)
+    sent = []  # indexes of the prompts asked
+    for index, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            sent.append(index)
+        else:
+            results[index] = refused_call(
+                'a batched prompt must be a str, not %s' % type(prompt).__name__)
+    if not sent:
+        return results
+    message = {'type': 'llm_query_batched', 'prompts': [prompts[i] for i in sent], 'model': model}
     if kind != 'llm':
         message['kind'] = kind
     answer = SESSION.channel.query(message)
     items = answer.get('items')
-    if not isinstance(items, list) or len(items) != len(prompts):
+    if not isinstance(items, list) or len(items) != len(sent):
         protocol_violation('llm_results %r does not have one item per prompt' % answer.get('id'))
-    results = []
-    for item in items:
+    for index, item in zip(sent, items):
         if not isinstance(item, dict) or not (isinstance(item.get('error'), str) or
                                               isinstance(item.get('text'), str)):
             protocol_violation('llm_results %r has an item with neither text nor error'
                                % answer.get('id'))
-        results.append(answer_text(item))
+        results[index] = answer_text(item)
     return results
 
 
 def llm_query(prompt, model=None):
     """Asks the host's language model (prompt: a str or a list of messages); returns its
-    text, or "Error: <reason>" when the call failed."""
+    text, or "Error: <reason>" when the call failed or could not be made."""
     return query_one('llm', prompt, model)
 
 
@@ -172,15 +197,23 @@ def rlm_query_batched(prompts, model=None):
     return query_batch('rlm', prompts, model)
 
 
-def make_tool(name: str, description):
-    """A host tool: calling it sends its JSON arguments to the host and returns the host's
-    JSON value; a failed call raises RuntimeError."""
+def make_tool(name: str, description, python_values: bool = False):
+    """A host tool: calling it sends its arguments to the host and returns the host's answer;
+    a failed call raises RuntimeError. With python_values (the tool's "python" encoding) the
+    arguments and answer keep their Python types (_pyvalues.py), and an exception the tool
+    raised on the host is raised here as its own type."""
 
     def tool(*args, **kwargs):
         try:
-            payload = json.loads(json.dumps({'args': args, 'kwargs': kwargs}, allow_nan=False))
+            if python_values:
+                payload = {'args': pyvalue_encode(list(args)),
+                           'kwargs': {key: pyvalue_encode(value) for key, value in kwargs.items()}}
+            else:
+                payload = json.loads(json.dumps({'args': args, 'kwargs': kwargs},
+                                                allow_nan=False))
         except (TypeError, ValueError, RecursionError) as exc:
-            raise TypeError('the arguments of %s must be JSON values (%s)' % (name, exc)) \
+            raise TypeError('the arguments of %s must be %s (%s)' % (
+                name, 'values a tool can take' if python_values else 'JSON values', exc)) \
                 from None
         check_json_size(payload, 'the arguments of %s' % name)
         answer = SESSION.channel.query({'type': 'llm_query', 'kind': 'tool', 'tool': name,
@@ -191,14 +224,60 @@ def make_tool(name: str, description):
             protocol_violation('llm_result %r has neither a text nor an error string'
                                % answer.get('id'))
         try:
-            return json.loads(answer['text'])
+            value = json.loads(answer['text'])
+            if python_values:
+                value = pyvalue_decode(value, allow_exception=True)
         except (ValueError, RecursionError):
-            raise RuntimeError('the host answered %s with text that is not JSON' % name) \
-                from None
+            raise RuntimeError('the host answered %s with text that is not %s' % (
+                name, 'an encoded value' if python_values else 'JSON')) from None
+        if python_values and isinstance(value, BaseException):
+            raise value
+        return value
 
     tool.__name__ = tool.__qualname__ = name
     tool.__doc__ = description
     return tool
+
+
+class UnsendableValue:
+    """A data tool whose value the host could not encode: any use of it raises TypeError
+    saying why (the environment was still made, as LocalREPL's would be)."""
+
+    def __init__(self, name: str, why: str):
+        object.__setattr__(self, '_why', 'the value of %s could not be sent to the sandbox: %s'
+                           % (name, why))
+
+    def __getattr__(self, attribute):
+        raise TypeError(object.__getattribute__(self, '_why'))
+
+    def __repr__(self):
+        return '<%s>' % object.__getattribute__(self, '_why')
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(object.__getattribute__(self, '_why'))
+
+    def __iter__(self):
+        raise TypeError(object.__getattribute__(self, '_why'))
+
+    def __len__(self):
+        raise TypeError(object.__getattribute__(self, '_why'))
+
+    def __getitem__(self, key):
+        raise TypeError(object.__getattribute__(self, '_why'))
+
+    def __bool__(self):
+        raise TypeError(object.__getattribute__(self, '_why'))
+
+
+def tool_value(name: str, value, python_values: bool):
+    """A data tool's value as cells see it."""
+    if not python_values:
+        return value
+    try:
+        decoded = pyvalue_decode(value)
+    except (ValueError, RecursionError) as exc:
+        decoded = PyvalueError(str(exc))
+    return UnsendableValue(name, str(decoded)) if isinstance(decoded, PyvalueError) else decoded
 
 
 def check_tool_name(name) -> None:
@@ -225,7 +304,12 @@ def add_tools(tools) -> None:
             raise ValueError('tool %r is given twice' % name)
         if description is not None and not isinstance(description, str):
             raise ValueError('the description of tool %r is not a string' % name)
-        made[name] = entry['value'] if 'value' in entry else make_tool(name, description)
+        encoding = entry.get('encoding', 'json')
+        if encoding not in ('json', 'python'):
+            raise ValueError('the encoding of tool %r is neither "json" nor "python"' % name)
+        python_values = encoding == 'python'
+        made[name] = tool_value(name, entry['value'], python_values) if 'value' in entry \
+            else make_tool(name, description, python_values)
     SESSION.scaffold.update(made)
     SESSION.namespace.update(made)
 
@@ -290,12 +374,10 @@ def FINAL_VAR(name):
 
 def shows_in_show_vars(name: str, value) -> bool:
     """What LocalREPL keeps in its locals: not _-names, answer, or the worker's functions and
-    function tools (LocalREPL's globals); context only when there is one."""
+    function tools (LocalREPL's globals)."""
     if name.startswith('_') or name == 'answer':
         return False
-    if name in SESSION.scaffold and SESSION.scaffold[name] is value and callable(value):
-        return False
-    return name != 'context' or 0 in SESSION.contexts
+    return not (name in SESSION.scaffold and SESSION.scaffold[name] is value and callable(value))
 
 
 def SHOW_VARS():
@@ -366,8 +448,6 @@ def restore_scaffold() -> None:
             namespace['%s_%d' % (kind, index)] = value
         if 0 in table:
             namespace[kind] = table[0]
-    if 0 not in SESSION.contexts:
-        namespace['context'] = None
     current = namespace.get('answer')
     if not isinstance(current, AnswerDict):
         replacement = new_answer()
@@ -382,7 +462,9 @@ def restore_scaffold() -> None:
 
 
 def reserved_names() -> set:
-    names = set(SESSION.scaffold) | {'answer', 'context'}
+    names = set(SESSION.scaffold) | {'answer'}
+    if 0 in SESSION.contexts:
+        names.add('context')
     names.update('context_%d' % index for index in SESSION.contexts)
     names.update('history_%d' % index for index in SESSION.histories)
     if 0 in SESSION.histories:
@@ -402,18 +484,63 @@ def short_repr(value) -> str:
     return text[:LOCAL_REPR_CHARS]
 
 
-def list_locals() -> list:
-    """The cells' variables, [{"name", "type", "repr"}] (what REPLResult.locals needs): not
-    _-names, modules or the reserved names; at most MAX_LOCALS, each repr cut short."""
+def small_json(value):
+    """(True, a JSON copy of value) when it is JSON of at most LOCAL_VALUE_ITEMS values and
+    LOCAL_VALUE_CHARS characters of text (tuples as lists, as the RLM library logs them), else
+    (False, None); walked without recursion, giving up as soon as it is over."""
+    items, chars, stack = 0, 0, [value]
+    while stack:
+        item = stack.pop()
+        items += 1
+        if items > LOCAL_VALUE_ITEMS:
+            return False, None
+        if item is None or isinstance(item, bool):
+            continue
+        if type(item) is int:
+            chars += 4 if -1000 < item < 1000 else 24  # about its JSON text, without making it
+        elif type(item) is float:
+            chars += 24
+        elif type(item) is str:
+            chars += len(item)
+        elif type(item) in (list, tuple):
+            stack.extend(item)
+        elif type(item) is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False, None
+                chars += len(key)
+            stack.extend(item.values())
+        else:
+            return False, None
+        if chars > LOCAL_VALUE_CHARS:
+            return False, None
+    try:
+        return True, json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return False, None
+
+
+def list_locals() -> tuple:
+    """The cells' variables, [{"name", "type", "repr", "value"?}] (what REPLResult.locals
+    needs): not _-names, modules or the reserved names; at most MAX_LOCALS, each repr cut short,
+    the value only when small_json() takes it and LOCALS_VALUE_ITEMS are not spent. Returns
+    (the list, the JSON values it holds)."""
     reserved = reserved_names()
     found = []
+    values = 1
     for name, value in list(SESSION.namespace.items()):
         if name.startswith('_') or name in reserved or isinstance(value, types.ModuleType):
             continue
         if len(found) == MAX_LOCALS:
             break
-        found.append({'name': name, 'type': type(value).__name__, 'repr': short_repr(value)})
-    return found
+        entry = {'name': name, 'type': type(value).__name__, 'repr': short_repr(value)}
+        values += 4
+        small, copy = small_json(value) if values < LOCALS_VALUE_ITEMS else (False, None)
+        if small:
+            entry['value'] = copy
+            values += 1 + json_shape(copy)[1]
+        found.append(entry)
+    return found, values
 
 
 def fetch_variable(name: str, max_values: int) -> dict:
@@ -437,8 +564,8 @@ def end_cell_globals(result: dict, want_locals: bool, fetch) -> None:
         result['answer'] = {'content': answer}
     budget = MAX_FINAL_VALUES
     if want_locals:
-        result['locals'] = list_locals()
-        budget -= 1 + 4 * len(result['locals'])
+        result['locals'], listed = list_locals()
+        budget -= listed
     if fetch is not None:
         if SESSION.final is not None:
             budget -= json_shape(SESSION.final)[1]
@@ -455,6 +582,6 @@ def make_namespace() -> dict:
                         'rlm_query': rlm_query, 'rlm_query_batched': rlm_query_batched,
                         'FINAL': FINAL, 'FINAL_VAR': FINAL_VAR, 'SHOW_VARS': SHOW_VARS}
     namespace.update(SESSION.scaffold)
-    restore_scaffold()  # context (None until there is one) and answer
+    restore_scaffold()  # answer (context is unbound until there is one, as in LocalREPL)
     sys.modules['__main__'] = module
     return namespace

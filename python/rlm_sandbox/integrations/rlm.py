@@ -13,9 +13,16 @@ run), ``llm_query``, ``llm_query_batched``, ``rlm_query``, ``rlm_query_batched``
   protocol, spoken here with the standard library), at this environment's ``depth``.
 - ``rlm_query`` goes through the library's ``subcall_fn`` when it gives one (a child RLM),
   at most ``max_concurrent_subcalls`` at once; without it, it is an ``llm_query``.
-- A callable custom tool runs here, on the host, called by name from a cell; its result must
-  be JSON (a data tool's value too). A cell that runs too long is stopped at the policy's (or
-  ``timeout``'s) limit and rolled back; the loop goes on.
+- A callable custom tool runs here, on the host, called by name from a cell. Its arguments
+  and result keep their Python types across (JSON values, tuples, sets, bytes, complex, dicts in
+  their order with any such keys: the ``"python"`` tool encoding, ``rlm_sandbox/_pyvalues.py``),
+  and an exception it raises is raised in the cell as its own type (a builtin type itself; a
+  type of the tool's own as one of that name on its nearest builtin base). Other objects (a
+  DataFrame, a file) fail in the cell with a TypeError saying so; a data tool holding one makes
+  the environment all the same, and the cell's use of its name raises that TypeError.
+- A cell's error reaches ``stderr`` as LocalREPL writes it: ``"\n<Type>: <message>"``.
+- A cell that runs too long is stopped at the policy's (or ``timeout``'s) limit and rolled
+  back; the loop goes on.
 
 Use it with the library's ``RLM`` class (``sandboxed()`` registers the environment)::
 
@@ -30,9 +37,9 @@ Use it with the library's ``RLM`` class (``sandboxed()`` registers the environme
 ``environment="local"`` keeps the library's wiring for local environments (the ``rlm_query``
 callback, persistence, compaction); the ``rlm_sandbox`` key that ``sandboxed()`` puts in
 ``environment_kwargs`` makes the library build this environment instead of ``LocalREPL``,
-for the root and for every child RLM. ``register()`` alone also accepts
-``environment="rlm_sandbox"`` (the library then passes no ``rlm_query`` callback and refuses
-``persistent=True`` for names it does not know).
+for the root and for every child RLM. ``register()`` (which ``sandboxed()`` calls) also makes
+``environment="rlm_sandbox"`` work as ``environment="local"`` does, child RLMs and
+``persistent=True`` included.
 
 Without the library installed, ``REPLResult`` and the recorded calls are stand-ins with the
 same fields (``REPLResult`` and ``ChatCompletion`` below).
@@ -40,6 +47,7 @@ same fields (``REPLResult`` and ``ChatCompletion`` below).
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import sys
@@ -50,6 +58,7 @@ from collections import abc
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import RlmSandbox
+from .._calls import current_call_id
 from . import _lm_handler
 
 try:  # the library's own types, when it is installed and importable
@@ -145,12 +154,24 @@ def _completion_from_json(data: Dict[str, Any]) -> Any:
                           metadata=data.get("metadata"), error=data.get("error"))
 
 
+def _exception_line(error: str) -> str:
+    """LocalREPL's ``f"{type(e).__name__}: {e}"`` from the worker's traceback text: what follows
+    the last traceback's frames (a frame line is indented; the exception's is not)."""
+    text = error.rstrip()
+    start = text.rfind("Traceback (most recent call last):")
+    lines = text[start:].splitlines()[1:] if start >= 0 else text.splitlines()
+    for index, line in enumerate(lines):
+        if line and not line[0].isspace():
+            return "\n".join(lines[index:])
+    return text
+
+
 def _failure_text(cell: Any) -> str:
     """What LocalREPL would add to stderr for a cell that did not end normally."""
     if cell.status == "ok":
         return ""
     if cell.status == "error":
-        return (cell.error or "Error").rstrip()
+        return _exception_line(cell.error or "Error")
     what = {"timeout": "TimeoutError", "memory_limit": "MemoryError",
             "crashed": "SystemError"}.get(cell.status, "RuntimeError")
     detail = (cell.error or cell.status).rstrip()
@@ -270,7 +291,8 @@ class RlmSandboxREPL(_EnvBase):
         context, self._initial_context = self._initial_context, None
         self._sandbox = RlmSandbox(context=context, on_llm_query=self._answer_llm_query,
                                    on_rlm_query=self._answer_rlm_query,
-                                   tools=self.custom_tools or None, **options)
+                                   tools=self.custom_tools or None,
+                                   tool_encoding="python", **options)
         self._context_count = 0 if context is None else 1
         self._history_count = 0
 
@@ -286,8 +308,7 @@ class RlmSandboxREPL(_EnvBase):
         cell = self._session().execute(code, locals=self._list_locals)
         with self._calls_lock:
             pending, self._pending_calls = self._pending_calls, []
-        # In the order the calls reached the host (one by one as the cell made them; a batch's
-        # calls run at once and may arrive in any order, their answers are in prompt order).
+        # In the order the cell made the calls (a batch's in prompt order), however they ran.
         calls = [record for _, record in sorted(pending, key=lambda item: item[0])]
         stderr = cell.stderr
         failure = _failure_text(cell)
@@ -296,7 +317,8 @@ class RlmSandboxREPL(_EnvBase):
         final_answer = cell.answer
         if final_answer is None and cell.has_final:  # FINAL / FINAL_VAR of older prompts
             final_answer = str(cell.final)
-        variables = {entry.get("name"): entry.get("repr")
+        # LocalREPL's locals hold the values: a small JSON one comes as itself, others as repr.
+        variables = {entry.get("name"): entry["value"] if "value" in entry else entry.get("repr")
                      for entry in (cell.locals or []) if isinstance(entry, dict)}
         return REPLResult(stdout=cell.stdout, stderr=stderr, locals=variables,
                           execution_time=time.perf_counter() - start, rlm_calls=calls,
@@ -379,13 +401,19 @@ class RlmSandboxREPL(_EnvBase):
         self._session().execute(f"import json as _json\nhistory = _json.loads({text!r})\n"
                                 f"del _json")
 
+    def _call_position(self) -> int:
+        """Where a call's record goes in ``rlm_calls``: the host's id for it (the order the cell
+        made its calls, a batch's in prompt order, as LocalREPL sorts a batch's records)."""
+        call_id = current_call_id()
+        return call_id if call_id is not None else next(self._call_order)
+
     def _record(self, order: int, completion: Any) -> None:
         with self._calls_lock:
             self._pending_calls.append((order, completion))
 
     def _answer_llm_query(self, prompt: Any, model: Optional[str]) -> str:
         """A cell's ``llm_query``: one request to the library's LM handler."""
-        order = next(self._call_order)
+        order = self._call_position()
         address = self.lm_handler_address
         if not address:
             raise RuntimeError("No LM handler configured")
@@ -409,7 +437,7 @@ class RlmSandboxREPL(_EnvBase):
         """A cell's ``rlm_query``: a child RLM through ``subcall_fn``, else an llm_query."""
         if self.subcall_fn is None:
             return self._answer_llm_query(prompt, model)
-        order = next(self._call_order)
+        order = self._call_position()
         with self._subcalls:
             try:
                 completion = self.subcall_fn(prompt, model)
@@ -431,12 +459,39 @@ def _make_router(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_environment
 
 
+def _name_as_local(original_init: Callable[..., Any]) -> Callable[..., Any]:
+    """``RLM(environment="rlm_sandbox", ...)`` made ``environment="local"`` with the
+    ``rlm_sandbox`` key in its kwargs: the library wires local environments alone (the
+    ``rlm_query`` callback for child RLMs, ``persistent=True``, compaction), and the key makes
+    every one of them an ``RlmSandboxREPL``."""
+    signature = inspect.signature(original_init)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # let the library word the mistake
+            return original_init(self, *args, **kwargs)
+        if bound.arguments.get("environment") == ENVIRONMENT_NAME:
+            bound.arguments["environment"] = "local"
+            environment_kwargs = dict(bound.arguments.get("environment_kwargs") or {})
+            environment_kwargs.setdefault(ENVIRONMENT_NAME, {})
+            bound.arguments["environment_kwargs"] = environment_kwargs
+        return original_init(*bound.args, **bound.kwargs)
+
+    __init__.rlm_sandbox_router = True  # type: ignore[attr-defined]
+    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+    return __init__
+
+
 def register() -> None:
     """Teaches the installed RLM library to build ``RlmSandboxREPL`` (idempotent).
 
     After it, the library's ``get_environment`` returns an ``RlmSandboxREPL`` for
     ``environment="rlm_sandbox"`` and for any environment whose kwargs hold an ``rlm_sandbox``
-    key (see ``sandboxed()``); everything else goes to the library as before.
+    key (see ``sandboxed()``); everything else goes to the library as before. ``RLM(...,
+    environment="rlm_sandbox")`` is then wired as ``environment="local"`` is (child RLMs through
+    ``rlm_query``, ``persistent=True``, compaction), with every environment sandboxed; the
+    library's log names the environment ``local``.
     Raises ``ImportError`` when the library cannot be imported.
     """
     import rlm.core.rlm as core  # noqa: PLC0415 - only when asked for
@@ -446,6 +501,10 @@ def register() -> None:
         current = getattr(module, "get_environment")
         if not getattr(current, "rlm_sandbox_router", False):
             module.get_environment = _make_router(current)
+    library_rlm = getattr(core, "RLM", None)
+    if library_rlm is not None and \
+            not getattr(library_rlm.__init__, "rlm_sandbox_router", False):
+        library_rlm.__init__ = _name_as_local(library_rlm.__init__)
 
 
 def sandboxed(**options: Any) -> Dict[str, Any]:

@@ -52,6 +52,11 @@ class LlmHandler {
  public:
   virtual ~LlmHandler() = default;
   virtual void answer(LlmCall call, std::function<void(LlmAnswer)> done) = 0;
+  // True for a handler whose answer() only hands the call on (an event to the orchestrator, a
+  // frame to a client) and returns at once, the answer coming later through `done`. The limiter
+  // then hands its calls on one at a time from one thread, in the order the sandbox made them
+  // (a batch's in prompt order), instead of a thread per call.
+  virtual bool hands_calls_on() const { return false; }
 };
 
 // The built-in handlers, by the `--lm` spelling of the CLI:
@@ -84,12 +89,13 @@ std::shared_ptr<LlmHandler> make_llm_handler(std::string_view spec);
 // error at once, without reaching the handler).
 // The timeout counts from the call's arrival, queueing included; a call answered by the timeout
 // keeps its place under the concurrency cap until the handler does answer it. Each running call
-// has a thread of its own, so answer() never blocks. Destroying the returned handler answers every
-// unanswered call with an error at once and never waits for the inner handler; no thread outlives
-// it except those still inside the inner handler's answer().
-// Throws Error for a null handler, a zero concurrency or a timeout that is not positive.
-// A session wraps its handler itself, with SessionOptions::llm_limits.
-// The defaults are set so that a real recursive run does not hit them.
+// has a thread of its own, so answer() never blocks (a handler that hands_calls_on() gets its
+// calls from one thread of the limiter's, in arrival order). Destroying the returned handler
+// answers every unanswered call with an error at once and never waits for the inner handler; no
+// thread outlives it except those still inside the inner handler's answer(). Throws Error for a
+// null handler, a zero concurrency or a timeout that is not positive. A session wraps its handler
+// itself, with SessionOptions::llm_limits. The defaults are set so that a real recursive run does
+// not hit them.
 struct LlmLimits {
   std::size_t concurrency = 16;
   std::chrono::milliseconds call_timeout{600'000};

@@ -26,10 +26,16 @@ namespace rlm {
 // value, a REPL global `name(*args, **kwargs)` whose calls the session's LlmHandler answers
 // (LlmCall::kind == CallKind::tool, the arguments as JSON); with one, a global holding that JSON
 // value. Restored after every cell, like the reserved names.
+// How a tool's arguments, answer and value cross: `json` as plain JSON; `python` in the tagged
+// JSON of python/rlm_sandbox/_pyvalues.py, which keeps tuples, sets, bytes, dict order and an
+// exception's type (what the RLM library's LocalREPL callers see). The host passes either on
+// as JSON; only the worker and the client that answers read the tags.
+enum class ToolEncoding { json, python };
 struct ToolSpec {
   std::string name;  // a Python identifier, not a keyword or one of the REPL's reserved names
   std::string description;
   std::optional<nlohmann::json> value;
+  ToolEncoding encoding = ToolEncoding::json;
 };
 // The most tools a session takes, and the most bytes of all their names, descriptions and values
 // (as JSON text) together: they cross in the hand-over frame.
@@ -38,8 +44,9 @@ inline constexpr std::size_t kMaxToolBytes = 1u << 20;
 // Throws Error saying what is wrong with `tools`: a name that is no identifier, a keyword or
 // reserved, twice the same name, too many, too large together.
 void validate_tools(const std::vector<ToolSpec>& tools);
-// [{"name", "description", "value"?}...], as the hand-over, the server and `repl --tools` take
-// them; tools_from_json() reads that (description optional) and validates. Throws Error.
+// [{"name", "description", "value"?, "encoding"?}...], as the hand-over, the server and `repl
+// --tools` take them ("encoding": "json", the default, or "python"); tools_from_json() reads that
+// (description optional) and validates. Throws Error.
 nlohmann::json tools_to_json(const std::vector<ToolSpec>& tools);
 std::vector<ToolSpec> tools_from_json(const nlohmann::json& document);
 
@@ -98,7 +105,8 @@ struct CellResult {
   bool rolled_back = false;  // the state is the one from before this cell
   // answer["content"] (as str) when the cell set answer["ready"] (the RLM library's finish).
   std::optional<std::string> answer;
-  // ExecuteOptions::locals: [{"name", "type", "repr"}...], at most 1,000.
+  // ExecuteOptions::locals: [{"name", "type", "repr", "value"?}...], at most 1,000; "value" is
+  // the variable's JSON copy when it is small (at most 256 values and 4 KiB of text).
   std::optional<nlohmann::json> locals;
   // ExecuteOptions::fetch: {"value": V} (V as FINAL takes it) or {"error": "..."}.
   std::optional<nlohmann::json> fetched;
