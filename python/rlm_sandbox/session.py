@@ -257,11 +257,12 @@ class RlmSandbox:
         if llm_concurrency is not None:
             args += ["--llm-concurrency", _count_flag(llm_concurrency, "llm_concurrency")]
         args += [str(arg) for arg in extra_args]
-        #: The command line the process was started with.
+        #: The command line the process was started with (``--bulk-dir`` added by it).
         self.args = args
 
         try:
             self._conn = _Connection(args, env, max(1, int(max_llm_workers)))
+            self.args = self._conn.args
         except OSError as error:
             if spilled is not None:
                 os.unlink(spilled)

@@ -55,7 +55,8 @@ class Output {
 // completes it.
 class OrchestratorHandler final : public LlmHandler {
  public:
-  explicit OrchestratorHandler(Output& output) : output_(output) {}
+  OrchestratorHandler(Output& output, std::string bulk_dir)
+      : output_(output), bulk_dir_(std::move(bulk_dir)) {}
 
   // answer() writes the call out and returns; its answer comes back later.
   bool hands_calls_on() const override { return true; }
@@ -74,9 +75,14 @@ class OrchestratorHandler final : public LlmHandler {
       event = {{"id", current_},
                {"event", "llm_query"},
                {"query_id", *query_id},
-               {"prompt", prompt_of(call)},
                {"model", call.model ? json(*call.model) : json()},
                {"kind", to_string(call.kind)}};
+    }
+    if (auto file = bulk_file(call, *query_id)) {
+      event["prompt_file"] = std::move(*file);
+      event["prompt_bytes"] = call.prompt.size();
+    } else {
+      event["prompt"] = prompt_of(call);
     }
     if (call.kind == CallKind::tool) event["tool"] = std::move(call.tool);
     output_.line(event);
@@ -105,6 +111,30 @@ class OrchestratorHandler final : public LlmHandler {
   void close() { calls_.close(); }
 
  private:
+  // The path of a new file in the bulk directory holding a large text prompt, or nullopt (no
+  // such directory, a small or JSON prompt, or the file could not be made: then it goes inline).
+  // The prompt is the sandbox's bytes, written as data; the directory is the orchestrator's own.
+  std::optional<std::string> bulk_file(const LlmCall& call, std::uint64_t query_id) const {
+    if (bulk_dir_.empty() || call.prompt_is_json || call.prompt.size() <= kReplBulkPromptBytes)
+      return std::nullopt;
+    std::string path = bulk_dir_ + "/prompt-" + std::to_string(query_id);
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return std::nullopt;
+    bool written = true;
+    for (std::size_t done = 0; written && done < call.prompt.size();) {
+      const ssize_t n = write(fd, call.prompt.data() + done, call.prompt.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      written = n > 0;
+      if (written) done += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    if (!written) {
+      unlink(path.c_str());
+      return std::nullopt;
+    }
+    return path;
+  }
+
   // The prompt as the event shows it: a string, or the message list or tool arguments the
   // session checked and wrote as JSON (at most 64 levels deep: parsing and printing it is safe).
   static json prompt_of(LlmCall& call) {
@@ -114,6 +144,7 @@ class OrchestratorHandler final : public LlmHandler {
   }
 
   Output& output_;
+  const std::string bulk_dir_;
   session::PendingCalls calls_{"the orchestrator closed its input"};
   std::mutex mutex_;
   json current_;
@@ -363,7 +394,7 @@ void serve_repl(ReplOptions options, int in_fd, int out_fd) {
   RequestQueue requests;
   std::shared_ptr<OrchestratorHandler> orchestrator;
   if (!session_options.llm) {
-    orchestrator = std::make_shared<OrchestratorHandler>(output);
+    orchestrator = std::make_shared<OrchestratorHandler>(output, options.bulk_dir);
     session_options.llm = orchestrator;
   }
 

@@ -241,6 +241,21 @@ class LlmQueryTest(SandboxTestCase):
         self.assertEqual(calls, [("what?", "small"), ("again", None)])
         self.assertEqual(result.llm_calls, 2)
 
+    def test_a_long_prompt_crosses_through_the_bulk_directory(self) -> None:
+        # Over 64 KiB the CLI writes the prompt into the client's private --bulk-dir instead
+        # of a JSON line; the client reads and removes the file, and the directory at close.
+        seen: List[str] = []
+        sb = self.sandbox(on_llm_query=lambda prompt, model: (seen.append(prompt), "ok")[1])
+        bulk_dir = sb.args[sb.args.index("--bulk-dir") + 1]
+        self.assertTrue(os.path.isdir(bulk_dir))
+        self.assertEqual(oct(os.stat(bulk_dir).st_mode & 0o777), oct(0o700))
+        result = self.run_ok(sb, "print(llm_query('é' * 3_000_000 + 'end'), llm_query('s'))")
+        self.assertEqual(result.stdout, "ok ok\n")
+        self.assertEqual(seen, ["é" * 3_000_000 + "end", "s"])
+        self.assertEqual(os.listdir(bulk_dir), [])
+        sb.close()
+        self.assertFalse(os.path.exists(bulk_dir))
+
     def test_per_call_callback_wins(self) -> None:
         sb = self.sandbox(on_llm_query=lambda prompt, model: "default")
         result = self.run_ok(sb, "print(llm_query('q'))",

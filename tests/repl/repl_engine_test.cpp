@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -11,10 +12,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -171,6 +175,53 @@ TEST(ReplEngine, AnLlmQueryIsAnsweredByTheOrchestratorsLlmResultLine) {
   EXPECT_EQ((*result)["id"], "a");
   EXPECT_EQ((*result)["result"]["stdout"], "four\n") << result->dump();
   EXPECT_EQ((*result)["result"]["llm_calls"], 1);
+}
+
+// The bulk side channel: a long text prompt leaves as a file of its own in the orchestrator's
+// directory (mode 0600), a short one and a message list in the line as before.
+TEST(ReplEngine, ALongPromptLeavesThroughTheBulkDirectory) {
+  char dir_template[] = "/tmp/rlm-test-bulk-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  ReplOptions options;
+  options.bulk_dir = dir;
+  Repl repl{options};
+  repl.send(json{{"id", 1},
+                 {"op", "execute"},
+                 {"code",
+                  "a = llm_query('x' * 100000 + 'end')\nb = llm_query('short')\n"
+                  "c = llm_query([{'role': 'user', 'content': 'y' * 100000}])\n"
+                  "print(a, b, c)"}});
+  ASSERT_EQ(repl.next().value_or(json())["event"], "ready");
+  std::vector<std::string> answers = {"A", "B", "C"};
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    const auto query = repl.next();
+    ASSERT_TRUE(query && (*query)["event"] == "llm_query") << (query ? query->dump() : "");
+    if (i == 0) {
+      ASSERT_FALSE(query->contains("prompt")) << query->dump().substr(0, 300);
+      const std::string path = (*query)["prompt_file"];
+      EXPECT_EQ(path.rfind(dir + "/", 0), 0u) << path;
+      EXPECT_EQ((*query)["prompt_bytes"], 100003);
+      struct stat info {};
+      ASSERT_EQ(stat(path.c_str(), &info), 0);
+      EXPECT_EQ(info.st_mode & 0777, 0600u);
+      std::ifstream file(path, std::ios::binary);
+      const std::string text((std::istreambuf_iterator<char>(file)), {});
+      EXPECT_EQ(text, std::string(100000, 'x') + "end");
+      EXPECT_EQ(unlink(path.c_str()), 0);
+    } else if (i == 1) {
+      EXPECT_EQ((*query)["prompt"], "short");
+    } else {
+      EXPECT_EQ((*query)["prompt"][0]["content"], std::string(100000, 'y')) << "JSON stays inline";
+    }
+    repl.send(json{{"op", "llm_result"}, {"query_id", (*query)["query_id"]}, {"text", answers[i]}});
+  }
+  const auto result = repl.next();
+  ASSERT_TRUE(result);
+  EXPECT_EQ((*result)["result"]["stdout"], "A B C\n") << result->dump();
+  repl.end_input();
+  repl.finish();
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "the orchestrator removed the only file";
 }
 
 TEST(ReplEngine, AMalformedLineGetsOneErrorAndTheReplGoesOn) {

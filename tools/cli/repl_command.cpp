@@ -53,7 +53,8 @@ out:  {"event": "ready", "backend": "namespace", "policy": "python-repl"}
       {"id": 1, "event": "llm_query", "query_id": 7, "prompt": "...", "model": null,
        "kind": "llm"}
             (only without --lm: the orchestrator answers it with llm_result). "prompt" is a
-            string or a message list [{"role", "content"}...]; "kind" is "llm" (llm_query),
+            string or a message list [{"role", "content"}...] (with --bulk-dir a long text
+            comes as "prompt_file" instead); "kind" is "llm" (llm_query),
             "rlm" (rlm_query) or "tool" (then "tool" names it and "prompt" is
             {"args": [...], "kwargs": {...}})
       {"id": 1, "result": {"status", "stdout", "stderr", "final", "wall_ms", "cpu_ms",
@@ -126,6 +127,11 @@ int repl_command(const std::vector<std::string>& args) {
        "a call fails after this long without an answer")  //
       ("llm-budget", po::value<std::string>()->default_value("100000"),
        "calls allowed per session (llm_query, rlm_query, tools); later ones fail at once")  //
+      ("bulk-dir", po::value<std::string>(),
+       "a directory of the orchestrator's: a text prompt over 64 KiB is written to a new file "
+       "there (mode 0600) and its llm_query event carries \"prompt_file\" and "
+       "\"prompt_bytes\" instead of \"prompt\"; read the file, then remove it (the Python "
+       "client does this by itself)")  //
       ("no-echo", po::bool_switch(),
        "never print the repr of a cell's trailing expression (the RLM library's REPLs do not)")  //
       ("tools", po::value<std::string>(),
@@ -162,6 +168,7 @@ int repl_command(const std::vector<std::string>& args) {
   if (values.count("lm")) session_options.llm = make_llm_handler(values["lm"].as<std::string>());
   session_options.llm_limits = limits;
   session_options.echo_expression = !values["no-echo"].as<bool>();
+  if (values.count("bulk-dir")) repl.bulk_dir = values["bulk-dir"].as<std::string>();
   if (values.count("tools")) {
     try {
       session_options.tools = repl_tools_from_text(values["tools"].as<std::string>());

@@ -23,7 +23,13 @@ struct ReplOptions {
   std::function<std::unique_ptr<Session>(SessionOptions)> open_session;
   std::string policy_name;                   // named in the ready line
   std::chrono::milliseconds max_timeout{0};  // the largest timeout_ms: the policy's wall time
+  // A side channel for bulk prompts: when set, a text prompt over kReplBulkPromptBytes is written
+  // to a new file in this directory (mode 0600, never replacing one) and its llm_query event
+  // carries "prompt_file" (the path) and "prompt_bytes" instead of "prompt"; the orchestrator
+  // reads it and removes it. A file that cannot be made leaves the prompt in the line.
+  std::string bulk_dir;
 };
+inline constexpr std::size_t kReplBulkPromptBytes = 64 * 1024;
 
 // Serves the protocol on `in_fd` and `out_fd` until close is done or `in_fd` ends, then closes
 // the session and returns; reads nothing of `in_fd` after that. Throws Error, having written
