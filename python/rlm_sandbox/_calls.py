@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ._pyvalues import (PyvalueError, pyvalue_decode, pyvalue_encode,
+from ._pyvalues import (PYVALUE_MAX_HASHED, PyvalueError, pyvalue_decode, pyvalue_encode,
                         pyvalue_encode_exception)
 from .result import LlmCallback
 
@@ -63,9 +63,10 @@ class PythonValuesTool:
         self.function = function
 
     def answer(self, args: Any, kwargs: Any) -> Dict[str, Any]:
-        try:  # from the sandbox: hostile, bounded by the frame (depth and values)
-            args = pyvalue_decode(args)
-            kwargs = {key: pyvalue_decode(value) for key, value in kwargs.items()}
+        try:  # from the sandbox: hostile, bounded by the frame (depth, values) and here
+            budget = [PYVALUE_MAX_HASHED]   # keys whose hashes it could make collide
+            args = pyvalue_decode(args, budget=budget)
+            kwargs = {key: pyvalue_decode(value, budget=budget) for key, value in kwargs.items()}
         except (PyvalueError, RecursionError) as error:
             return {"error": f"tool {self.name!r}: arguments that are not encoded values "
                              f"({error})"}

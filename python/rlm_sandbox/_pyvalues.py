@@ -29,6 +29,10 @@ import math
 #: How deep a value may nest: the host refuses a frame nested deeper than 64 levels, and a
 #: tool's call or answer sits a few levels down in its frame.
 PYVALUE_MAX_DEPTH = 56
+#: Set items and dict keys that are not str or bytes that one value from a sandbox may hold:
+#: their hashes are not randomized, so a sandbox could send keys that all collide and make each
+#: insertion scan the others (100,000 such ints take the host ~30 s; 4,096 take 0.04 s).
+PYVALUE_MAX_HASHED = 4096
 
 
 class PyvalueError(ValueError):
@@ -92,30 +96,46 @@ def _pyvalue_bytes(text):
         raise PyvalueError('bytes that are not base64') from None
 
 
-def pyvalue_decode(data, depth: int = 0, allow_exception: bool = False):
+def _pyvalue_hashed(items, budget) -> None:
+    """Spends the budget of non-str hashed items (None: unbounded, the host's own values)."""
+    if budget is None:
+        return
+    budget[0] -= sum(1 for item in items if not isinstance(item, (str, bytes)))
+    if budget[0] < 0:
+        raise PyvalueError('a value from the sandbox holds more than %d set items and dict '
+                           'keys other than str' % PYVALUE_MAX_HASHED)
+
+
+def pyvalue_decode(data, depth: int = 0, allow_exception: bool = False, budget=None):
     """The value ``data`` encodes. PyvalueError for JSON that is not an encoded value (an
     object with another key, an unhashable key or set item, an exception where none may be);
-    an ``{"e"}`` tag decodes to the exception (not raised), ``{"u"}`` to a PyvalueError."""
+    an ``{"e"}`` tag decodes to the exception (not raised), ``{"u"}`` to a PyvalueError.
+    ``budget`` (a one-item list) bounds the set items and dict keys that are not str: give
+    ``[PYVALUE_MAX_HASHED]`` for a value that came from a sandbox."""
     if depth > PYVALUE_MAX_DEPTH + 4:
         raise PyvalueError('the value nests too deep')
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     inner = depth + 1
     if isinstance(data, list):
-        return [pyvalue_decode(item, inner) for item in data]
+        return [pyvalue_decode(item, inner, False, budget) for item in data]
     if not isinstance(data, dict) or len(data) != 1:
         raise PyvalueError('an encoded value has objects of one key only')
     (tag, body), = data.items()
     try:
         if tag == 'd' and isinstance(body, list):
-            result = {}
+            pairs = []
             for pair in body:
                 if not isinstance(pair, list) or len(pair) != 2:
                     raise PyvalueError('a dict item is a [key, value] pair')
-                result[pyvalue_decode(pair[0], inner + 1)] = pyvalue_decode(pair[1], inner + 1)
-            return result
+                pairs.append((pyvalue_decode(pair[0], inner + 1, False, budget),
+                              pyvalue_decode(pair[1], inner + 1, False, budget)))
+            _pyvalue_hashed((key for key, _ in pairs), budget)
+            return dict(pairs)
         if tag in ('t', 's', 'f') and isinstance(body, list):
-            items = [pyvalue_decode(item, inner) for item in body]
+            items = [pyvalue_decode(item, inner, False, budget) for item in body]
+            if tag != 't':
+                _pyvalue_hashed(items, budget)
             return {'t': tuple, 's': set, 'f': frozenset}[tag](items)
         if tag == 'b':
             return _pyvalue_bytes(body)

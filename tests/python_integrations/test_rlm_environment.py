@@ -354,6 +354,20 @@ class CustomTools(unittest.TestCase):
         self.assertEqual(seen, [(((1, "a"), {2, 3}), {"k": frozenset([1]), "n": float("inf"),
                                                       "b": bytearray(b"q")})])
 
+    def test_a_cell_cannot_make_the_host_hash_colliding_keys_without_bound(self) -> None:
+        # Ints hash to themselves modulo 2**61 - 1: multiples of it all collide, and each set
+        # insertion would scan the others. The host takes at most 4,096 such keys per call.
+        sizes: List[int] = []
+        env = make_env(custom_tools={"count": lambda items: sizes.append(len(items)) or 0})
+        self.addCleanup(env.cleanup)
+        modulus = (1 << 61) - 1
+        taken = env.execute_code(f"count({{k * {modulus} for k in range(1, 4001)}})")
+        self.assertEqual(taken.stderr, "")
+        refused = env.execute_code(f"count({{k * {modulus} for k in range(1, 50001)}})")
+        self.assertIn("RuntimeError: tool 'count': arguments that are not encoded values (a "
+                      "value from the sandbox holds more than 4096 set items", refused.stderr)
+        self.assertEqual(sizes, [4000])
+
     def test_values_no_encoding_takes_fail_in_the_cell_not_the_constructor(self) -> None:
         class Frame:  # stands for a DataFrame, an open file...
             pass
