@@ -106,10 +106,13 @@ def _pyvalue_hashed(items, budget) -> None:
                            'keys other than str' % PYVALUE_MAX_HASHED)
 
 
-def pyvalue_decode(data, depth: int = 0, allow_exception: bool = False, budget=None):
+def pyvalue_decode(data, depth: int = 0, allow_exception: bool = False, budget=None,
+                   allow_unsent: bool = False):
     """The value ``data`` encodes. PyvalueError for JSON that is not an encoded value (an
-    object with another key, an unhashable key or set item, an exception where none may be);
-    an ``{"e"}`` tag decodes to the exception (not raised), ``{"u"}`` to a PyvalueError.
+    object with another key, an unhashable key or set item, an exception or an unsent value
+    where none may be); an ``{"e"}`` tag (``allow_exception``: a tool's answer) decodes to the
+    exception (not raised), a top-level ``{"u"}`` (``allow_unsent``: a data tool's value) to a
+    PyvalueError.
     ``budget`` (a one-item list) bounds the set items and dict keys that are not str: give
     ``[PYVALUE_MAX_HASHED]`` for a value that came from a sandbox."""
     if depth > PYVALUE_MAX_DEPTH + 4:
@@ -147,7 +150,7 @@ def pyvalue_decode(data, depth: int = 0, allow_exception: bool = False, budget=N
                 all(isinstance(part, (int, float)) and not isinstance(part, bool)
                     for part in body):
             return complex(body[0], body[1])
-        if tag == 'u' and isinstance(body, str):
+        if tag == 'u' and allow_unsent and isinstance(body, str):
             return PyvalueError(body)
         if tag == 'e' and allow_exception and isinstance(body, list) and len(body) == 3:
             return _pyvalue_exception(body, inner)

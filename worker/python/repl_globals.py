@@ -274,7 +274,7 @@ def tool_value(name: str, value, python_values: bool):
     if not python_values:
         return value
     try:
-        decoded = pyvalue_decode(value)
+        decoded = pyvalue_decode(value, allow_unsent=True)
     except (ValueError, RecursionError) as exc:
         decoded = PyvalueError(str(exc))
     return UnsendableValue(name, str(decoded)) if isinstance(decoded, PyvalueError) else decoded
