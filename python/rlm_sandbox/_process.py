@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from ._calls import Calls, Dispatcher, unencodable
@@ -105,6 +106,9 @@ class _Connection:
         # The CLI writes a long text prompt into a file here (--bulk-dir) instead of a JSON
         # line, which Python parses at ~220 MB/s; this process's own, removed with it.
         self._bulk_dir: Optional[str] = tempfile.mkdtemp(prefix="rlm-sandbox-bulk-")
+        # Removed at shutdown; this also when the object is collected or the interpreter exits
+        # without one (a file the CLI writes after that fails, and the prompt goes inline).
+        self._bulk_cleanup = weakref.finalize(self, shutil.rmtree, self._bulk_dir, True)
         #: The command line the process was started with.
         self.args = [*args[:2], "--bulk-dir", self._bulk_dir, *args[2:]]
         to_close: List[int] = []
@@ -237,9 +241,8 @@ class _Connection:
         return data.decode("utf-8", errors="replace")
 
     def _remove_bulk_dir(self) -> None:
-        directory, self._bulk_dir = self._bulk_dir, None
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
+        self._bulk_dir = None
+        self._bulk_cleanup()
 
     def _on_query(self, event: Dict[str, Any]) -> None:
         with self._state_lock:
@@ -305,14 +308,13 @@ class _Connection:
                 pass
         self._close_stdin()
         self._wait(wait)
+        self._remove_bulk_dir()  # the process has ended: no file of it can come any more
         if finalizing:
             return
         if threading.current_thread() is not self._reader:
             self._reader.join(timeout=2.0)
         self.stderr.finish()
         self.dispatcher.shutdown()
-        if self.proc.poll() is not None:  # no file of it can come any more
-            self._remove_bulk_dir()
 
     def abandon(self, wait: Optional[float] = None) -> None:
         """Ends the process through the end of its input (the CLI then closes its session),

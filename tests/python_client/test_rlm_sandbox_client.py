@@ -19,6 +19,7 @@ import textwrap
 import threading
 import time
 import unittest
+from unittest import mock
 from typing import Any, Dict, List, Optional, Set
 
 # The package under test is the repository's, not one installed elsewhere.
@@ -440,10 +441,21 @@ class DocstringExampleTest(unittest.TestCase):
 
 class LifecycleTest(SandboxTestCase):
     def test_bad_policy_raises_with_the_cli_message(self) -> None:
-        with self.assertRaises(RlmSandboxError) as raised:
+        made: List[str] = []
+        real_mkdtemp = tempfile.mkdtemp
+
+        def recorded_mkdtemp(*args: Any, **kwargs: Any) -> str:
+            made.append(real_mkdtemp(*args, **kwargs))
+            return made[-1]
+
+        with mock.patch("rlm_sandbox._process.tempfile.mkdtemp", recorded_mkdtemp), \
+                self.assertRaises(RlmSandboxError) as raised:
             RlmSandbox(policy="no-such-policy", backend=BACKEND, binary=BINARY)
         self.assertIn("unknown policy 'no-such-policy'", str(raised.exception))
         self.assertEqual(raised.exception.exit_code, 125)
+        gc.collect()
+        self.assertEqual(len(made), 1)
+        self.assertFalse(os.path.exists(made[0]), "the bulk directory went with the process")
 
     def test_missing_binary_raises(self) -> None:
         with self.assertRaises(RlmSandboxError):
