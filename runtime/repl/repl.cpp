@@ -254,6 +254,14 @@ bool serve(Session& session, OrchestratorHandler* orchestrator, const ReplReques
         session.restore(request.snapshot);
         output.line({{"id", id}, {"result", {{"restored", request.snapshot}}}});
         break;
+      case ReplOp::save:
+      case ReplOp::load: {
+        if (orchestrator) orchestrator->set_current_request(id);
+        const auto cell =
+            request.op == ReplOp::save ? session.save(request.path) : session.load(request.path);
+        output.line({{"id", id}, {"result", cell.to_json()}});
+        break;
+      }
       case ReplOp::narrow_network:
         session.narrow_network(request.allow);
         output.line({{"id", id}, {"result", {{"narrowed", request.allow}}}});

@@ -71,6 +71,8 @@ std::optional<ReplOp> op_named(std::string_view name) {
   if (name == "add_context") return ReplOp::add_context;
   if (name == "add_history") return ReplOp::add_history;
   if (name == "narrow_network") return ReplOp::narrow_network;
+  if (name == "save") return ReplOp::save;
+  if (name == "load") return ReplOp::load;
   return std::nullopt;
 }
 
@@ -90,6 +92,9 @@ bool op_takes(ReplOp op, std::string_view key) {
       return key == "snapshot";
     case ReplOp::narrow_network:
       return key == "allow";
+    case ReplOp::save:
+    case ReplOp::load:
+      return key == "path";
     case ReplOp::context:
       return key == "context";
     case ReplOp::snapshot:
@@ -231,6 +236,15 @@ ReplRequest checked(const json& line, ReplOp op, std::string_view name,
       request.snapshot = unsigned_field(line, "snapshot",
                                         "restore needs \"snapshot\": an id from a snapshot result");
       break;
+    case ReplOp::save:
+    case ReplOp::load: {
+      const auto path = string_field(line, "path", std::string(name) + ": \"path\" must be a string");
+      if (!path || path->empty())
+        throw Refusal{std::string(name) + " needs \"path\": the save file" +
+                      (op == ReplOp::save ? " to write" : " to read")};
+      request.path = *path;
+      break;
+    }
     case ReplOp::context:
       if (!field(line, "context")) throw Refusal{"the context line needs \"context\""};
       request.context = line["context"];  // within the depth bound: copying it is safe
@@ -293,15 +307,16 @@ ParsedReplRequest parse_repl_request(std::string_view line, const ReplInputLimit
   if (!op_value->is_string())
     return ReplRequestError{usable_id,
                             "\"op\" must be a string: execute, llm_result, add_context, "
-                            "add_history, snapshot, restore, narrow_network, close (or context, "
-                            "first)"};
+                            "add_history, snapshot, restore, save, load, narrow_network, close "
+                            "(or context, first)"};
   const auto& name = op_value->get_ref<const std::string&>();
   const auto op = op_named(name);
   if (!op)
     return ReplRequestError{usable_id,
                             "unknown op " + excerpt(name) +
                                 "; expected execute, llm_result, add_context, "
-                                "add_history, snapshot, restore, narrow_network or close"};
+                                "add_history, snapshot, restore, save, load, narrow_network "
+                                "or close"};
   try {
     auto request = checked(parsed, *op, name, limits);
     request.id = std::move(usable_id);

@@ -44,7 +44,9 @@ enum class ReplOp {
   context,
   add_context,
   add_history,
-  narrow_network
+  narrow_network,
+  save,
+  load
 };
 
 // The longest variable name `fetch` takes.
@@ -69,6 +71,7 @@ struct ReplRequest {
   bool context_json = false;           // add_context: "json"
   std::optional<std::uint64_t> index;  // add_context, add_history
   std::vector<std::string> allow;      // narrow_network: the allow entries, each a string
+  std::string path;                    // save, load: the save file (not empty)
 };
 
 // Why a line is not a request, and the line's id when it had a usable one (else null).

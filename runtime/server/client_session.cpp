@@ -45,6 +45,9 @@ class RelayedSession final : public Session {
     return cell(frame, std::span<const int>(&number, 1));
   }
 
+  CellResult save_to_fd(int fd) override { return cell({{"op", "save"}}, std::span(&fd, 1)); }
+  CellResult load_from_fd(int fd) override { return cell({{"op", "load"}}, std::span(&fd, 1)); }
+
   SnapshotId snapshot() override {
     const json reply = call({{"op", "snapshot"}}, nullptr);
     if (reply["op"] != "snapshot" || !reply.value("id", json()).is_number_unsigned())

@@ -1,6 +1,8 @@
 // The session ops: a REPL session from the pool, driven by the client's frames; the cell's
 // llm_query calls go to the client as llm_call frames and come back as llm_answer.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -190,6 +192,25 @@ CellResult add_context(Session& session, const json& op, UniqueFd fd, std::uint6
                              at);
 }
 
+// A save op: the client's file (opened by it for writing, a regular file: the server never
+// waits on a pipe a client may not read) gets the save file.
+CellResult save_session(Session& session, UniqueFd fd) {
+  if (!fd) throw Error("save needs the file to write as an fd on the frame");
+  check_client_fd(fd.get(), "save file", FdUse::data);
+  struct stat info {};
+  const int mode = fcntl(fd.get(), F_GETFL);
+  if (fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode) || mode < 0 ||
+      ((mode & O_ACCMODE) != O_WRONLY && (mode & O_ACCMODE) != O_RDWR))
+    throw Error("the save file must be a regular file opened for writing");
+  return session.save_to_fd(fd.get());
+}
+
+CellResult load_session(Session& session, UniqueFd fd) {
+  if (!fd) throw Error("load needs the save file as an fd on the frame");
+  check_client_fd(fd.get(), "save file", FdUse::data);
+  return session.load_from_fd(fd.get());
+}
+
 // A session_open frame's "options", checked (and that at most one fd, the context, came with
 // it): the session's options but its context, LM handler and bind owner, and whether the client
 // answers the cells' calls ("llm": "client") or nobody does ("none").
@@ -349,6 +370,10 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
         const CellResult cell =
             add_context(*session, op, std::move(posted.fd), connection.config.max_context_bytes);
         link->send({{"op", "cell_result"}, {"result", cell.to_json()}});
+      } else if (name == "save" || name == "load") {
+        const CellResult cell = name == "save" ? save_session(*session, std::move(posted.fd))
+                                               : load_session(*session, std::move(posted.fd));
+        link->send({{"op", "cell_result"}, {"result", cell.to_json()}});
       } else if (name == "snapshot") {
         link->send({{"op", "snapshot"}, {"id", session->snapshot()}});
       } else if (name == "restore") {
@@ -423,9 +448,10 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
                                                        : "the client gave no answer");
       client->complete(id->get<std::uint64_t>(), std::move(answer));
     } else if (op == "execute" || op == "snapshot" || op == "restore" || op == "close" ||
-               op == "add_context" || op == "narrow_network") {
+               op == "add_context" || op == "narrow_network" || op == "save" || op == "load") {
       UniqueFd fd;
-      if (op == "add_context" && next->fds.size() == 1) fd = std::move(next->fds.front());
+      if ((op == "add_context" || op == "save" || op == "load") && next->fds.size() == 1)
+        fd = std::move(next->fds.front());
       if (!executor.post({message, std::move(fd)}))
         link->send(
             error_frame("invalid", "one request at a time: wait for the answer to the last"));

@@ -141,6 +141,8 @@ std::string take_text(json& frame, const char* key) {
 
 // The most variables a cell_result's `locals` may list (the worker lists at most this many).
 constexpr std::size_t kMaxLocals = 1'000;
+// The most variables a save's result lists as not saved (the worker lists at most this many).
+constexpr std::size_t kMaxSkipped = 1'000;
 
 // The optional fields of a cell_result (answer, locals, fetched, index), each taken only in its
 // protocol shape: anything else reads as absent.
@@ -172,6 +174,19 @@ void read_extras(json& frame, CellResult& result) {
   }
   if (const auto& index = field(frame, "index"); index.is_number_unsigned())
     result.index = index.get<std::size_t>();
+  if (const auto& saved = field(frame, "saved"); saved.is_object()) {
+    json skipped = json::array();
+    if (const auto& listed = field(saved, "skipped"); listed.is_array())
+      for (const auto& item : listed) {
+        if (skipped.size() == kMaxSkipped) break;
+        const auto& name = field(item, "name");
+        const auto& type = field(item, "type");
+        const auto& why = field(item, "why");
+        if (name.is_string() && type.is_string() && why.is_string())
+          skipped.push_back({{"name", name}, {"type", type}, {"why", why}});
+      }
+    result.saved = json{{"skipped", std::move(skipped)}};
+  }
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ nlohmann::json CellResult::to_json() const {
   if (locals) document["locals"] = *locals;
   if (fetched) document["fetched"] = *fetched;
   if (index) document["index"] = *index;
+  if (saved) document["saved"] = *saved;
   if (network) document["network"] = network->to_json();
   return document;
 }
@@ -117,6 +118,10 @@ CellResult cell_result_from_json(const nlohmann::json& document) {
     if (!index.is_number_unsigned())
       throw Error("a cell result's \"index\" must be a non-negative integer");
     cell.index = index.get<std::size_t>();
+  }
+  if (const auto& saved = get("saved"); !saved.is_null()) {
+    if (!saved.is_object()) throw Error("a cell result's \"saved\" must be an object");
+    cell.saved = saved;
   }
   return cell;
 }

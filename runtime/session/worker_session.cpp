@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -19,6 +20,7 @@
 #include "session/cell.hpp"
 #include "session/frame_fields.hpp"
 #include "session/rendezvous.hpp"
+#include "session/save_file.hpp"
 #include "session/worker_source.hpp"
 
 namespace rlm::session {
@@ -187,6 +189,28 @@ CellResult WorkerSession::add_context(ContextKind kind, const ContextInput& inpu
              {"kind", kind == ContextKind::context ? "context" : "history"},
              {"format", input.is_json ? "json" : "text"}};
   return Cell(*this, std::move(op), cell_limit_, fd.get()).run();
+}
+
+CellResult WorkerSession::save_to_fd(int fd) {
+  require_alive();
+  UniqueFd state(memfd_create("rlm-sandbox-saved-state", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!state) throw Error("memfd_create: " + sys::errno_text(errno));
+  CellResult result = Cell(*this, {{"op", "save"}}, cell_limit_, state.get()).run();
+  if (result.status != CellStatus::ok) return result;
+  // The sandbox's bytes: sealed before they are read, so nothing it kept can change them then.
+  const std::uint64_t size = seal_state(state.get());
+  const std::uint64_t bytes = write_save_file(fd, state.get(), size, save_identity(policy_));
+  json saved = result.saved.value_or(json::object());
+  saved["bytes"] = bytes;
+  if (!saved.contains("skipped")) saved["skipped"] = json::array();
+  result.saved = std::move(saved);
+  return result;
+}
+
+CellResult WorkerSession::load_from_fd(int fd) {
+  require_alive();
+  const UniqueFd state = read_save_file(fd, save_identity(policy_));
+  return Cell(*this, {{"op", "load"}}, cell_limit_, state.get()).run();
 }
 
 SnapshotId WorkerSession::snapshot() {

@@ -100,6 +100,8 @@ class WorkerSession final : public Session {
   // (committed instead of discarded when the next cell succeeds).
   SnapshotId snapshot() override;
   void restore(SnapshotId id) override;
+  CellResult save_to_fd(int fd) override;
+  CellResult load_from_fd(int fd) override;
   void narrow_network(const std::vector<std::string>& entries) override;
   Result close() override;
   void kill(const std::string& why) override;

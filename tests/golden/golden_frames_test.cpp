@@ -200,8 +200,9 @@ const char* op_name(repl::ReplOp op) {
   // Indexed by ReplOp, in its order; the last is the last enumerator.
   static constexpr const char* kNames[] = {"execute",     "llm_result",  "snapshot",
                                            "restore",     "close",       "context",
-                                           "add_context", "add_history", "narrow_network"};
-  static_assert(std::size(kNames) == static_cast<std::size_t>(repl::ReplOp::narrow_network) + 1);
+                                           "add_context", "add_history", "narrow_network",
+                                           "save",        "load"};
+  static_assert(std::size(kNames) == static_cast<std::size_t>(repl::ReplOp::load) + 1);
   const auto index = static_cast<std::size_t>(op);
   return index < std::size(kNames) ? kNames[index] : "?";
 }
@@ -244,6 +245,10 @@ json as_line(const repl::ReplRequest& request) {
       break;
     case repl::ReplOp::narrow_network:
       line["allow"] = request.allow;
+      break;
+    case repl::ReplOp::save:
+    case repl::ReplOp::load:
+      line["path"] = request.path;
       break;
     case repl::ReplOp::context:
       line["context"] = request.context;

@@ -43,6 +43,10 @@ in:   {"id": 1, "op": "execute", "code": "x = 41", "timeout_ms": 5000}
             or "history_file": "path" (its JSON: parsed in the sandbox, so each message keeps
             its key order); sets history_N (and history for 0); "index" as for add_context
       {"id": 4, "op": "snapshot"}     {"id": 5, "op": "restore", "snapshot": 1}
+      {"id": 8, "op": "save", "path": "run.save"}    {"id": 9, "op": "load", "path": "run.save"}
+            save writes the session's variables, contexts, histories, /tmp and cwd to a file
+            (mode 0600); load, in any later repl with the same policy, replaces its state with
+            the file's (checked first: a changed or cut-short file is refused)
       {"id": 6, "op": "narrow_network", "allow": ["https://pypi.org"]}
             under an egress allowlist: only these entries from now on (each within the list;
             [] for no network); open connections they do not let through end
@@ -62,7 +66,8 @@ out:  {"event": "ready", "backend": "namespace", "policy": "python-repl"}
             and when set: "answer" (answer["content"] once answer["ready"] was set), "locals"
             ([{"name", "type", "repr", "value"?}...]), "fetched" ({"value"} or {"error"}),
             "index"
-            (add_context, add_history)
+            (add_context, add_history), "saved" ({"bytes", "skipped": [{"name", "type",
+            "why"}...]}: save, the variables it could not keep)
       {"id": 9, "error": "..."}       for a request that could not be done
 
 Each line is checked before it is done: a line longer than 16 MiB (16777216 bytes; a large

@@ -250,8 +250,8 @@ class Channel:
 
     def _file(self, frame: HostFrame) -> None:
         op = frame.get('op')
-        if op != 'handover' and op != 'add_context':
-            frame.close_fd()  # only these two ops take an fd
+        if op not in ('handover', 'add_context', 'save', 'load'):
+            frame.close_fd()  # only these ops take an fd
         if op == 'discard':
             # In any state, without another action; the exit (unmapping a whole interpreter)
             # waits for the host to have taken the result that made this process obsolete.

@@ -220,14 +220,16 @@ def serve(channel: Channel) -> None:
             continue
         if kind == 'rollback' and was_rolled_back(op_id):
             continue  # stale: the rollback it crossed was already taken
-        if kind not in ('execute', 'add_context'):
+        if kind not in ('execute', 'add_context', 'save', 'load'):
             protocol_violation('unexpected op %r for the standby' % kind)
         if not SESSION.handed_over:
             protocol_violation('%s before the handover' % kind)
         if kind == 'execute':
             fit_cell_result(channel, run_cell(channel, op_id, *execute_op(op)))
-        else:
+        elif kind == 'add_context':
             fit_cell_result(channel, run_add_context(op))
+        else:
+            fit_cell_result(channel, run_state_op(op))
         # The host takes the result first; the next standby's fork (a page-table copy of
         # the whole interpreter) would otherwise compete with it for the CPU.
         time.sleep(HANDOVER_PAUSE)

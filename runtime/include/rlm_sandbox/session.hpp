@@ -111,13 +111,16 @@ struct CellResult {
   // ExecuteOptions::fetch: {"value": V} (V as FINAL takes it) or {"error": "..."}.
   std::optional<nlohmann::json> fetched;
   std::optional<std::size_t> index;  // add_context: the N of the context_N or history_N set
+  // save_to_fd: {"bytes": the save file's size, "skipped": [{"name", "type", "why"}...]} (the
+  // variables that could not be saved: open files, sockets, generators...; at most 1,000).
+  std::optional<nlohmann::json> saved;
   // Under an egress allowlist: what this cell did on the network (network_since of the
   // session's account before and after it).
   std::optional<NetworkAccount> network;
 
   // {"status", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "error", "final",
   //  "has_final", "wall_ms", "cpu_ms", "llm_calls", "rolled_back"}, and "answer", "locals",
-  //  "fetched", "index" when set.
+  //  "fetched", "index", "saved" when set.
   nlohmann::json to_json() const;
 };
 
@@ -126,6 +129,9 @@ CellResult cell_result_from_json(const nlohmann::json& document);
 std::optional<CellStatus> cell_status_from_string(std::string_view text);
 
 using SnapshotId = std::uint64_t;
+
+// The largest state a save file holds (the sandbox's memory limit bounds it first).
+inline constexpr std::uint64_t kMaxSavedStateBytes = 4ull << 30;
 
 class Session {
  public:
@@ -151,6 +157,21 @@ class Session {
   // Replaces the live interpreter with a fresh copy of the snapshot. Throws Error for an unknown
   // id.
   virtual void restore(SnapshotId id) = 0;
+  // Save and restore (docs/sessions.md, "Save and restore"): save_to_fd writes the session's
+  // state -- its variables (what cells defined by value, modules by name), contexts and
+  // histories, the files under /tmp and the cwd -- to `fd` (a regular file, written from its
+  // offset) as a save file, run like a cell; the result's `saved` lists what could not be kept.
+  // load_from_fd replaces this session's state with the one a save file holds: the file is
+  // checked first (framing, size, SHA-256, made by this worker under this policy), its content
+  // is read only inside the sandbox. Status error with the reason for a state the sandbox cannot
+  // read (another Python). Throw Error for a file that cannot be written, or one that fails the
+  // checks, and when the session is over.
+  virtual CellResult save_to_fd(int fd) = 0;
+  virtual CellResult load_from_fd(int fd) = 0;
+  // The same through a path: save() creates `path` (mode 0600; an existing file is replaced only
+  // once the new one is complete), load() opens it read-only.
+  CellResult save(const std::string& path);
+  CellResult load(const std::string& path);
   // Narrows the session's egress allowlist while it runs (docs/network.md): from now on only
   // `entries` (policy allow entries, each within the list as it is; none: no network at all)
   // are let through. The sandbox's DNS answers and new connections follow the narrower list at

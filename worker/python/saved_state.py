@@ -1,0 +1,307 @@
+# A session's state written to an fd (the save op) and read back into another session (the load
+# op), both answered by the standby like a cell. The host frames, bounds and checks the bytes;
+# their content is read only here, inside a sandbox, so a hostile save file can do no more than
+# a cell could. docs/sessions.md, "Save and restore".
+# One part of the REPL worker (worker/python/README.md): the parts listed in parts.txt are
+# concatenated, in that order, into the one script the sandbox runs; they share its globals.
+
+import importlib
+import io
+import marshal
+import pickle
+import shutil
+import tarfile
+import types
+
+SAVE_FORMAT = 1
+SAVED_DIRECTORIES = ('/tmp',)  # the writable files a save keeps (binds and /dev/shm are not)
+MAX_SKIPPED = 1000  # variables a save reports it could not keep
+
+
+class SaveError(Exception):
+    pass
+
+
+def make_function(code: bytes, name: str, closure_size: int):
+    """A function of a cell's, rebuilt from its marshalled code in this session's globals; its
+    defaults, closure contents and attributes come after (fill_function), so a function may
+    refer to itself."""
+    closure = tuple(types.CellType() for _ in range(closure_size)) or None
+    return types.FunctionType(marshal.loads(code), SESSION.namespace, name, None, closure)
+
+
+def fill_function(function, state: dict):
+    function.__defaults__ = state['defaults']
+    function.__kwdefaults__ = state['kwdefaults']
+    function.__qualname__ = state['qualname']
+    function.__doc__ = state['doc']
+    function.__annotations__ = state['annotations']
+    function.__dict__.update(state['dict'])
+    for cell, (full, value) in zip(function.__closure__ or (), state['closure']):
+        if full:
+            cell.cell_contents = value
+    return function
+
+
+def make_class(metaclass, name: str, bases: tuple, slots):
+    """A class of a cell's, empty until fill_class: its methods may refer to it."""
+    body = {'__module__': '__main__'}
+    if slots is not None:
+        body['__slots__'] = slots
+    return metaclass(name, bases, body)
+
+
+def fill_class(cls, state: dict):
+    for key, value in state.items():
+        setattr(cls, key, value)
+    return cls
+
+
+def answer_dict(items: dict):
+    answer = new_answer()
+    for key, value in items.items():
+        dict.__setitem__(answer, key, value)
+    return answer
+
+
+def cell_closure_state(function) -> list:
+    state = []
+    for cell in function.__closure__ or ():
+        try:
+            state.append((True, cell.cell_contents))
+        except ValueError:  # a variable not assigned yet
+            state.append((False, None))
+    return state
+
+
+CLASS_SKIPPED_KEYS = ('__dict__', '__weakref__', '__module__', '__slots__', '_abc_impl')
+# The worker's own functions a pickle refers to (the rebuilders above): by name, since
+# sys.modules['__main__'] is the cells' module, not the worker's.
+WORKER_HELPERS = ('make_function', 'fill_function', 'make_class', 'fill_class', 'answer_dict')
+
+
+class StatePickler(pickle.Pickler):
+    """Pickles the REPL's globals: what cells defined (functions, classes) by value, modules by
+    name, the REPL's own functions and its globals by reference to the restoring session's."""
+
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.references = {id(SESSION.namespace): ('namespace',), id(builtins): ('builtins',)}
+        for name, value in SESSION.scaffold.items():
+            if callable(value) or isinstance(value, UnsendableValue):
+                self.references[id(value)] = ('scaffold', name)
+        for name in WORKER_HELPERS:
+            self.references[id(globals()[name])] = ('worker', name)
+
+    def persistent_id(self, obj):
+        return self.references.get(id(obj))
+
+    def reducer_override(self, obj):
+        if isinstance(obj, types.ModuleType):
+            if obj.__name__ == '__main__':
+                return importlib.import_module, ('__main__',)
+            return importlib.import_module, (obj.__name__,)
+        if isinstance(obj, AnswerDict):
+            return answer_dict, (dict(obj),)
+        if isinstance(obj, types.FunctionType) and obj.__globals__ is SESSION.namespace:
+            state = {'defaults': obj.__defaults__, 'kwdefaults': obj.__kwdefaults__,
+                     'qualname': obj.__qualname__, 'doc': obj.__doc__,
+                     'annotations': obj.__annotations__, 'dict': dict(obj.__dict__),
+                     'closure': cell_closure_state(obj)}
+            return (make_function,
+                    (marshal.dumps(obj.__code__), obj.__name__, len(obj.__closure__ or ())),
+                    state, None, None, fill_function)
+        if isinstance(obj, type) and obj.__module__ == '__main__' and \
+                not self.is_workers_own(obj):
+            slots = obj.__dict__.get('__slots__')
+            state = {key: value for key, value in obj.__dict__.items()
+                     if key not in CLASS_SKIPPED_KEYS and
+                     not (slots is not None and isinstance(value, types.MemberDescriptorType))}
+            return (make_class, (type(obj), obj.__name__, obj.__bases__, slots), state, None,
+                    None, fill_class)
+        return NotImplemented
+
+    @staticmethod
+    def is_workers_own(cls) -> bool:
+        return getattr(SESSION.worker_module, cls.__qualname__, None) is cls
+
+
+class StateUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        if pid == ('namespace',):
+            return SESSION.namespace
+        if pid == ('builtins',):
+            return builtins
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == 'scaffold':
+            return SESSION.scaffold.get(pid[1])
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[1] in WORKER_HELPERS:
+            return globals()[pid[1]]
+        raise pickle.UnpicklingError('unknown reference %r' % (pid,))
+
+    def find_class(self, module, name):
+        if module == '__main__' and name not in ('AnswerDict', 'UnsendableValue'):
+            raise pickle.UnpicklingError('no %s in the worker' % name)
+        return super().find_class(module, name) if module != '__main__' else globals()[name]
+
+
+def pickled(value) -> bytes:
+    buffer = io.BytesIO()
+    StatePickler(buffer).dump(value)
+    return buffer.getvalue()
+
+
+def saved_variables() -> tuple:
+    """(the variables a save keeps, pickled together so that shared objects stay shared; those
+    it cannot keep, as [{name, type, why}])."""
+    reserved = reserved_names() | {'__builtins__', '__name__', '__doc__', '__loader__',
+                                   '__spec__', '__package__'}
+    variables = {name: value for name, value in SESSION.namespace.items()
+                 if name not in reserved or name == 'answer'}
+    try:
+        return pickled(variables), []
+    except Exception:
+        pass
+    skipped = []
+    for name, value in list(variables.items()):
+        try:
+            pickled(value)
+        except Exception as exc:
+            del variables[name]
+            if len(skipped) < MAX_SKIPPED:
+                skipped.append({'name': name, 'type': type(value).__name__,
+                                'why': ('%s: %s' % (type(exc).__name__, exc))[:200]})
+    try:
+        return pickled(variables), skipped
+    except Exception as exc:  # each alone pickles, together not (a rare cross-reference)
+        raise SaveError('the variables cannot be saved together (%s)' % exc) from None
+
+
+def saved_files() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode='w', format=tarfile.PAX_FORMAT) as archive:
+        for directory in SAVED_DIRECTORIES:
+            if not os.path.isdir(directory):
+                continue
+            for entry in sorted(os.listdir(directory)):
+                archive.add(os.path.join(directory, entry),
+                            arcname=os.path.join(directory, entry).lstrip('/'))
+    return buffer.getvalue()
+
+
+def write_state(fd: int) -> dict:
+    """Writes the state to fd (a memfd of the host's); returns what the result reports."""
+    with open(fd, 'wb', closefd=True) as out:
+        variables, skipped = saved_variables()
+        contents = pickled({'contexts': SESSION.contexts, 'histories': SESSION.histories})
+        header = {'format': SAVE_FORMAT, 'python': sys.hexversion, 'cwd': os.getcwd()}
+        for part in (header, contents, variables, saved_files()):
+            data = part if isinstance(part, bytes) else pickle.dumps(part)
+            out.write(len(data).to_bytes(8, 'little'))
+            out.write(data)
+    return {'skipped': skipped}
+
+
+def read_parts(fd: int) -> list:
+    try:
+        data = read_all(fd)
+    finally:
+        os.close(fd)
+    parts, offset = [], 0
+    while offset < len(data):
+        if offset + 8 > len(data):
+            raise SaveError('the saved state is cut short')
+        size = int.from_bytes(data[offset:offset + 8], 'little')
+        offset += 8
+        if offset + size > len(data):
+            raise SaveError('the saved state is cut short')
+        parts.append(memoryview(data)[offset:offset + size])
+        offset += size
+    if len(parts) != 4:
+        raise SaveError('the saved state has %d parts, not 4' % len(parts))
+    return parts
+
+
+def clear_saved_directories() -> None:
+    for directory in SAVED_DIRECTORIES:
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.listdir(directory):
+            path = os.path.join(directory, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def load_state(fd: int) -> None:
+    """Replaces this session's variables, contexts, histories, files under SAVED_DIRECTORIES
+    and cwd with the saved ones."""
+    header_bytes, contents, variables, files = read_parts(fd)
+    header = pickle.loads(header_bytes)
+    if not isinstance(header, dict) or header.get('format') != SAVE_FORMAT:
+        raise SaveError('the saved state is of another format')
+    if header.get('python') != sys.hexversion:
+        raise SaveError('the state was saved by Python %s; this sandbox runs %s' %
+                        (python_version(header.get('python')), python_version(sys.hexversion)))
+    tables = StateUnpickler(io.BytesIO(contents)).load()
+    loaded = StateUnpickler(io.BytesIO(variables)).load()
+    for name in list(SESSION.namespace):
+        if not name.startswith('__'):
+            del SESSION.namespace[name]
+    SESSION.namespace.update(SESSION.scaffold)
+    SESSION.contexts, SESSION.histories = {}, {}
+    for kind, table in (('context', tables['contexts']), ('history', tables['histories'])):
+        for index, value in sorted(table.items()):
+            set_context(kind, index, value)
+    SESSION.namespace.update(loaded)
+    restore_scaffold()
+    clear_saved_directories()
+    with tarfile.open(fileobj=io.BytesIO(files), mode='r') as archive:
+        members = archive.getmembers()
+        for member in members:  # within the saved directories, as a save writes them
+            if not any(member.name.startswith(directory.lstrip('/') + '/')
+                       for directory in SAVED_DIRECTORIES) or '..' in member.name.split('/'):
+                raise SaveError('the saved files name %r' % member.name[:200])
+        if hasattr(tarfile, 'fully_trusted_filter'):
+            archive.extractall('/', members, filter='fully_trusted')
+        else:
+            archive.extractall('/', members)
+    try:
+        os.chdir(header.get('cwd') or '/')
+    except OSError:
+        pass
+
+
+def python_version(hexversion) -> str:
+    if not isinstance(hexversion, int):
+        return 'an unknown version'
+    return '%d.%d.%d' % (hexversion >> 24, (hexversion >> 16) & 0xff, (hexversion >> 8) & 0xff)
+
+
+def run_state_op(op: HostFrame) -> dict:
+    """The save or load op: a cell's result, with `saved` ({skipped}) for a save, or status
+    error and the reason."""
+    if not is_op_id(op.get('id')):
+        protocol_violation('%s needs an id' % op.get('op'))
+    fd = op.take_fd()
+    if fd is None:
+        protocol_violation('%s without its fd' % op.get('op'))
+    before = cpu_seconds()
+    result = {'type': 'cell_result', 'id': op.get('id'), 'status': 'ok', 'stdout': '',
+              'stderr': '', 'stdout_truncated': False, 'stderr_truncated': False,
+              'error': None}
+    try:
+        if op.get('op') == 'save':
+            result['saved'] = write_state(fd)
+        else:
+            load_state(fd)
+    except Exception as exc:
+        result['status'] = 'error'
+        result['error'] = '%s: %s' % (type(exc).__name__, exc) if not \
+            isinstance(exc, SaveError) else str(exc)
+    result['cpu_ms'] = round((cpu_seconds() - before) * 1000, 3)
+    gc.unfreeze()
+    return result
