@@ -3,10 +3,11 @@ frames take the same ones): an execute's, and the durations they carry."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Dict, List, Optional, Union
 
-from .result import RlmSandboxError
+from .result import CellResult, RlmSandboxError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -66,3 +67,12 @@ def checked_allow(allow: Any) -> List[str]:
         if not isinstance(entry, str):
             raise TypeError(f"each allow entry is a string, not {type(entry).__name__}")
     return list(allow)
+
+
+def loaded(result: CellResult, path: Union[str, "os.PathLike[str]"]) -> CellResult:
+    """A load's result when the session took the state; raises RlmSandboxError (with the
+    sandbox's reason) when it could not (``restore_from``, the integrations)."""
+    if not result.ok:
+        raise RlmSandboxError(f"cannot load the save file '{os.fspath(path)}': {result.status}: "
+                              f"{result.error or ''}".rstrip(": "))
+    return result

@@ -34,7 +34,9 @@ class CellResult:
     ``answer`` is ``str(answer["content"])`` when the cell set ``answer["ready"]``, else None;
     ``locals`` (``execute(locals=True)``) lists the cells' variables as ``{"name", "type",
     "repr"}`` dicts; ``fetched`` (``execute(fetch=name)``) is ``{"value": V}`` or ``{"error":
-    "..."}``; ``index`` is the slot ``add_context``/``add_history`` filled.
+    "..."}``; ``index`` is the slot ``add_context``/``add_history`` filled; ``saved`` (a
+    ``save``'s result) is ``{"bytes": the file's size, "skipped": [{"name", "type", "why"}...]}``,
+    the variables the file does not hold (generators, open files, sockets...).
     """
 
     status: str
@@ -53,6 +55,7 @@ class CellResult:
     locals: Optional[List[Dict[str, Any]]] = None
     fetched: Optional[Dict[str, Any]] = None
     index: Optional[int] = None
+    saved: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -80,6 +83,7 @@ class CellResult:
             locals=data["locals"] if isinstance(data.get("locals"), list) else None,
             fetched=data["fetched"] if isinstance(data.get("fetched"), dict) else None,
             index=data["index"] if _is_int(data.get("index")) else None,
+            saved=data["saved"] if isinstance(data.get("saved"), dict) else None,
             raw=dict(data),
         )
 

@@ -15,12 +15,13 @@ import json
 import os
 import re
 import selectors
+import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._calls import Calls, Dispatcher, split_tools, unencodable
-from ._requests import added_index, checked_allow, checked_index, execute_request
+from ._requests import added_index, checked_allow, checked_index, execute_request, loaded
 from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
@@ -141,6 +142,11 @@ class Server:
     def session(self, policy: str = "python-repl", **options: Any) -> "ServerSession":
         """A REPL session in one of the server's sandboxes (see :class:`ServerSession`)."""
         return ServerSession(self, policy, **options)
+
+    def restore_session(self, path: Union[str, os.PathLike], policy: str = "python-repl",
+                        **options: Any) -> "ServerSession":
+        """A session holding the state saved at `path` (:meth:`ServerSession.restore_from`)."""
+        return ServerSession.restore_from(path, self, policy, **options)
 
 
 def _fetch_policy(wire: Wire, name: str) -> Dict[str, Any]:
@@ -288,10 +294,19 @@ def _value_fd(value: Any, as_json: bool):
     return fd, as_json
 
 
+def _check_saved_size(fd: int, result: CellResult) -> None:
+    """The file the server wrote is as long as the result says (else it is not kept)."""
+    size = (result.saved or {}).get("bytes")
+    if isinstance(size, int) and not isinstance(size, bool) and os.fstat(fd).st_size != size:
+        raise RlmSandboxError(f"the save file is {os.fstat(fd).st_size} bytes; the server "
+                              f"wrote {size}")
+
+
 class ServerSession:
     """A REPL session in one of a server's warm sandboxes, with the interface of
-    :class:`~rlm_sandbox.RlmSandbox`: ``execute``, ``snapshot``, ``restore``, ``close``, a
-    context manager, and ``on_llm_query`` answering the cell's ``llm_query`` calls.
+    :class:`~rlm_sandbox.RlmSandbox`: ``execute``, ``snapshot``, ``restore``, ``save``,
+    ``load``, ``close``, a context manager, and ``on_llm_query`` answering the cell's
+    ``llm_query`` calls.
 
     Args:
         server: a :class:`Server` or its socket path.
@@ -415,6 +430,77 @@ class ServerSession:
     def restore(self, snapshot_id: int) -> None:
         """Replaces the interpreter's state with a fresh copy of a snapshot (reusable)."""
         self._request({"op": "restore", "id": int(snapshot_id)}, "restored")
+
+    def save(self, path: Union[str, os.PathLike]) -> CellResult:
+        """Saves the session's state to `path` (RlmSandbox.save). This process creates the file:
+        a temporary one beside `path` (mode 0600) whose fd the server writes, renamed onto
+        `path` once the save is ``ok``; removed otherwise, so a failed save leaves no partial
+        file and an existing file at `path` as it was."""
+        target = os.path.abspath(os.fspath(path))
+        directory, name = os.path.split(target)
+        try:
+            fd, partial = tempfile.mkstemp(prefix=f".{name[:200]}.", suffix=".partial",
+                                           dir=directory)
+        except OSError as error:
+            raise RlmSandboxError(f"cannot create a file in '{directory}': "
+                                  f"{error.strerror or error}") from error
+        done = False
+        try:
+            try:
+                reply = self._request({"op": "save"}, "cell_result", fds=[fd])
+                result = CellResult.from_json(reply.get("result") or {})
+                if result.ok:
+                    _check_saved_size(fd, result)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if result.ok:
+                os.replace(partial, target)
+                done = True
+            return result
+        except OSError as error:  # fsync, rename: the file is not where it should be
+            raise RlmSandboxError(f"cannot save to '{target}': {error.strerror or error}"
+                                  ) from error
+        finally:
+            if not done:
+                try:
+                    os.unlink(partial)
+                except OSError:
+                    pass
+
+    def load(self, path: Union[str, os.PathLike]) -> CellResult:
+        """Replaces the session's state with the one saved at `path` (RlmSandbox.load): the
+        file, opened read-only here, crosses as an fd; the server checks it before the sandbox
+        reads it. An error frame (a refused file) raises ServerError; the session goes on."""
+        try:
+            fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError as error:
+            raise RlmSandboxError(f"cannot open the save file '{os.fspath(path)}': "
+                                  f"{error.strerror or error}") from error
+        try:
+            reply = self._request({"op": "load"}, "cell_result", fds=[fd])
+        finally:
+            os.close(fd)
+        return CellResult.from_json(reply.get("result") or {})
+
+    @classmethod
+    def restore_from(cls, path: Union[str, os.PathLike],
+                     server: Union[Server, str, os.PathLike, None] = None,
+                     policy: str = "python-repl", **options: Any) -> "ServerSession":
+        """A new session (``ServerSession(server, policy, **options)``) holding the state saved
+        at `path`; the session is closed again when the file is refused or cannot be loaded
+        (RlmSandboxError, or ServerError for the server's refusal)."""
+        session = cls(server, policy, **options)
+        try:
+            loaded(session.load(path), path)
+        except BaseException:
+            try:
+                session.close()
+            except Exception:  # noqa: BLE001 - the load's error is the one to raise
+                session._closed = True
+                session._shutdown()
+            raise
+        return session
 
     def narrow_network(self, allow: List[str]) -> None:
         """Narrows the session's egress allowlist while it runs (RlmSandbox.narrow_network)."""

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._calls import Calls, split_tools
 from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode, _finalizing
-from ._requests import added_index, checked_allow, checked_index, execute_request
+from ._requests import added_index, checked_allow, checked_index, execute_request, loaded
 from .result import CellResult, LlmCallback, RlmSandboxError
 from .server import ServerSession, server_from_environment
 
@@ -398,6 +398,69 @@ class RlmSandbox:
         if self._remote is not None:
             return self._remote.restore(snapshot_id)
         self._request({"op": "restore", "snapshot": int(snapshot_id)})
+
+    def save(self, path: Union[str, os.PathLike]) -> CellResult:
+        """Saves the session's state to the file `path` (mode 0600), run like a cell: the
+        variables (functions and classes the cells defined, by value; modules by name), the
+        contexts and histories, the files under the sandbox's ``/tmp`` and its cwd.
+
+        Returns the CellResult; on ``ok``, ``saved`` is ``{"bytes": the file's size,
+        "skipped": [{"name", "type", "why"}...]}`` (the variables that could not be kept:
+        generators, open files, sockets...). The file appears only once it is complete: a save
+        that fails (a status other than ``ok``, or an exception) leaves no partial file and an
+        existing file at `path` as it was. ``load`` (here or in any later session with the same
+        policy and rlm-sandbox build) takes it back.
+
+        Raises:
+            RlmSandboxError: the file could not be written (e.g. no such directory), or the
+                session ended.
+        """
+        if self._remote is not None:
+            return self._remote.save(path)
+        # The CLI writes the file (a temporary one beside it, renamed once complete).
+        request = {"op": "save", "path": os.path.abspath(os.fspath(path))}
+        return CellResult.from_json(self._request(request))
+
+    def load(self, path: Union[str, os.PathLike]) -> CellResult:
+        """Replaces the session's state (variables, contexts, histories, ``/tmp``, cwd) with the
+        one a ``save`` wrote to `path`.
+
+        The file is checked on the host before the sandbox reads any of it (its SHA-256 and
+        size, and that this rlm-sandbox build and policy made it). Returns the CellResult:
+        ``ok``, or ``error`` with the reason when the sandbox could not read the state (e.g. it
+        was saved by another Python); check ``.ok`` (``restore_from`` raises instead).
+
+        Raises:
+            RlmSandboxError: the file was refused (changed or damaged, cut short, made under
+                another policy or by another build) or cannot be opened; the session goes on
+                with its state unchanged.
+        """
+        if self._remote is not None:
+            return self._remote.load(path)
+        request = {"op": "load", "path": os.path.abspath(os.fspath(path))}
+        return CellResult.from_json(self._request(request))
+
+    @classmethod
+    def restore_from(cls, path: Union[str, os.PathLike], *args: Any,
+                     **kwargs: Any) -> "RlmSandbox":
+        """A new sandbox holding the state saved at `path`: ``RlmSandbox(*args, **kwargs)``
+        (the constructor's arguments, ``server=`` included), then ``load(path)``.
+
+        Raises:
+            RlmSandboxError: the sandbox could not start, or the file was refused or could not
+                be loaded (then the new sandbox is closed first).
+        """
+        path = os.path.abspath(os.fspath(path))  # as the caller's cwd is now
+        sandbox = cls(*args, **kwargs)
+        try:
+            loaded(sandbox.load(path), path)
+        except BaseException:
+            try:
+                sandbox.close()
+            except Exception:  # noqa: BLE001 - the load's error is the one to raise
+                sandbox._kill()
+            raise
+        return sandbox
 
     def narrow_network(self, allow: List[str]) -> None:
         """Narrows the session's egress allowlist while it runs: from now on only ``allow``

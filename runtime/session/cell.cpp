@@ -186,6 +186,8 @@ void read_extras(json& frame, CellResult& result) {
           skipped.push_back({{"name", name}, {"type", type}, {"why", why}});
       }
     result.saved = json{{"skipped", std::move(skipped)}};
+    if (const auto& used = field(saved, "used"); used.is_number_unsigned())
+      (*result.saved)["used"] = used;
   }
 }
 

@@ -149,7 +149,28 @@ std::uint64_t write_save_file(int out, int state, std::uint64_t size,
   return line.size() + size;
 }
 
-UniqueFd read_save_file(int in, const SaveIdentity& identity) {
+host::UniqueFd reopen_readonly(int fd) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  UniqueFd copy(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!copy) throw Error("cannot reopen the saved state: " + sys::errno_text(errno));
+  return copy;
+}
+
+bool fully_sealed(int fd) {
+  constexpr int kSeals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+  const int seals = fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & kSeals) == kSeals;
+}
+
+std::uint64_t trusted_header_length(int in) {
+  std::string head(kMaxSaveHeaderBytes, '\0');
+  head.resize(read_at(in, head.data(), head.size(), 0, "the save file"));
+  const auto end = head.find('\n');
+  if (end == std::string::npos) throw Error("not a save file: no header line");
+  return end + 1;
+}
+
+SavedState read_save_file(int in, const SaveIdentity& identity) {
   struct stat info {};
   if (fstat(in, &info) != 0) throw Error("fstat: " + sys::errno_text(errno));
   if (!S_ISREG(info.st_mode)) throw Error("a save file must be a regular file");
@@ -182,10 +203,23 @@ UniqueFd read_save_file(int in, const SaveIdentity& identity) {
   if (file_size > start + size) throw Error("the save file has bytes past its end");
   const std::string expected = text_field(header, "sha256");
 
+  std::vector<char> chunk(kChunk);
+  if (fully_sealed(in)) {  // nothing can change it after the check: no copy
+    Sha256 hash;
+    for (std::uint64_t offset = 0; offset < size;) {
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset));
+      if (read_at(in, chunk.data(), want, start + offset, "the save file") != want)
+        throw Error("the save file was cut short while it was read");
+      hash.add(chunk.data(), want);
+      offset += want;
+    }
+    if (hash.hex() != expected)
+      throw Error("the save file was changed or damaged: its SHA-256 does not match");
+    return {reopen_readonly(in), start};
+  }
   UniqueFd state(memfd_create("rlm-sandbox-saved-state", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!state) throw Error("memfd_create: " + sys::errno_text(errno));
   Sha256 hash;
-  std::vector<char> chunk(kChunk);
   for (std::uint64_t offset = 0; offset < size;) {
     const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset));
     if (read_at(in, chunk.data(), want, start + offset, "the save file") != want)
@@ -198,7 +232,7 @@ UniqueFd read_save_file(int in, const SaveIdentity& identity) {
     throw Error("the save file was changed or damaged: its SHA-256 does not match");
   if (lseek(state.get(), 0, SEEK_SET) != 0) throw Error("lseek: " + sys::errno_text(errno));
   seal_state(state.get());
-  return state;
+  return {std::move(state), 0};
 }
 
 }  // namespace rlm::session
@@ -206,7 +240,11 @@ UniqueFd read_save_file(int in, const SaveIdentity& identity) {
 namespace rlm {
 
 CellResult Session::save(const std::string& path) {
-  std::string partial = path + ".partial-XXXXXX";
+  // Beside `path` (a rename within one filesystem), under a short name of its own.
+  const auto slash = path.rfind('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  std::string partial =
+      (slash == std::string::npos ? std::string() : directory) + ".rlm-save-XXXXXX";
   host::UniqueFd fd(mkostemp(partial.data(), O_CLOEXEC));
   if (!fd) throw Error("cannot create '" + partial + "': " + sys::errno_text(errno));
   try {
@@ -215,6 +253,9 @@ CellResult Session::save(const std::string& path) {
       if (fsync(fd.get()) != 0) throw Error("fsync '" + partial + "': " + sys::errno_text(errno));
       if (rename(partial.c_str(), path.c_str()) != 0)
         throw Error("cannot rename to '" + path + "': " + sys::errno_text(errno));
+      // The rename itself survives a crash once the directory is on disk.
+      const host::UniqueFd parent(open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (parent) fsync(parent.get());
     } else {
       unlink(partial.c_str());
     }

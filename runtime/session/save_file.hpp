@@ -31,8 +31,21 @@ std::uint64_t seal_state(int memfd);
 // Writes the header and the `size` sealed bytes of `state` to `out` from its offset; returns the
 // file's size. Throws Error.
 std::uint64_t write_save_file(int out, int state, std::uint64_t size, const SaveIdentity& identity);
-// The state `in` (a regular file, read from offset 0) holds, copied into a sealed memfd once
-// every check passed. Throws Error saying which failed.
-host::UniqueFd read_save_file(int in, const SaveIdentity& identity);
+// The state a save file holds, as the worker's load op takes it: `offset` bytes into `fd`.
+struct SavedState {
+  host::UniqueFd fd;
+  std::uint64_t offset = 0;
+};
+// Whether `fd` is a memfd sealed against every change (as save files made by fork_session are).
+bool fully_sealed(int fd);
+// The state `in` (a regular file, read from offset 0) holds, once every check passed: a sealed
+// memfd itself (a new fd of it: it cannot change after the check), any other file copied into
+// a sealed memfd. Throws Error saying which check failed.
+SavedState read_save_file(int in, const SaveIdentity& identity);
+// A new open file of `fd` (read-only, its own offset): an fd passed on as it is would share its
+// offset with every other holder of it, and two sandboxes reading one state would race.
+host::UniqueFd reopen_readonly(int fd);
+// The header line's length of a save file made by this process (fork_session's own): no checks.
+std::uint64_t trusted_header_length(int in);
 
 }  // namespace rlm::session

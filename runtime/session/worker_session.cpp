@@ -20,7 +20,6 @@
 #include "session/cell.hpp"
 #include "session/frame_fields.hpp"
 #include "session/rendezvous.hpp"
-#include "session/save_file.hpp"
 #include "session/worker_source.hpp"
 
 namespace rlm::session {
@@ -101,6 +100,7 @@ WorkerSession::WorkerSession(Backend& backend, const Policy& policy, const Sessi
     : backend_(backend),
       name_(backend.name()),
       policy_(policy),
+      save_identity_(save_identity(policy)),
       options_(start),
       cell_limit_(policy.limits.wall_time),
       answers_(std::make_shared<broker::AnswerQueue>()),
@@ -195,13 +195,27 @@ CellResult WorkerSession::save_to_fd(int fd) {
   require_alive();
   UniqueFd state(memfd_create("rlm-sandbox-saved-state", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!state) throw Error("memfd_create: " + sys::errno_text(errno));
+  // Sparse room for the state, written through a mapping (the sandbox's file size limit would
+  // stop write()): as much as the session's memory may hold, which its pages are charged to.
+  const std::uint64_t room =
+      policy_.limits.memory_bytes > 0
+          ? std::min<std::uint64_t>(policy_.limits.memory_bytes, kMaxSavedStateBytes)
+          : kMaxSavedStateBytes;
+  if (ftruncate(state.get(), static_cast<off_t>(room)) != 0)
+    throw Error("ftruncate: " + sys::errno_text(errno));
   CellResult result = Cell(*this, {{"op", "save"}}, cell_limit_, state.get()).run();
   if (result.status != CellStatus::ok) return result;
-  // The sandbox's bytes: sealed before they are read, so nothing it kept can change them then.
-  const std::uint64_t size = seal_state(state.get());
-  const std::uint64_t bytes = write_save_file(fd, state.get(), size, save_identity(policy_));
   json saved = result.saved.value_or(json::object());
-  saved["bytes"] = bytes;
+  const json used = saved.value("used", json());
+  saved.erase("used");
+  if (!used.is_number_unsigned() || used.get<std::uint64_t>() > room)
+    fail("the sandbox's save did not say how much of its room it used");
+  // The sandbox's bytes: cut to what it used and sealed before they are read, so nothing it
+  // kept can change them then.
+  if (ftruncate(state.get(), static_cast<off_t>(used.get<std::uint64_t>())) != 0)
+    throw Error("ftruncate: " + sys::errno_text(errno));
+  const std::uint64_t size = seal_state(state.get());
+  saved["bytes"] = write_save_file(fd, state.get(), size, save_identity_);
   if (!saved.contains("skipped")) saved["skipped"] = json::array();
   result.saved = std::move(saved);
   return result;
@@ -209,8 +223,13 @@ CellResult WorkerSession::save_to_fd(int fd) {
 
 CellResult WorkerSession::load_from_fd(int fd) {
   require_alive();
-  const UniqueFd state = read_save_file(fd, save_identity(policy_));
-  return Cell(*this, {{"op", "load"}}, cell_limit_, state.get()).run();
+  const SavedState state = read_save_file(fd, save_identity_);
+  return load_state(state.fd.get(), state.offset);
+}
+
+CellResult WorkerSession::load_state(int fd, std::uint64_t offset) {
+  require_alive();
+  return Cell(*this, {{"op", "load"}, {"offset", offset}}, cell_limit_, fd).run();
 }
 
 SnapshotId WorkerSession::snapshot() {

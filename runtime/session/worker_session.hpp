@@ -30,6 +30,7 @@
 #include "rlm_sandbox/backend.hpp"
 #include "rlm_sandbox/session.hpp"
 #include "session/channel.hpp"
+#include "session/save_file.hpp"
 
 namespace rlm::broker {
 class AnswerQueue;
@@ -102,6 +103,9 @@ class WorkerSession final : public Session {
   void restore(SnapshotId id) override;
   CellResult save_to_fd(int fd) override;
   CellResult load_from_fd(int fd) override;
+  // The state `offset` bytes into `fd`, a sealed memfd the caller made and trusts (a fork's own
+  // save): load_from_fd's checks are skipped, the sandbox still reads it as hostile.
+  CellResult load_state(int fd, std::uint64_t offset);
   void narrow_network(const std::vector<std::string>& entries) override;
   Result close() override;
   void kill(const std::string& why) override;
@@ -149,7 +153,10 @@ class WorkerSession final : public Session {
   Backend& backend_;
   std::unique_ptr<Rendezvous> rendezvous_;  // the socket directory of a backend without fd passing
   std::string name_;
-  Policy policy_;
+  Policy policy_;  // as the sandbox runs it: wall_time is the session's lifetime
+  // What a save file of this session must match: the policy as the caller gave it (not its
+  // lifetime, a warm pool's or a caller's, nor a later narrowing).
+  SaveIdentity save_identity_;
   SessionOptions options_;
   std::chrono::milliseconds cell_limit_;
   std::shared_ptr<broker::AnswerQueue> answers_;

@@ -245,13 +245,15 @@ class CellResultTest(unittest.TestCase):
     def test_new_fields_from_json(self) -> None:
         raw: Dict[str, Any] = {"status": "ok", "answer": {"content": "done"},
                                "locals": [{"name": "x", "type": "int", "repr": "1"}],
-                               "fetched": {"value": [1]}, "index": 2}
+                               "fetched": {"value": [1]}, "index": 2,
+                               "saved": {"bytes": 10, "skipped": []}}
         result = CellResult.from_json(raw)
-        self.assertEqual((result.answer, result.locals, result.fetched, result.index),
-                         ("done", raw["locals"], {"value": [1]}, 2))
-        empty = CellResult.from_json({"status": "ok"})
-        self.assertEqual((empty.answer, empty.locals, empty.fetched, empty.index),
-                         (None, None, None, None))
+        self.assertEqual((result.answer, result.locals, result.fetched, result.index,
+                          result.saved),
+                         ("done", raw["locals"], {"value": [1]}, 2, {"bytes": 10, "skipped": []}))
+        empty = CellResult.from_json({"status": "ok", "saved": "not an object"})
+        self.assertEqual((empty.answer, empty.locals, empty.fetched, empty.index, empty.saved),
+                         (None, None, None, None, None))
         self.assertEqual(json.loads(json.dumps(result.raw)), raw)
 
 

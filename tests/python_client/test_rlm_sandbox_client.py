@@ -227,6 +227,147 @@ class StateTest(SandboxTestCase):
         self.assertEqual(sb.close()["backend"], "local")
 
 
+#: A session's state of each kind a save keeps (a variable, a function and a class defined in
+#: cells, an instance, a module, a file under /tmp), and a generator, which it cannot keep.
+SAVED_STATE_CELL = textwrap.dedent("""\
+    x = 41
+    def plus_x(a):
+        return a + x
+    class Point:
+        def __init__(self, y):
+            self.y = y
+        def norm(self):
+            return abs(self.y)
+    p = Point(-3)
+    import json
+    numbers = (i for i in range(3))
+    with open('/tmp/notes.txt', 'w') as out:
+        out.write('kept')
+    del out
+    """)
+#: What a session holding SAVED_STATE_CELL's state (and context "ctx") prints for this cell.
+SAVED_STATE_CHECK = ("print(x, plus_x(1), p.norm(), json.dumps([1]), open('/tmp/notes.txt').read(),"
+                     " context, 'numbers' in globals())")
+SAVED_STATE_OUTPUT = "41 42 3 [1] kept ctx False\n"
+#: A variable that pickles alone but not with the others (its __reduce__ fails on the 1st and
+#: 3rd call): the save fails as a whole, with status error.
+UNSAVEABLE_CELL = textwrap.dedent("""\
+    class Flaky:
+        calls = 0
+        def __reduce__(self):
+            Flaky.calls += 1
+            if Flaky.calls != 2:
+                raise ValueError('flaky')
+            return (Flaky, ())
+    flaky = Flaky()
+    """)
+
+
+def tampered_copy(path: str) -> str:
+    """A copy of the save file at `path` with one bit of its middle byte flipped."""
+    with open(path, "rb") as original:
+        data = bytearray(original.read())
+    data[len(data) // 2] ^= 0x01
+    copy = path + ".tampered"
+    with open(copy, "wb") as out:
+        out.write(data)
+    return copy
+
+
+class SaveLoadTest(SandboxTestCase):
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rlm-save-load-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.path = os.path.join(self.dir, "run.save")
+
+    def saved_session(self) -> RlmSandbox:
+        sb = self.sandbox(context="ctx")
+        self.run_ok(sb, SAVED_STATE_CELL)
+        result = sb.save(self.path)
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(result.saved["bytes"], os.path.getsize(self.path))
+        self.assertEqual([(item["name"], item["type"]) for item in result.saved["skipped"]],
+                         [("numbers", "generator")])
+        return sb
+
+    def test_state_round_trips_into_a_fresh_sandbox(self) -> None:
+        self.saved_session()
+        self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
+        self.assertEqual(os.listdir(self.dir), ["run.save"])
+        fresh = self.sandbox()
+        self.assertEqual(self.run_ok(fresh, "y = 1").saved, None)
+        result = fresh.load(self.path)
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(self.run_ok(fresh, SAVED_STATE_CHECK).stdout, SAVED_STATE_OUTPUT)
+        self.assertIn("NameError", fresh.execute("y").error)  # load replaced the state
+
+    def test_a_relative_path_is_the_callers(self) -> None:
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 5")
+        cwd = os.getcwd()
+        os.chdir(self.dir)
+        try:
+            self.assertTrue(sb.save("relative.save").ok)
+            self.assertTrue(sb.load("relative.save").ok)
+        finally:
+            os.chdir(cwd)
+        self.assertTrue(os.path.isfile(os.path.join(self.dir, "relative.save")))
+
+    def test_restore_from_opens_a_sandbox_holding_the_state(self) -> None:
+        self.saved_session()
+        restored = RlmSandbox.restore_from(self.path, backend=BACKEND, binary=BINARY)
+        self.addCleanup(self._dispose, restored)
+        self.assertEqual(self.run_ok(restored, SAVED_STATE_CHECK).stdout, SAVED_STATE_OUTPUT)
+
+    def test_a_tampered_file_is_refused_and_the_session_goes_on(self) -> None:
+        self.saved_session()
+        tampered = tampered_copy(self.path)
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 'mine'")
+        with self.assertRaisesRegex(RlmSandboxError, "SHA-256"):
+            sb.load(tampered)
+        self.assertEqual(self.run_ok(sb, "print(x)").stdout, "mine\n")
+        with self.assertRaisesRegex(RlmSandboxError, "cannot open the save file"):
+            sb.load(os.path.join(self.dir, "missing.save"))
+
+    def test_restore_from_a_tampered_file_closes_the_new_sandbox(self) -> None:
+        self.saved_session().close()  # its sandbox forks standbys of its own meanwhile
+        tampered = tampered_copy(self.path)
+        closed: List[RlmSandbox] = []
+        real_close = RlmSandbox.close
+
+        def recorded_close(sandbox: RlmSandbox) -> Dict[str, Any]:
+            closed.append(sandbox)
+            return real_close(sandbox)
+
+        before = _descendants(os.getpid())
+        with mock.patch.object(RlmSandbox, "close", recorded_close), \
+                self.assertRaisesRegex(RlmSandboxError, "SHA-256"):
+            RlmSandbox.restore_from(tampered, backend=BACKEND, binary=BINARY)
+        self.assertEqual(len(closed), 1)
+        self.assertFalse(closed[0].running)
+        self.assertEqual(_descendants(os.getpid()) - before, set())
+
+    def test_a_failed_save_leaves_no_partial_file_and_the_old_file_as_it_was(self) -> None:
+        sb = self.sandbox()
+        self.run_ok(sb, "x = 1")
+        self.assertTrue(sb.save(self.path).ok)
+        with open(self.path, "rb") as good:
+            before = good.read()
+        self.run_ok(sb, UNSAVEABLE_CELL)
+        result = sb.save(self.path)
+        self.assertEqual(result.status, "error", result)
+        self.assertIn("cannot be saved together", result.error)
+        self.assertIsNone(result.saved)
+        self.assertEqual(os.listdir(self.dir), ["run.save"])
+        with open(self.path, "rb") as kept:
+            self.assertEqual(kept.read(), before)
+        with self.assertRaises(RlmSandboxError):
+            sb.save(os.path.join(self.dir, "no-such-dir", "run.save"))
+        self.assertEqual(os.listdir(self.dir), ["run.save"])
+        self.assertEqual(self.run_ok(sb, "print(x)").stdout, "1\n")
+
+
 class LlmQueryTest(SandboxTestCase):
     def test_callback_round_trip(self) -> None:
         calls: List[tuple] = []

@@ -17,12 +17,15 @@ import sys
 import tempfile
 import time
 import unittest
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rlm_sandbox  # noqa: E402
 from rlm_sandbox import (RlmSandbox, RlmSandboxError, Server, ServerError,  # noqa: E402
                          ServerSession)
+from test_rlm_sandbox_client import (SAVED_STATE_CELL, SAVED_STATE_CHECK,  # noqa: E402
+                                     SAVED_STATE_OUTPUT, UNSAVEABLE_CELL, tampered_copy)
 
 BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 _server: Optional[subprocess.Popen] = None
@@ -59,10 +62,7 @@ def setUpModule() -> None:  # noqa: N802 - unittest's name
     os.mkdir(PERMITTED)
     with open(os.path.join(PERMITTED, "note.txt"), "w") as note:
         note.write("from the host\n")
-    _server = subprocess.Popen(
-        [BINARY, "serve", "--socket", SOCKET, "--pool", "default=1",
-         "--session-pool", "python-repl=1", "--permit-bind", f"{os.getuid()}:{PERMITTED}"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _server = _serve(SOCKET)
     try:
         _wait_for_socket(SOCKET, _server, 60)
     except BaseException:
@@ -70,16 +70,30 @@ def setUpModule() -> None:  # noqa: N802 - unittest's name
         raise
 
 
-def tearDownModule() -> None:  # noqa: N802 - unittest's name
-    if _server is not None and _server.poll() is None:
-        _server.send_signal(signal.SIGTERM)
+def _serve(path: str, pools: Sequence[str] = ("--pool", "default=1",
+                                                "--session-pool", "python-repl=1")
+           ) -> subprocess.Popen:
+    """``rlm-sandbox serve`` at `path` with these pools (default: the module's server's)."""
+    return subprocess.Popen(
+        [BINARY, "serve", "--socket", path, *pools,
+         "--permit-bind", f"{os.getuid()}:{PERMITTED}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _stop(server: Optional[subprocess.Popen]) -> None:
+    if server is not None and server.poll() is None:
+        server.send_signal(signal.SIGTERM)
         try:
-            _server.wait(timeout=30)
+            server.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _server.kill()
-            _server.wait()
-    if _server is not None and _server.stderr is not None:
-        _server.stderr.close()
+            server.kill()
+            server.wait()
+    if server is not None and server.stderr is not None:
+        server.stderr.close()
+
+
+def tearDownModule() -> None:  # noqa: N802 - unittest's name
+    _stop(_server)
     if _dir is not None:
         shutil.rmtree(_dir, ignore_errors=True)
 
@@ -415,6 +429,146 @@ class SessionTest(unittest.TestCase):
         with self.assertRaises(ServerError) as caught:
             ServerSession(SOCKET, "python-repl", memory="64G")
         self.assertIn("limits.memory_bytes", [path for path, _ in caught.exception.diagnostics])
+
+
+class SaveLoadTest(unittest.TestCase):
+    """Save through one server, load through a second server process started with the same
+    options (another sandbox host: nothing but the file passes between them). Their sessions
+    are all opened cold (no warm session pool): a warm session's file is refused by a cold one
+    today (test_a_warm_sessions_file_loads_into_a_cold_session)."""
+
+    FIRST = ""
+    SECOND = ""
+    servers: List[subprocess.Popen] = []
+    POOLS = ("--pool", "default=0", "--session-pool", "python-repl=0")
+
+    @classmethod
+    def setUpClass(cls) -> None:  # noqa: N802 - unittest's name
+        cls.FIRST = os.path.join(_dir, "first.sock")
+        cls.SECOND = os.path.join(_dir, "second.sock")
+        cls.servers = []
+        try:
+            for path in (cls.FIRST, cls.SECOND):
+                cls.servers.append(_serve(path, cls.POOLS))
+                _wait_for_socket(path, cls.servers[-1], 60)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls) -> None:  # noqa: N802 - unittest's name
+        for server in cls.servers:
+            _stop(server)
+
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rlm-server-save-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.path = os.path.join(self.dir, "run.save")
+
+    def session(self, socket: str = "", **options: Any) -> ServerSession:
+        session = Server(socket or self.FIRST).session("python-repl", **options)
+        self.addCleanup(session.close)
+        return session
+
+    def saved_session(self) -> ServerSession:
+        sb = self.session(context="ctx")
+        self.assertEqual(sb.execute(SAVED_STATE_CELL).status, "ok")
+        result = sb.save(self.path)
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(result.saved["bytes"], os.path.getsize(self.path))
+        self.assertEqual([(item["name"], item["type"]) for item in result.saved["skipped"]],
+                         [("numbers", "generator")])
+        return sb
+
+    def test_state_moves_to_a_second_server(self) -> None:
+        self.saved_session()
+        self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
+        self.assertEqual(os.listdir(self.dir), ["run.save"])  # the temporary file was renamed
+        self.assertNotEqual(Server(self.SECOND).hello()["pid"], Server(self.FIRST).hello()["pid"])
+        fresh = self.session(self.SECOND)
+        self.assertEqual(fresh.execute("y = 1").status, "ok")
+        result = fresh.load(self.path)
+        self.assertEqual(result.status, "ok", result)
+        self.assertEqual(fresh.execute(SAVED_STATE_CHECK).stdout, SAVED_STATE_OUTPUT)
+        self.assertIn("NameError", fresh.execute("y").error)  # load replaced the state
+
+    def test_restore_from_opens_a_session_holding_the_state(self) -> None:
+        self.saved_session()
+        for restored in (ServerSession.restore_from(self.path, self.SECOND),
+                         Server(self.SECOND).restore_session(self.path),
+                         RlmSandbox.restore_from(self.path, server=self.SECOND)):
+            self.addCleanup(restored.close)
+            self.assertEqual(restored.execute(SAVED_STATE_CHECK).stdout, SAVED_STATE_OUTPUT)
+
+    def test_rlm_sandbox_with_a_server_saves(self) -> None:
+        with RlmSandbox(server=self.FIRST) as sb:
+            self.assertEqual(sb.execute("x = 7").status, "ok")
+            self.assertTrue(sb.save(self.path).ok)
+        with RlmSandbox(server=self.SECOND) as sb:
+            self.assertTrue(sb.load(self.path).ok)
+            self.assertEqual(sb.execute("print(x)").stdout, "7\n")
+
+    def test_a_tampered_file_is_refused_and_the_session_goes_on(self) -> None:
+        self.saved_session()
+        tampered = tampered_copy(self.path)
+        sb = self.session(self.SECOND)
+        self.assertEqual(sb.execute("x = 'mine'").status, "ok")
+        with self.assertRaisesRegex(ServerError, "SHA-256"):
+            sb.load(tampered)
+        self.assertEqual(sb.execute("print(x)").stdout, "mine\n")
+        with self.assertRaisesRegex(RlmSandboxError, "cannot open the save file"):
+            sb.load(os.path.join(self.dir, "missing.save"))
+
+    def test_restore_from_a_tampered_file_closes_the_new_session(self) -> None:
+        self.saved_session()
+        tampered = tampered_copy(self.path)
+        closed: List[ServerSession] = []
+        real_close = ServerSession.close
+
+        def recorded_close(session: ServerSession) -> Dict[str, Any]:
+            closed.append(session)
+            return real_close(session)
+
+        with mock.patch.object(ServerSession, "close", recorded_close), \
+                self.assertRaisesRegex(ServerError, "SHA-256"):
+            ServerSession.restore_from(tampered, self.SECOND)
+        self.assertEqual(len(closed), 1)
+        self.assertFalse(closed[0].running)
+
+    def test_a_failed_save_leaves_no_partial_file_and_the_old_file_as_it_was(self) -> None:
+        sb = self.session()
+        self.assertEqual(sb.execute("x = 1").status, "ok")
+        self.assertTrue(sb.save(self.path).ok)
+        with open(self.path, "rb") as good:
+            before = good.read()
+        self.assertEqual(sb.execute(UNSAVEABLE_CELL).status, "ok")
+        result = sb.save(self.path)
+        self.assertEqual(result.status, "error", result)
+        self.assertIn("cannot be saved together", result.error)
+        self.assertEqual(os.listdir(self.dir), ["run.save"])
+        with open(self.path, "rb") as kept:
+            self.assertEqual(kept.read(), before)
+        with self.assertRaisesRegex(RlmSandboxError, "cannot create a file"):
+            sb.save(os.path.join(self.dir, "no-such-dir", "run.save"))
+        self.assertEqual(sb.execute("print(x)").stdout, "1\n")
+
+    def test_a_warm_sessions_file_loads_into_a_cold_session(self) -> None:
+        # The save file names the policy as given, not the session's lifetime (a warm pool's is
+        # its own), so a warm session's file loads into a cold session and into the repl.
+        warm = Server(SOCKET)
+        deadline = time.monotonic() + 60
+        while warm.hello()["pools"]["python-repl"]["ready_sessions"] < 1:
+            self.assertLess(time.monotonic(), deadline, "no warm session")
+            time.sleep(0.05)
+        taken = warm.hello()["pools"]["python-repl"]["warm_sessions"]
+        sb = warm.session("python-repl")
+        self.addCleanup(sb.close)
+        self.assertEqual(warm.hello()["pools"]["python-repl"]["warm_sessions"], taken + 1)
+        self.assertEqual(sb.execute("x = 3").status, "ok")
+        self.assertTrue(sb.save(self.path).ok)
+        cold = self.session(self.SECOND)
+        self.assertTrue(cold.load(self.path).ok)
+        self.assertEqual(cold.execute("print(x)").stdout, "3\n")
 
 
 class PackageTest(unittest.TestCase):

@@ -11,7 +11,9 @@ from tests/python_integrations (ctest's ``python_integrations`` test does this).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -22,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 from _fakes import SANDBOX, FakeLMHandler, require_binary  # noqa: E402
+from rlm_sandbox import RlmSandboxError  # noqa: E402
 from rlm_sandbox.integrations import rlm as rlm_env  # noqa: E402
 from rlm_sandbox.integrations.rlm import RlmSandboxREPL  # noqa: E402
 
@@ -449,6 +452,34 @@ class Persistence(unittest.TestCase):
         env.append_compaction_entry({"type": "summary", "content": "so far"})
         self.assertEqual(env.execute_code("print(len(history), history[1]['content'])").stdout,
                          "2 so far\n")
+
+    def test_save_and_load_carry_the_state_and_the_counts(self) -> None:
+        directory = tempfile.mkdtemp(prefix="rlm-env-save-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        path = os.path.join(directory, "turn.save")
+        self.env.add_context("second document")
+        self.env.add_history([{"role": "user", "content": "hi"}])
+        self.env.execute_code("def shout(s):\n    return s.upper()\nnotes = shout(context_1)\n"
+                              "lines = (c for c in notes)")
+        saved = self.env.save(path)
+        self.assertEqual(saved.status, "ok", saved)
+        self.assertEqual([item["name"] for item in saved.saved["skipped"]], ["lines"])
+        other = make_env()
+        self.addCleanup(other.cleanup)
+        self.assertEqual((other.get_context_count(), other.get_history_count()), (0, 0))
+        self.assertTrue(other.load(path).ok)
+        self.assertEqual((other.get_context_count(), other.get_history_count()), (2, 1))
+        result = other.execute_code("print(notes, shout(context), history[0]['content'])")
+        self.assertEqual(result.stdout, "SECOND DOCUMENT FIRST DOCUMENT hi\n")
+        self.assertEqual(other.add_context("third"), 2)
+        with open(path, "r+b") as damaged:
+            damaged.seek(os.path.getsize(path) // 2)
+            byte = damaged.read(1)
+            damaged.seek(-1, os.SEEK_CUR)
+            damaged.write(bytes([byte[0] ^ 1]))
+        with self.assertRaisesRegex(RlmSandboxError, "SHA-256"):
+            other.load(path)
+        self.assertEqual(other.get_context_count(), 3)
 
     def test_supports_the_persistence_protocol_methods(self) -> None:
         for name in ("update_handler_address", "add_context", "get_context_count",

@@ -6,8 +6,8 @@
 # concatenated, in that order, into the one script the sandbox runs; they share its globals.
 
 import importlib
-import io
 import marshal
+import mmap
 import pickle
 import shutil
 import tarfile
@@ -144,81 +144,141 @@ class StateUnpickler(pickle.Unpickler):
         return super().find_class(module, name) if module != '__main__' else globals()[name]
 
 
-def pickled(value) -> bytes:
-    buffer = io.BytesIO()
-    StatePickler(buffer).dump(value)
-    return buffer.getvalue()
+class Discard:
+    """A file that keeps nothing: pickling into it only finds what cannot be pickled."""
+
+    @staticmethod
+    def write(data) -> int:
+        return len(data)
 
 
-def saved_variables() -> tuple:
-    """(the variables a save keeps, pickled together so that shared objects stay shared; those
-    it cannot keep, as [{name, type, why}])."""
+def write_part(out, produce) -> None:
+    """A part: its length (8 bytes, little-endian), then what produce(out) writes, streamed into
+    the file (a large value is never held twice)."""
+    start = out.tell()
+    out.write(bytes(8))
+    produce(out)
+    end = out.tell()
+    out.seek(start)
+    out.write((end - start - 8).to_bytes(8, 'little'))
+    out.seek(end)
+
+
+def saved_variables() -> dict:
     reserved = reserved_names() | {'__builtins__', '__name__', '__doc__', '__loader__',
                                    '__spec__', '__package__'}
-    variables = {name: value for name, value in SESSION.namespace.items()
-                 if name not in reserved or name == 'answer'}
-    try:
-        return pickled(variables), []
-    except Exception:
-        pass
+    return {name: value for name, value in SESSION.namespace.items()
+            if name not in reserved or name == 'answer'}
+
+
+def unpicklable(variables: dict) -> list:
+    """Takes out of `variables` those that cannot be pickled; returns them as
+    [{name, type, why}]."""
     skipped = []
     for name, value in list(variables.items()):
         try:
-            pickled(value)
+            StatePickler(Discard()).dump(value)
         except Exception as exc:
             del variables[name]
             if len(skipped) < MAX_SKIPPED:
                 skipped.append({'name': name, 'type': type(value).__name__,
                                 'why': ('%s: %s' % (type(exc).__name__, exc))[:200]})
-    try:
-        return pickled(variables), skipped
-    except Exception as exc:  # each alone pickles, together not (a rare cross-reference)
-        raise SaveError('the variables cannot be saved together (%s)' % exc) from None
+    return skipped
 
 
-def saved_files() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode='w', format=tarfile.PAX_FORMAT) as archive:
+def write_files(out) -> None:
+    with tarfile.open(fileobj=out, mode='w', format=tarfile.PAX_FORMAT) as archive:
         for directory in SAVED_DIRECTORIES:
             if not os.path.isdir(directory):
                 continue
             for entry in sorted(os.listdir(directory)):
                 archive.add(os.path.join(directory, entry),
                             arcname=os.path.join(directory, entry).lstrip('/'))
-    return buffer.getvalue()
 
 
 def write_state(fd: int) -> dict:
-    """Writes the state to fd (a memfd of the host's); returns what the result reports."""
-    with open(fd, 'wb', closefd=True) as out:
-        variables, skipped = saved_variables()
-        contents = pickled({'contexts': SESSION.contexts, 'histories': SESSION.histories})
-        header = {'format': SAVE_FORMAT, 'python': sys.hexversion, 'cwd': os.getcwd()}
-        for part in (header, contents, variables, saved_files()):
-            data = part if isinstance(part, bytes) else pickle.dumps(part)
-            out.write(len(data).to_bytes(8, 'little'))
-            out.write(data)
-    return {'skipped': skipped}
-
-
-def read_parts(fd: int) -> list:
+    """Writes the state to fd in four parts: a header, the contexts and histories, the variables
+    (pickled together, so that shared objects stay shared), the files; returns what the result
+    reports, with `used`, the bytes written. The fd is a memfd the host sized (sparse) to the
+    most the state may take: written through a mapping, since the sandbox's file size limit
+    holds for write() and ftruncate(), not for a mapping of a file already that long."""
     try:
-        data = read_all(fd)
+        capacity = os.fstat(fd).st_size
+        out = mmap.mmap(fd, capacity) if capacity else None
     finally:
         os.close(fd)
-    parts, offset = [], 0
-    while offset < len(data):
-        if offset + 8 > len(data):
-            raise SaveError('the saved state is cut short')
-        size = int.from_bytes(data[offset:offset + 8], 'little')
-        offset += 8
-        if offset + size > len(data):
-            raise SaveError('the saved state is cut short')
-        parts.append(memoryview(data)[offset:offset + size])
-        offset += size
-    if len(parts) != 4:
-        raise SaveError('the saved state has %d parts, not 4' % len(parts))
-    return parts
+    if out is None:
+        raise SaveError('the host gave no room for the state')
+    try:
+        with out:
+            return write_parts(out)
+    except ValueError as exc:
+        if not out_of_room(exc):
+            raise
+        raise SaveError('the state is larger than the %d bytes this session may save (its '
+                        'memory limit)' % capacity) from None
+
+
+def out_of_room(exc: BaseException) -> bool:
+    return isinstance(exc, ValueError) and 'out of range' in str(exc)  # the mapping is full
+
+
+def write_parts(out) -> dict:
+    header = {'format': SAVE_FORMAT, 'python': sys.hexversion, 'cwd': os.getcwd()}
+    write_part(out, lambda f: pickle.dump(header, f))
+    tables = {'contexts': SESSION.contexts, 'histories': SESSION.histories}
+    write_part(out, lambda f: StatePickler(f).dump(tables))
+    variables, skipped, start = saved_variables(), [], out.tell()
+    try:
+        write_part(out, lambda f: StatePickler(f).dump(variables))
+    except Exception as exc:
+        if out_of_room(exc):
+            raise
+        out.seek(start)
+        skipped = unpicklable(variables)
+        try:
+            write_part(out, lambda f: StatePickler(f).dump(variables))
+        except Exception as again:  # each alone pickles, together not
+            if out_of_room(again):
+                raise
+            raise SaveError('the variables cannot be saved together (%s)' % again) from None
+    write_part(out, write_files)
+    return {'skipped': skipped, 'used': out.tell()}
+
+
+def read_parts(fd: int, start: int) -> tuple:
+    """(header, tables, variables, files) of the state in fd from byte `start` on (a save file's
+    header line is before it when the host passes the file itself); the files as a tarfile."""
+    source = open(fd, 'rb', closefd=True)
+    try:
+        size = os.fstat(fd).st_size
+        source.seek(start)
+        parts = []
+        for index in range(4):
+            length = int.from_bytes(source.read(8), 'little')
+            end = source.tell() + length
+            if end > size or source.tell() > size:
+                raise SaveError('the saved state is cut short')
+            if index == 0:
+                parts.append(pickle.Unpickler(source).load())
+                check_header(parts[0])  # before anything of another Python is read
+            elif index < 3:
+                parts.append(StateUnpickler(source).load())
+            else:
+                parts.append(tarfile.open(fileobj=source, mode='r'))
+            source.seek(end)
+        return source, parts
+    except BaseException:
+        source.close()
+        raise
+
+
+def check_header(header) -> None:
+    if not isinstance(header, dict) or header.get('format') != SAVE_FORMAT:
+        raise SaveError('the saved state is of another format')
+    if header.get('python') != sys.hexversion:
+        raise SaveError('the state was saved by Python %s; this sandbox runs %s' %
+                        (python_version(header.get('python')), python_version(sys.hexversion)))
 
 
 def clear_saved_directories() -> None:
@@ -236,18 +296,35 @@ def clear_saved_directories() -> None:
                     pass
 
 
-def load_state(fd: int) -> None:
+def load_state(fd: int, start: int) -> None:
     """Replaces this session's variables, contexts, histories, files under SAVED_DIRECTORIES
     and cwd with the saved ones."""
-    header_bytes, contents, variables, files = read_parts(fd)
-    header = pickle.loads(header_bytes)
-    if not isinstance(header, dict) or header.get('format') != SAVE_FORMAT:
-        raise SaveError('the saved state is of another format')
-    if header.get('python') != sys.hexversion:
-        raise SaveError('the state was saved by Python %s; this sandbox runs %s' %
-                        (python_version(header.get('python')), python_version(sys.hexversion)))
-    tables = StateUnpickler(io.BytesIO(contents)).load()
-    loaded = StateUnpickler(io.BytesIO(variables)).load()
+    source, (header, tables, loaded, archive) = read_parts(fd, start)
+    with source, archive:
+        if not isinstance(loaded, dict) or not isinstance(tables, dict) or \
+                not all(isinstance(tables.get(key), dict) for key in ('contexts', 'histories')):
+            raise SaveError('the saved state is not of the shape a save writes')
+        if not all(isinstance(index, int) and index >= 0
+                   for key in ('contexts', 'histories') for index in tables[key]):
+            raise SaveError('the saved state is not of the shape a save writes')
+        members = archive.getmembers()
+        for member in members:  # within the saved directories, as a save writes them
+            if not any(member.name.startswith(directory.lstrip('/') + '/')
+                       for directory in SAVED_DIRECTORIES) or '..' in member.name.split('/'):
+                raise SaveError('the saved files name %r' % member.name[:200])
+        try:
+            replace_state(header, tables, loaded, archive, members)
+        except BaseException as exc:
+            # Half replaced: this interpreter ends, and the session rolls back to its state
+            # before the load (status crashed).
+            print('the load failed halfway: %s: %s' % (type(exc).__name__, exc), file=sys.stderr)
+            os._exit(EXIT_LOAD_FAILED)
+
+
+EXIT_LOAD_FAILED = 86
+
+
+def replace_state(header, tables, loaded, archive, members) -> None:
     for name in list(SESSION.namespace):
         if not name.startswith('__'):
             del SESSION.namespace[name]
@@ -259,16 +336,10 @@ def load_state(fd: int) -> None:
     SESSION.namespace.update(loaded)
     restore_scaffold()
     clear_saved_directories()
-    with tarfile.open(fileobj=io.BytesIO(files), mode='r') as archive:
-        members = archive.getmembers()
-        for member in members:  # within the saved directories, as a save writes them
-            if not any(member.name.startswith(directory.lstrip('/') + '/')
-                       for directory in SAVED_DIRECTORIES) or '..' in member.name.split('/'):
-                raise SaveError('the saved files name %r' % member.name[:200])
-        if hasattr(tarfile, 'fully_trusted_filter'):
-            archive.extractall('/', members, filter='fully_trusted')
-        else:
-            archive.extractall('/', members)
+    if hasattr(tarfile, 'fully_trusted_filter'):
+        archive.extractall('/', members, filter='fully_trusted')
+    else:
+        archive.extractall('/', members)
     try:
         os.chdir(header.get('cwd') or '/')
     except OSError:
@@ -286,6 +357,9 @@ def run_state_op(op: HostFrame) -> dict:
     error and the reason."""
     if not is_op_id(op.get('id')):
         protocol_violation('%s needs an id' % op.get('op'))
+    start = op.get('offset', 0)
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        protocol_violation('load offset must be a non-negative integer')
     fd = op.take_fd()
     if fd is None:
         protocol_violation('%s without its fd' % op.get('op'))
@@ -297,7 +371,7 @@ def run_state_op(op: HostFrame) -> dict:
         if op.get('op') == 'save':
             result['saved'] = write_state(fd)
         else:
-            load_state(fd)
+            load_state(fd, start)
     except Exception as exc:
         result['status'] = 'error'
         result['error'] = '%s: %s' % (type(exc).__name__, exc) if not \

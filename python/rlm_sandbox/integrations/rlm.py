@@ -23,6 +23,9 @@ run), ``llm_query``, ``llm_query_batched``, ``rlm_query``, ``rlm_query_batched``
 - A cell's error reaches ``stderr`` as LocalREPL writes it: ``"\n<Type>: <message>"``.
 - A cell that runs too long is stopped at the policy's (or ``timeout``'s) limit and rolled
   back; the loop goes on.
+- ``save(path)`` writes the session's state (variables, the cells' functions and classes,
+  contexts, histories, ``/tmp``) to a file; ``load(path)`` puts it into this environment's
+  session, in this process or a later one (``RlmSandbox.save``/``load``).
 
 Use it with the library's ``RLM`` class (``sandboxed()`` registers the environment)::
 
@@ -59,6 +62,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import RlmSandbox
 from .._calls import current_call_id
+from .._requests import loaded
 from . import _lm_handler
 
 try:  # the library's own types, when it is installed and importable
@@ -83,6 +87,12 @@ SANDBOX_OPTIONS = frozenset({
 
 #: The environment name ``register()`` adds, and the key ``sandboxed()`` uses.
 ENVIRONMENT_NAME = "rlm_sandbox"
+
+#: A cell printing how many contexts and histories the session holds (one past the highest
+#: ``context_N``, ``history_N``); it binds no name.
+_COUNT_CODE = ("print(*[1 + max([int(name[len(prefix):]) for name in globals() "
+               "if name.startswith(prefix) and name[len(prefix):].isdigit()], default=-1) "
+               "for prefix in ('context_', 'history_')])")
 
 
 @dataclass
@@ -388,6 +398,29 @@ class RlmSandboxREPL(_EnvBase):
             return
         self._compaction_history.append(json.loads(json.dumps(entry)))
         self._inject_compaction_history()
+
+    # -- save and restore -----------------------------------------------------------------------
+
+    def save(self, path: Any) -> Any:
+        """Saves the session's state to the file `path` (``RlmSandbox.save``): the variables,
+        the functions and classes the cells defined, contexts, histories, the sandbox's
+        ``/tmp`` and cwd. Returns the ``CellResult``: ``saved["skipped"]`` lists the variables
+        the file does not hold (generators, open files...); a failed save leaves no file."""
+        return self._session().save(path)
+
+    def load(self, path: Any) -> Any:
+        """Replaces the session's state with the one saved at `path` (by this environment or
+        any sandbox of the same policy and rlm-sandbox build), then takes the context and
+        history counts from it. Returns the ``CellResult``. Raises ``RlmSandboxError`` when the
+        file is refused (changed, cut short, another policy) or cannot be loaded; the session
+        then keeps its state. The host's compaction entries are not in the file: a later
+        ``append_compaction_entry`` sends this environment's own list again."""
+        sandbox = self._session()
+        result = loaded(sandbox.load(path), path)
+        counts = sandbox.execute(_COUNT_CODE).stdout.split()
+        if len(counts) == 2 and all(count.isdigit() for count in counts):
+            self._context_count, self._history_count = (int(count) for count in counts)
+        return result
 
     # -- the sandbox's calls --------------------------------------------------------------------
 

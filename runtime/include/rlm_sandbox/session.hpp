@@ -191,4 +191,21 @@ class Session {
   virtual void kill(const std::string& why) = 0;
 };
 
+// fork(n) (docs/sessions.md, "Fork"): `count` new sessions holding the parent's state as it is
+// now, each in a sandbox of its own (its own user, PID, mount, IPC and network namespaces, its
+// own cgroup and limits, its own lifetime): the parent is saved once (save_to_fd, into a sealed
+// memfd) and each branch, opened by `open_branch(i)` (a backend's open_session, a pool's, a
+// server client's), loads it; branches are opened and loaded concurrently. The parent goes on
+// unchanged. Modules are imported anew in each branch, so `random` and numpy's generator are
+// seeded anew. Throws Error when the parent cannot be saved or a branch cannot be opened or
+// loaded (every branch opened is closed then); `saved` is the parent's save result (what it
+// could not keep).
+struct Forked {
+  CellResult saved;
+  std::vector<std::unique_ptr<Session>> branches;
+};
+inline constexpr std::size_t kMaxForkBranches = 64;
+using OpenBranch = std::function<std::unique_ptr<Session>(std::size_t index)>;
+Forked fork_session(Session& parent, std::size_t count, const OpenBranch& open_branch);
+
 }  // namespace rlm
