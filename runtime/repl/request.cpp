@@ -238,7 +238,8 @@ ReplRequest checked(const json& line, ReplOp op, std::string_view name,
       break;
     case ReplOp::save:
     case ReplOp::load: {
-      const auto path = string_field(line, "path", std::string(name) + ": \"path\" must be a string");
+      const auto path =
+          string_field(line, "path", std::string(name) + ": \"path\" must be a string");
       if (!path || path->empty())
         throw Refusal{std::string(name) + " needs \"path\": the save file" +
                       (op == ReplOp::save ? " to write" : " to read")};

@@ -198,10 +198,9 @@ TEST(GoldenFrames, ServerWireInvalidFramesAreRefused) {
 
 const char* op_name(repl::ReplOp op) {
   // Indexed by ReplOp, in its order; the last is the last enumerator.
-  static constexpr const char* kNames[] = {"execute",     "llm_result",  "snapshot",
-                                           "restore",     "close",       "context",
-                                           "add_context", "add_history", "narrow_network",
-                                           "save",        "load"};
+  static constexpr const char* kNames[] = {
+      "execute",     "llm_result",  "snapshot",       "restore", "close", "context",
+      "add_context", "add_history", "narrow_network", "save",    "load"};
   static_assert(std::size(kNames) == static_cast<std::size_t>(repl::ReplOp::load) + 1);
   const auto index = static_cast<std::size_t>(op);
   return index < std::size(kNames) ? kNames[index] : "?";
