@@ -120,15 +120,25 @@ std::uint64_t seal_state(int memfd) {
 
 std::uint64_t write_save_file(int out, int state, std::uint64_t size,
                               const SaveIdentity& identity) {
-  Sha256 hash;
-  std::vector<char> chunk(kChunk);
-  for (std::uint64_t offset = 0; offset < size;) {
-    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset));
-    if (read_at(state, chunk.data(), want, offset, "the saved state") != want)
-      throw Error("the saved state is shorter than it was when sealed");
-    hash.add(chunk.data(), want);
-    offset += want;
+  // Read through a mapping (the state is sealed: it cannot change or shrink under it): hashed,
+  // then written from it, with no copy of ours.
+  const char* data = nullptr;
+  if (size > 0) {
+    void* mapped = mmap(nullptr, size, PROT_READ, MAP_SHARED, state, 0);
+    if (mapped == MAP_FAILED) throw Error("mmap of the saved state: " + sys::errno_text(errno));
+    data = static_cast<const char*>(mapped);
   }
+  struct Unmap {
+    const char* data;
+    std::uint64_t size;
+    ~Unmap() {
+      if (data) munmap(const_cast<char*>(data), size);
+    }
+  } const unmap{data, size};
+  Sha256 hash;
+  for (std::uint64_t offset = 0; offset < size; offset += kChunk)
+    hash.add(data + offset,
+             static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset)));
   const json header = {{"format", kFormat},
                        {"version", kVersion},
                        {"worker", identity.worker},
@@ -139,13 +149,10 @@ std::uint64_t write_save_file(int out, int state, std::uint64_t size,
   const std::string line = header.dump() + "\n";
   if (line.size() > kMaxSaveHeaderBytes) throw Error("the save file's header is too long");
   write_all(out, line.data(), line.size(), "the save file");
-  for (std::uint64_t offset = 0; offset < size;) {
-    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset));
-    if (read_at(state, chunk.data(), want, offset, "the saved state") != want)
-      throw Error("the saved state is shorter than it was when sealed");
-    write_all(out, chunk.data(), want, "the save file");
-    offset += want;
-  }
+  for (std::uint64_t offset = 0; offset < size; offset += kChunk)
+    write_all(out, data + offset,
+              static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset)),
+              "the save file");
   return line.size() + size;
 }
 

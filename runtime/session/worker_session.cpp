@@ -191,34 +191,42 @@ CellResult WorkerSession::add_context(ContextKind kind, const ContextInput& inpu
   return Cell(*this, std::move(op), cell_limit_, fd.get()).run();
 }
 
-CellResult WorkerSession::save_to_fd(int fd) {
+WorkerSession::SealedState WorkerSession::save_state() {
   require_alive();
-  UniqueFd state(memfd_create("rlm-sandbox-saved-state", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!state) throw Error("memfd_create: " + sys::errno_text(errno));
+  SealedState sealed;
+  sealed.fd = UniqueFd(memfd_create("rlm-sandbox-saved-state", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!sealed.fd) throw Error("memfd_create: " + sys::errno_text(errno));
   // Sparse room for the state, written through a mapping (the sandbox's file size limit would
   // stop write()): as much as the session's memory may hold, which its pages are charged to.
   const std::uint64_t room =
       policy_.limits.memory_bytes > 0
           ? std::min<std::uint64_t>(policy_.limits.memory_bytes, kMaxSavedStateBytes)
           : kMaxSavedStateBytes;
-  if (ftruncate(state.get(), static_cast<off_t>(room)) != 0)
+  if (ftruncate(sealed.fd.get(), static_cast<off_t>(room)) != 0)
     throw Error("ftruncate: " + sys::errno_text(errno));
-  CellResult result = Cell(*this, {{"op", "save"}}, cell_limit_, state.get()).run();
-  if (result.status != CellStatus::ok) return result;
-  json saved = result.saved.value_or(json::object());
+  sealed.result = Cell(*this, {{"op", "save"}}, cell_limit_, sealed.fd.get()).run();
+  if (sealed.result.status != CellStatus::ok) return sealed;
+  json saved = sealed.result.saved.value_or(json::object());
   const json used = saved.value("used", json());
   saved.erase("used");
+  if (!saved.contains("skipped")) saved["skipped"] = json::array();
+  sealed.result.saved = std::move(saved);
   if (!used.is_number_unsigned() || used.get<std::uint64_t>() > room)
     fail("the sandbox's save did not say how much of its room it used");
   // The sandbox's bytes: cut to what it used and sealed before they are read, so nothing it
   // kept can change them then.
-  if (ftruncate(state.get(), static_cast<off_t>(used.get<std::uint64_t>())) != 0)
+  if (ftruncate(sealed.fd.get(), static_cast<off_t>(used.get<std::uint64_t>())) != 0)
     throw Error("ftruncate: " + sys::errno_text(errno));
-  const std::uint64_t size = seal_state(state.get());
-  saved["bytes"] = write_save_file(fd, state.get(), size, save_identity_);
-  if (!saved.contains("skipped")) saved["skipped"] = json::array();
-  result.saved = std::move(saved);
-  return result;
+  sealed.size = seal_state(sealed.fd.get());
+  return sealed;
+}
+
+CellResult WorkerSession::save_to_fd(int fd) {
+  SealedState sealed = save_state();
+  if (sealed.result.status != CellStatus::ok) return sealed.result;
+  (*sealed.result.saved)["bytes"] =
+      write_save_file(fd, sealed.fd.get(), sealed.size, save_identity_);
+  return sealed.result;
 }
 
 CellResult WorkerSession::load_from_fd(int fd) {

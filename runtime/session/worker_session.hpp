@@ -103,6 +103,15 @@ class WorkerSession final : public Session {
   void restore(SnapshotId id) override;
   CellResult save_to_fd(int fd) override;
   CellResult load_from_fd(int fd) override;
+  // A save's state sealed in a memfd, without a save file's framing (fork_session's own): the
+  // result, and when it is ok the memfd and its size.
+  struct SealedState {
+    CellResult result;
+    host::UniqueFd fd;
+    std::uint64_t size = 0;
+  };
+  SealedState save_state();
+  const SaveIdentity& identity() const { return save_identity_; }
   // The state `offset` bytes into `fd`, a sealed memfd the caller made and trusts (a fork's own
   // save): load_from_fd's checks are skipped, the sandbox still reads it as hostile.
   CellResult load_state(int fd, std::uint64_t offset);
