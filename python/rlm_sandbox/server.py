@@ -21,6 +21,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ._calls import Calls, Dispatcher, split_tools, unencodable
+from ._fork import BranchOptions, checked_count, fork_branches
 from ._requests import added_index, checked_allow, checked_index, execute_request, loaded
 from ._requests import milliseconds as _milliseconds
 from ._wire import ServerError, Wire, connect, raise_if_error
@@ -305,7 +306,7 @@ def _check_saved_size(fd: int, result: CellResult) -> None:
 class ServerSession:
     """A REPL session in one of a server's warm sandboxes, with the interface of
     :class:`~rlm_sandbox.RlmSandbox`: ``execute``, ``snapshot``, ``restore``, ``save``,
-    ``load``, ``close``, a context manager, and ``on_llm_query`` answering the cell's
+    ``load``, ``fork``, ``close``, a context manager, and ``on_llm_query`` answering the cell's
     ``llm_query`` calls.
 
     Args:
@@ -351,6 +352,14 @@ class ServerSession:
         self.server = server if isinstance(server, Server) else Server(server)
         self.policy = policy
         self.backend: Optional[str] = None
+        #: What fork() opens each branch with besides the server and policy: these options but
+        #: the context (a branch takes its contexts from the parent's state); the callbacks are
+        #: the parent's at the time of the fork.
+        self._fork_options: Dict[str, Any] = dict(
+            tools=tools, tool_encoding=tool_encoding, echo=echo, llm_timeout=llm_timeout,
+            llm_budget=llm_budget, llm_concurrency=llm_concurrency,
+            max_llm_workers=max_llm_workers, timeout=timeout, memory=memory,
+            overrides=overrides, lifetime=lifetime)
 
         fd, as_json = _context_fd(context, context_file, context_json)
         wire = self.server._connect()
@@ -502,6 +511,35 @@ class ServerSession:
             raise
         return session
 
+    def fork(self, n: int) -> List["ServerSession"]:
+        """`n` new sessions (1 to 64) on the same server, each in a sandbox of its own, holding
+        this session's state as it is now (RlmSandbox.fork): one save into a private temporary
+        directory (removed on every path), then the branches opened with this session's policy
+        and options (limits, overrides, lifetime, tools, LM limits; the callbacks as they are
+        now; not the context: it comes with the state) and loaded from that file concurrently.
+
+        Raises:
+            ValueError: `n` is not an int from 1 to 64.
+            RlmSandboxError: this session could not be saved, or a branch could not be opened or
+                loaded (the message names which; every branch opened is closed first). This
+                session goes on unchanged either way.
+        """
+        return self._fork(n, None)
+
+    def _fork(self, n: int, branch_options: BranchOptions) -> List["ServerSession"]:
+        """fork(), with `branch_options(index)` replacing options per branch."""
+        checked_count(n)
+
+        def open_branch(index: int) -> "ServerSession":
+            options = {**self._fork_options, "on_llm_query": self.on_llm_query,
+                       "on_rlm_query": self.on_rlm_query}
+            if branch_options is not None:
+                options.update(branch_options(index))
+            return type(self)(self.server, self.policy, **options)
+
+        return fork_branches(n, self.save, open_branch, lambda branch, path: branch.load(path),
+                             ServerSession._discard)
+
     def narrow_network(self, allow: List[str]) -> None:
         """Narrows the session's egress allowlist while it runs (RlmSandbox.narrow_network)."""
         self._request({"op": "narrow_network", "allow": checked_allow(allow)}, "narrowed")
@@ -544,6 +582,15 @@ class ServerSession:
                 f"backend={self.backend!r}, {'closed' if self._closed else 'open'})")
 
     # -- internals -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _discard(session: "ServerSession") -> None:
+        """Closes `session`, or drops its connection (the server then closes it)."""
+        try:
+            session.close()
+        except Exception:  # noqa: BLE001
+            session._closed = True
+            session._shutdown()
 
     def _shutdown(self) -> None:
         if self._wire is not None:

@@ -16,6 +16,7 @@ import weakref
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._calls import Calls, split_tools
+from ._fork import BranchOptions, checked_count, fork_branches
 from ._process import _EXIT_WAIT, MAX_LINE_BYTES, _Connection, _encode, _finalizing
 from ._requests import added_index, checked_allow, checked_index, execute_request, loaded
 from .result import CellResult, LlmCallback, RlmSandboxError
@@ -176,30 +177,28 @@ class RlmSandbox:
         env: Optional[Dict[str, str]] = None,
         server: Union[str, os.PathLike, bool, None] = None,
     ) -> None:
-        self._conn: Optional[_Connection] = None
-        self._closed = False
-        self._dead: Optional[RlmSandboxError] = None
-        self._close_result: Dict[str, Any] = {}
-        self._op_lock = threading.RLock()
-        self._ids = itertools.count(1)
-        self._owner = os.getpid()  # a forked child never ends this session by itself
-        self.on_llm_query = on_llm_query
-        self.on_rlm_query = on_rlm_query
+        self._start_fields(on_llm_query, on_rlm_query)
         tool_specs, self._tool_functions = split_tools(tools, tool_encoding)
-        if max_llm_workers is None:
-            max_llm_workers = llm_concurrency or 16
-        #: From the ``ready`` event: the backend and policy the session runs with.
-        self.backend: Optional[str] = None
-        self.policy: Optional[str] = None
-        #: The server session this object stands for, when one was asked for.
-        self._remote: Optional[ServerSession] = None
-
+        extra_args = tuple(extra_args)
         if server is None:
             server = server_from_environment()
+        #: What fork() opens each branch with: these arguments, but no context (a branch takes
+        #: its contexts from the parent's state), the binary and the server (or none) resolved;
+        #: the callbacks are the parent's at the time of the fork.
+        self._fork_args: Dict[str, Any] = dict(
+            policy=policy, backend=backend, lm=lm, timeout=timeout, memory=memory,
+            binary=binary, extra_args=extra_args, tools=tools, tool_encoding=tool_encoding,
+            echo=echo, llm_timeout=llm_timeout, llm_budget=llm_budget,
+            llm_concurrency=llm_concurrency, max_llm_workers=max_llm_workers,
+            env=None if env is None else dict(env),
+            server=os.fspath(server) if server else False)
+        if max_llm_workers is None:
+            max_llm_workers = llm_concurrency or 16
+
         if server:
             unsupported = [name for name, given in (
                 ("backend", backend != "auto"), ("lm", lm is not None),
-                ("binary", binary is not None), ("extra_args", bool(tuple(extra_args))),
+                ("binary", binary is not None), ("extra_args", bool(extra_args)),
                 ("env", env is not None)) if given]
             if unsupported:
                 raise ValueError(f"{', '.join(unsupported)} cannot be combined with a server "
@@ -220,6 +219,7 @@ class RlmSandbox:
         if context is not None and context_file is not None:
             raise ValueError("give context or context_file, not both")
         binary_path = self._find_binary(binary)
+        self._fork_args["binary"] = binary_path  # a branch loads only what its build saved
         tools_flag = _tools_flag(tool_specs) if tool_specs else None
         first_line = None
         spilled: Optional[str] = None
@@ -462,6 +462,44 @@ class RlmSandbox:
             raise
         return sandbox
 
+    def fork(self, n: int) -> List["RlmSandbox"]:
+        """`n` new sandboxes (1 to 64), each its own sandbox and session, holding this session's
+        state as it is now: its variables, contexts, histories, the files under ``/tmp`` and
+        its cwd (what ``save`` keeps; ``saved["skipped"]`` kinds are not carried).
+
+        This session is saved once, into a private temporary directory (removed again on
+        every path), and the branches are opened and loaded from that file concurrently, each
+        with this sandbox's constructor arguments (policy, backend, limits, binary, tools,
+        ``server``, ...) and its current ``on_llm_query``/``on_rlm_query``; the context is not
+        sent again: a branch's contexts come from the state. A server session's branches are
+        opened on the same server (``ServerSession.fork``). Each branch lives on its own: what
+        it does is not seen by this session nor by the other branches, it may outlive this
+        one, and Python's ``random`` is seeded anew in each. Close each branch when done.
+
+        Raises:
+            ValueError: `n` is not an int from 1 to 64.
+            RlmSandboxError: this session could not be saved, or a branch could not be opened
+                or loaded (the message names which; every branch opened is closed first).
+                This session goes on unchanged either way.
+        """
+        return self._fork(n, None)
+
+    def _fork(self, n: int, branch_options: BranchOptions) -> List["RlmSandbox"]:
+        """fork(), with `branch_options(index)` replacing constructor arguments per branch."""
+        checked_count(n)
+        if self._remote is not None:
+            return [self._adopt(remote) for remote in self._remote._fork(n, branch_options)]
+
+        def open_branch(index: int) -> "RlmSandbox":
+            options = {**self._fork_args, "on_llm_query": self.on_llm_query,
+                       "on_rlm_query": self.on_rlm_query}
+            if branch_options is not None:
+                options.update(branch_options(index))
+            return type(self)(**options)
+
+        return fork_branches(n, self.save, open_branch, lambda branch, path: branch.load(path),
+                             RlmSandbox._dispose)
+
     def narrow_network(self, allow: List[str]) -> None:
         """Narrows the session's egress allowlist while it runs: from now on only ``allow``
         (policy allow entries such as ``"https://pypi.org"``, each within the list as it is;
@@ -533,6 +571,45 @@ class RlmSandbox:
                 f" {state})")
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _start_fields(self, on_llm_query: Optional[LlmCallback],
+                      on_rlm_query: Optional[LlmCallback]) -> None:
+        """The fields every RlmSandbox has before its session starts."""
+        self._conn: Optional[_Connection] = None
+        self._closed = False
+        self._dead: Optional[RlmSandboxError] = None
+        self._close_result: Dict[str, Any] = {}
+        self._op_lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._owner = os.getpid()  # a forked child never ends this session by itself
+        self.on_llm_query = on_llm_query
+        self.on_rlm_query = on_rlm_query
+        #: From the ``ready`` event: the backend and policy the session runs with.
+        self.backend: Optional[str] = None
+        self.policy: Optional[str] = None
+        #: The server session this object stands for, when one was asked for.
+        self._remote: Optional[ServerSession] = None
+
+    def _adopt(self, remote: ServerSession) -> "RlmSandbox":
+        """An object of this class standing for `remote`, a branch of this one's server
+        session (as the constructor makes one with ``server=``)."""
+        sandbox = type(self).__new__(type(self))
+        sandbox._start_fields(remote.on_llm_query, remote.on_rlm_query)
+        sandbox._tool_functions = self._tool_functions
+        sandbox._fork_args = self._fork_args
+        sandbox._remote = remote
+        sandbox._closed = True  # nothing of a local process to clean up
+        sandbox.backend, sandbox.policy = remote.backend, self.policy
+        sandbox.args = []
+        return sandbox
+
+    @staticmethod
+    def _dispose(sandbox: "RlmSandbox") -> None:
+        """Closes `sandbox`, or kills its process when the close fails."""
+        try:
+            sandbox.close()
+        except Exception:  # noqa: BLE001
+            sandbox._kill()
 
     @staticmethod
     def _find_binary(binary: Optional[Union[str, os.PathLike]]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from typing import Any, Dict, List, Optional, Set
 # The package under test is the repository's, not one installed elsewhere.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rlm_sandbox  # noqa: E402
+import rlm_sandbox._fork  # noqa: E402
 from rlm_sandbox import MAX_LINE_BYTES, CellResult, RlmSandbox, RlmSandboxError  # noqa: E402
 
 BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
@@ -38,8 +40,9 @@ def setUpModule() -> None:  # noqa: N802 - unittest's name
         raise RuntimeError(f"RLM_SANDBOX_BIN={BINARY}: not an executable file")
 
 
-def _descendants(root: int) -> Set[int]:
-    """Pids of every live process below `root` (by /proc's parent links)."""
+def _descendants(root: int, skip: Optional[int] = None) -> Set[int]:
+    """Pids of every live process below `root` (by /proc's parent links), but `skip` and the
+    processes below it (one reading of /proc for both)."""
     children: Dict[int, List[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -56,7 +59,7 @@ def _descendants(root: int) -> Set[int]:
     stack = [root]
     while stack:
         for child in children.get(stack.pop(), []):
-            if child not in found:
+            if child not in found and child != skip:
                 found.add(child)
                 stack.append(child)
     return found
@@ -366,6 +369,229 @@ class SaveLoadTest(SandboxTestCase):
             sb.save(os.path.join(self.dir, "no-such-dir", "run.save"))
         self.assertEqual(os.listdir(self.dir), ["run.save"])
         self.assertEqual(self.run_ok(sb, "print(x)").stdout, "1\n")
+
+
+#: A parent's state for the fork tests: SAVED_STATE_CELL's, a working directory under /tmp
+#: holding a file, and a generator of its own seeded (a variable: saved with its state).
+FORK_CELL = SAVED_STATE_CELL + textwrap.dedent("""\
+    import os, random
+    os.makedirs('/tmp/work', exist_ok=True)
+    os.chdir('/tmp/work')
+    with open('shared.txt', 'w') as out:
+        out.write('parent')
+    del out
+    generator = random.Random(1)
+    generator.random()
+    """)
+#: What a branch of that parent (with context_1 "second" and history_0 added) prints.
+FORK_CHECK = (SAVED_STATE_CHECK + "\nprint(os.getcwd(), open('shared.txt').read(), context_1, "
+              "history[0]['content'])")
+FORK_OUTPUT = SAVED_STATE_OUTPUT + "/tmp/work parent second hi\n"
+#: Where a cell runs: its sandbox's PID and mount namespaces.
+WHERE_CODE = "print(os.readlink('/proc/self/ns/pid'), os.readlink('/proc/self/ns/mnt'))"
+
+
+class ForkChecks:
+    """fork(n)'s contract, whatever the client: the test case's make_parent(**options) opens a
+    session (closed when the test ends); branch_class is the class of the sessions a fork opens
+    and loads. Each test runs with tempfile's directory a private one, to see what a fork
+    leaves there."""
+
+    branch_class: type = RlmSandbox
+
+    def setUp(self) -> None:
+        super().setUp()  # type: ignore[misc]
+        self.temp = tempfile.mkdtemp(prefix="rlm-fork-test-")
+        self.addCleanup(shutil.rmtree, self.temp, True)
+        patcher = mock.patch.object(tempfile, "tempdir", self.temp)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def make_parent(self, **options: Any) -> Any:
+        raise NotImplementedError
+
+    def processes(self, parent: Any) -> Set[int]:
+        """This process's descendants outside `parent`'s sandbox (none to count: empty)."""
+        return set()
+
+    @staticmethod
+    def fork_dirs() -> List[str]:
+        return [name for name in os.listdir(tempfile.gettempdir())
+                if name.startswith(rlm_sandbox._fork.TEMP_PREFIX)]
+
+    @staticmethod
+    def dispose(session: Any) -> None:
+        try:
+            session.close()
+        except Exception:  # noqa: BLE001
+            if isinstance(session, RlmSandbox):
+                session._kill()
+
+    def output(self, session: Any, code: str) -> str:
+        result = session.execute(code)
+        self.assertEqual(result.status, "ok", result)
+        return result.stdout
+
+    def parent_with_state(self) -> Any:
+        parent = self.make_parent(context="ctx")
+        self.output(parent, FORK_CELL)
+        self.assertEqual(parent.add_context("second"), 1)
+        self.assertEqual(parent.add_history([{"role": "user", "content": "hi"}]), 0)
+        return parent
+
+    def fork(self, parent: Any, n: int) -> List[Any]:
+        branches = parent.fork(n)
+        for branch in branches:
+            self.addCleanup(self.dispose, branch)
+        self.assertEqual(len(branches), n)
+        self.assertEqual(self.fork_dirs(), [])
+        return branches
+
+    def test_branches_of_one_and_of_three_hold_the_parents_state(self) -> None:
+        parent = self.parent_with_state()
+        places = {self.output(parent, WHERE_CODE)}
+        for n in (1, 3):
+            for branch in self.fork(parent, n):
+                self.assertIsInstance(branch, type(parent))
+                self.assertEqual(self.output(branch, FORK_CHECK), FORK_OUTPUT)
+                places.add(self.output(branch, WHERE_CODE))
+        self.assertEqual(len(places), 5, places)  # each branch in a sandbox of its own
+        # The parent goes on unchanged (with the generator a save does not keep).
+        self.assertEqual(self.output(parent, "print(x, next(numbers), os.getcwd(), context)"),
+                         "41 0 /tmp/work ctx\n")
+
+    def test_what_a_branch_writes_no_other_session_sees(self) -> None:
+        parent = self.parent_with_state()
+        branches = self.fork(parent, 3)
+        for index, branch in enumerate(branches):
+            self.output(branch, f"x = 'branch {index}'\nopen('shared.txt', 'w').write(x)\n"
+                                f"open('/tmp/only-{index}', 'w').close()")
+            self.assertEqual(branch.add_context(f"of branch {index}"), 2)
+        check = ("print(x, open('shared.txt').read(), "
+                 "sorted(n for n in os.listdir('/tmp') if n.startswith('only-')), "
+                 "globals().get('context_2'))")
+        for index, branch in enumerate(branches):
+            self.assertEqual(self.output(branch, check),
+                             f"branch {index} branch {index} ['only-{index}'] "
+                             f"of branch {index}\n")
+        self.assertEqual(self.output(parent, check), "41 parent [] None\n")
+
+    def test_random_is_seeded_anew_in_each_branch(self) -> None:
+        parent = self.parent_with_state()
+        branches = self.fork(parent, 3)
+        draw = "print(random.random(), generator.random())"
+        draws = [self.output(session, draw).split() for session in [parent, *branches]]
+        # The module's generator differs in every session; a Random the cells keep is a
+        # variable like any other, its state carried to every branch.
+        self.assertEqual(len({module for module, _ in draws}), 4, draws)
+        expected = random.Random(1)
+        expected.random()
+        self.assertEqual({kept for _, kept in draws}, {str(expected.random())})
+
+    def test_branches_live_on_without_the_parent_and_fork_in_turn(self) -> None:
+        parent = self.parent_with_state()
+        first, second = self.fork(parent, 2)
+        parent.close()
+        with self.assertRaises(RlmSandboxError):
+            parent.execute("1")
+        self.assertEqual(self.output(first, "x += 1\nprint(x)"), "42\n")
+        first.close()
+        self.assertEqual(self.output(second, "x += 10\nprint(x)"), "51\n")
+        (grandchild,) = self.fork(second, 1)
+        self.assertEqual(self.output(grandchild, "print(x, context_1, open('shared.txt').read())"),
+                         "51 second parent\n")
+
+    def test_a_count_outside_1_to_64_is_refused(self) -> None:
+        parent = self.make_parent()
+        self.output(parent, "x = 1")
+        before = self.processes(parent)
+        for count in (0, 65, -1, True, 2.5, "3", None):
+            with self.assertRaises(ValueError):
+                parent.fork(count)
+        self.assertEqual(rlm_sandbox._fork.checked_count(64), 64)
+        self.assertEqual(self.processes(parent) - before, set())
+        self.assertEqual(self.fork_dirs(), [])
+        self.assertEqual(self.output(parent, "print(x)"), "1\n")
+
+    def test_a_state_that_cannot_be_saved_opens_no_branch(self) -> None:
+        parent = self.make_parent()
+        self.output(parent, "x = 1\n" + UNSAVEABLE_CELL)
+        before = self.processes(parent)
+        with self.assertRaisesRegex(RlmSandboxError, "could not be saved for the fork: error: "
+                                    ".*cannot be saved together"):
+            parent.fork(2)
+        self.assertEqual(self.processes(parent) - before, set())
+        self.assertEqual(self.fork_dirs(), [])
+        self.assertEqual(self.output(parent, "print(x)"), "1\n")
+
+    def test_a_failed_branch_closes_every_branch_and_is_named(self) -> None:
+        parent = self.parent_with_state()
+        real_load = self.branch_class.load
+        loads: List[Any] = []
+        lock = threading.Lock()
+
+        def load(branch: Any, path: str) -> CellResult:
+            with lock:
+                loads.append(branch)
+                turn = len(loads)
+            if turn == 2:
+                raise RlmSandboxError("no room for this branch")
+            return real_load(branch, path)
+
+        before = self.processes(parent)
+        with mock.patch.object(self.branch_class, "load", load), \
+                self.assertRaisesRegex(RlmSandboxError,
+                                       r"^1 of the fork's 3 branches failed \(the branches "
+                                       r"opened were closed\): branch [0-2]: no room for this "
+                                       r"branch$"):
+            parent.fork(3)
+        self.assertEqual(len(loads), 3)
+        self.assertEqual([branch.running for branch in loads], [False] * 3)
+        self.assertEqual(self.processes(parent) - before, set())
+        self.assertEqual(self.fork_dirs(), [])
+        self.assertEqual(self.output(parent, "print(x)"), "41\n")
+
+
+class ForkTest(ForkChecks, SandboxTestCase):
+    """RlmSandbox.fork through the repl: each branch is an ``rlm-sandbox repl`` process."""
+
+    def make_parent(self, **options: Any) -> RlmSandbox:
+        return self.sandbox(**options)
+
+    def processes(self, parent: Any) -> Set[int]:
+        # The parent's sandbox may start and end processes of its own meanwhile (standbys).
+        return _descendants(os.getpid(), skip=parent.pid)
+
+    def test_branches_open_with_the_parents_arguments_but_the_context(self) -> None:
+        parent = self.sandbox(context="ctx", timeout=2, echo=False,
+                              tools={"double": lambda v: 2 * v},
+                              on_llm_query=lambda prompt, model: f"first:{prompt}")
+        self.run_ok(parent, "x = 21")
+        parent.on_llm_query = lambda prompt, model: f"now:{prompt}"  # as the parent answers now
+        opened: List[Dict[str, Any]] = []
+        real_init = RlmSandbox.__init__
+
+        def init(sandbox: RlmSandbox, *args: Any, **kwargs: Any) -> None:
+            opened.append(kwargs)
+            real_init(sandbox, *args, **kwargs)
+
+        with mock.patch.object(RlmSandbox, "__init__", init):
+            branches = self.fork(parent, 2)
+        self.assertEqual(len(opened), 2)
+        for kwargs in opened:
+            self.assertIsNone(kwargs.get("context"))  # the state brings it
+            self.assertIsNone(kwargs.get("context_file"))
+            self.assertEqual((kwargs["binary"], kwargs["backend"], kwargs["server"]),
+                             (BINARY, BACKEND, False))
+        for branch in branches:
+            self.assertNotEqual(branch.pid, parent.pid)
+            self.assertIn("--no-echo", branch.args)
+            self.assertEqual(self.run_ok(branch, "print(double(x), llm_query('q'), context)\nx"
+                                         ).stdout, "42 now:q ctx\n")
+        started = time.monotonic()
+        self.assertEqual(branches[0].execute("while True:\n    pass").status, "timeout")
+        self.assertLess(time.monotonic() - started, 30)
+        self.assertEqual(self.run_ok(branches[1], "print(x)").stdout, "21\n")
 
 
 class LlmQueryTest(SandboxTestCase):

@@ -25,7 +25,8 @@ import rlm_sandbox  # noqa: E402
 from rlm_sandbox import (RlmSandbox, RlmSandboxError, Server, ServerError,  # noqa: E402
                          ServerSession)
 from test_rlm_sandbox_client import (SAVED_STATE_CELL, SAVED_STATE_CHECK,  # noqa: E402
-                                     SAVED_STATE_OUTPUT, UNSAVEABLE_CELL, tampered_copy)
+                                     SAVED_STATE_OUTPUT, UNSAVEABLE_CELL, ForkChecks,
+                                     tampered_copy)
 
 BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
 _server: Optional[subprocess.Popen] = None
@@ -569,6 +570,91 @@ class SaveLoadTest(unittest.TestCase):
         cold = self.session(self.SECOND)
         self.assertTrue(cold.load(self.path).ok)
         self.assertEqual(cold.execute("print(x)").stdout, "3\n")
+
+
+class ServerForkTest(ForkChecks, unittest.TestCase):
+    """ServerSession.fork: the branches are sessions of the same server (the module's, with a
+    warm session pool: a fork's branches are warm and cold sessions alike)."""
+
+    branch_class = ServerSession
+
+    def make_parent(self, **options: Any) -> ServerSession:
+        session = Server(SOCKET).session("python-repl", **options)
+        self.addCleanup(session.close)
+        return session
+
+    def test_branches_open_with_the_parents_policy_and_options_but_the_context(self) -> None:
+        server = Server(SOCKET)
+        parent = server.session("python-repl", context="ctx", echo=False, timeout=20,
+                                llm_budget=5, tools={"double": lambda v: 2 * v},
+                                on_llm_query=lambda prompt, model: f"first:{prompt}")
+        self.addCleanup(parent.close)
+        self.assertEqual(parent.execute("x = 21").status, "ok")
+        parent.on_llm_query = lambda prompt, model: f"now:{prompt}"  # as the parent answers now
+        opened: List[Any] = []
+        real_init = ServerSession.__init__
+
+        def init(session: ServerSession, *args: Any, **kwargs: Any) -> None:
+            opened.append((args, kwargs))
+            real_init(session, *args, **kwargs)
+
+        with mock.patch.object(ServerSession, "__init__", init):
+            branches = self.fork(parent, 2)
+        self.assertEqual(len(opened), 2)
+        for args, kwargs in opened:
+            self.assertEqual(args, (server, "python-repl"))  # the same Server object
+            self.assertIsNone(kwargs.get("context"))  # the state brings it
+            self.assertIsNone(kwargs.get("context_file"))
+            self.assertEqual((kwargs["timeout"], kwargs["llm_budget"], kwargs["echo"]),
+                             (20, 5, False))
+        for branch in branches:
+            self.assertEqual(branch.backend, "namespace")
+            result = branch.execute("print(double(x), llm_query('q'), context)\nx")
+            self.assertEqual(result.stdout, "42 now:q ctx\n")  # and no echo of the last line
+
+    def test_rlm_sandbox_with_a_server_forks_through_it(self) -> None:
+        with RlmSandbox(server=SOCKET, context="ctx") as parent:
+            self.assertEqual(parent.execute("x = 5").status, "ok")
+            with mock.patch.object(ServerSession, "_fork", autospec=True,
+                                   side_effect=ServerSession._fork) as fork:
+                branches = self.fork(parent, 2)
+            fork.assert_called_once_with(parent._remote, 2, None)  # the server session's fork
+            for branch in branches:
+                self.assertIsInstance(branch, RlmSandbox)
+                self.assertIsInstance(branch._remote, ServerSession)
+                self.assertIsNone(branch.pid)
+                self.assertEqual(branch.policy, "python-repl")
+                self.assertEqual(branch.execute("print(x, context)").stdout, "5 ctx\n")
+
+
+    def test_the_rlm_environment_forks_through_a_server(self) -> None:
+        from rlm_sandbox.integrations.rlm import RlmSandboxREPL  # noqa: PLC0415
+
+        env = RlmSandboxREPL(context_payload="doc", server=SOCKET,
+                             subcall_fn=lambda prompt, model: f"sub:{prompt}")
+        self.addCleanup(env.cleanup)
+        env.execute_code("seen = []")
+        branches = env.fork(2)
+        for branch in branches:
+            self.addCleanup(branch.cleanup)
+        for index, branch in enumerate(branches):
+            self.assertIsInstance(branch._sandbox._remote, ServerSession)
+            result = branch.execute_code(f"seen.append(rlm_query('q{index}'))\n"
+                                         f"print(seen, context)")
+            self.assertEqual(result.stdout, f"['sub:q{index}'] doc\n")
+            self.assertEqual(result.rlm_calls, [f"sub:q{index}"])  # recorded by the branch
+        self.assertEqual(env.execute_code("print(seen)").stdout, "[]\n")
+
+
+class RlmSandboxServerForkTest(ForkChecks, unittest.TestCase):
+    """RlmSandbox(server=...).fork: RlmSandbox objects standing for the server's sessions."""
+
+    branch_class = ServerSession
+
+    def make_parent(self, **options: Any) -> RlmSandbox:
+        sandbox = RlmSandbox(server=SOCKET, **options)
+        self.addCleanup(sandbox.close)
+        return sandbox
 
 
 class PackageTest(unittest.TestCase):

@@ -487,6 +487,79 @@ class Persistence(unittest.TestCase):
             self.assertTrue(callable(getattr(self.env, name)), name)
 
 
+class Fork(unittest.TestCase):
+    """RlmSandboxREPL.fork(n): n environments holding the state, for best-of-N."""
+
+    def branches_of(self, env: RlmSandboxREPL, n: int) -> List[RlmSandboxREPL]:
+        branches = env.fork(n)
+        for branch in branches:
+            self.addCleanup(branch.cleanup)
+        return branches
+
+    def test_best_of_n_each_branch_runs_its_own_code_on_the_state(self) -> None:
+        with FakeLMHandler(lambda prompt, model, depth: f"answer:{prompt}:{depth}") as handler:
+            env = make_env(context_payload="first document", persistent=True, depth=2,
+                           lm_handler_address=("127.0.0.1", 9),  # moved before the fork
+                           custom_tools={"double": lambda v: 2 * v})
+            self.addCleanup(env.cleanup)
+            env.update_handler_address(handler.address)
+            env.add_context("second document")
+            env.add_history([{"role": "user", "content": "hi"}])
+            env.execute_code("def shout(s):\n    return s.upper()\nscores = []\n"
+                             "open('/tmp/notes.txt', 'w').write('parent')")
+            branches = self.branches_of(env, 3)
+            self.assertEqual([type(branch) for branch in branches], [RlmSandboxREPL] * 3)
+            self.assertEqual([(branch.get_context_count(), branch.get_history_count())
+                              for branch in branches], [(2, 1)] * 3)
+            candidates = [f"scores.append({i})\nbest = shout(context_1) + ' {i}'\n"
+                          f"open('/tmp/notes.txt', 'w').write(best)\n"
+                          f"print(best, double({i}), llm_query('q{i}'))" for i in range(3)]
+            results = [branch.execute_code(code) for branch, code in zip(branches, candidates)]
+            self.assertEqual(env.execute_code("pass").rlm_calls, [])  # each records its own
+        for i, result in enumerate(results):
+            self.assertEqual(result.stdout, f"SECOND DOCUMENT {i} {2 * i} answer:q{i}:2\n")
+            self.assertEqual([call.response for call in result.rlm_calls], [f"answer:q{i}:2"])
+            self.assertEqual(result.locals["scores"], [i])
+        check = "print(scores, open('/tmp/notes.txt').read(), history[0]['content'])"
+        for i, branch in enumerate(branches):
+            self.assertEqual(branch.execute_code(check).stdout, f"[{i}] SECOND DOCUMENT {i} hi\n")
+        self.assertEqual(env.execute_code(check).stdout, "[] parent hi\n")
+        # Each environment counts its own contexts from here on.
+        self.assertEqual(branches[0].add_context("third of branch 0"), 2)
+        self.assertEqual((branches[1].get_context_count(), env.get_context_count()), (2, 2))
+        self.assertEqual(env.add_context("third of the parent"), 2)
+        self.assertEqual(branches[1].execute_code("print('context_2' in globals())").stdout,
+                         "False\n")
+        self.assertEqual(branches[0].execute_code("print(context_2)").stdout,
+                         "third of branch 0\n")
+
+    def test_counts_come_from_the_state_and_compaction_entries_go_on(self) -> None:
+        env = make_env(compaction=True)
+        self.addCleanup(env.cleanup)
+        env.append_compaction_entry({"type": "summary", "content": "so far"})
+        env.execute_code("context_4 = 'made by a cell'")
+        (branch,) = self.branches_of(env, 1)
+        self.assertEqual((branch.get_context_count(), branch.get_history_count()), (5, 0))
+        branch.append_compaction_entry({"type": "summary", "content": "in the branch"})
+        self.assertEqual(branch.execute_code("print([e['content'] for e in history])").stdout,
+                         "['so far', 'in the branch']\n")
+        self.assertEqual(env.execute_code("print(len(history))").stdout, "1\n")
+
+    def test_branches_outlive_the_parent_and_a_refused_count_forks_nothing(self) -> None:
+        env = make_env()
+        env.execute_code("kept = 7")
+        for count in (0, 65):
+            with self.assertRaises(ValueError):
+                env.fork(count)
+        first, second = self.branches_of(env, 2)
+        env.cleanup()
+        with self.assertRaises(RuntimeError):
+            env.fork(1)
+        self.assertEqual(first.execute_code("kept += 1\nprint(kept)").stdout, "8\n")
+        first.cleanup()
+        self.assertEqual(second.execute_code("print(kept)").stdout, "7\n")
+
+
 class Lifecycle(unittest.TestCase):
     def test_runaway_cell_ends_at_the_timeout_and_the_session_goes_on(self) -> None:
         env = make_env(timeout=1)

@@ -187,6 +187,27 @@ TEST_F(ForkTest, ABranchLivesOnWithoutItsParentAndTheParentWithoutItsBranch) {
   EXPECT_EQ(grandchild.branches[0]->execute("print(n)").stdout_data, "11\n");
 }
 
+TEST_F(ForkTest, RandomGoesOnAcrossCellsAndIsSeededAnewInEachBranch) {
+  auto parent = open();
+  ASSERT_EQ(parent->execute("import random\nrandom.seed(7)").status, CellStatus::ok);
+  // As in one process (LocalREPL): the cells' forks do not reseed the generator.
+  const auto draws = parent->execute(
+      "first = random.random()\nprint(first == random.Random(7).random())");
+  EXPECT_EQ(draws.stdout_data, "True\n") << dump(draws);
+  const auto crash = parent->execute("random.random()\nimport os\nos._exit(1)");
+  EXPECT_TRUE(crash.rolled_back);
+  const auto after = parent->execute(
+      "expected = random.Random(7)\nexpected.random()\n"
+      "print(random.random() == expected.random())");
+  EXPECT_EQ(after.stdout_data, "True\n") << "a rollback takes the generator back too";
+  auto forked = fork(*parent, 2);
+  std::set<std::string> seen;
+  for (auto& branch : forked.branches)
+    seen.insert(branch->execute("print(random.random())").stdout_data);
+  seen.insert(parent->execute("print(random.random())").stdout_data);
+  EXPECT_EQ(seen.size(), 3u);
+}
+
 TEST_F(ForkTest, AForkOfNoneOrTooManyBranchesIsRefused) {
   auto parent = open();
   EXPECT_THROW(fork(*parent, 0), Error);

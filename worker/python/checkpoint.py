@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 
 
@@ -65,8 +66,20 @@ def fork_standby(channel: Channel, fork_id):
     flush_std_streams()  # else buffered output would be written twice
     make_undumpable()  # the cell that ran here may have undone it; both sides inherit it
     mine, theirs = socket.socketpair()
+    # `random` reseeds itself in every forked child (os.register_at_fork): a standby is the
+    # same state, so its generator goes on from where the checkpoint's is, as in one process.
+    generator = sys.modules.get('random')
+    try:
+        generator_state = generator.getstate() if generator is not None else None
+    except Exception:  # a cell replaced it with something else
+        generator_state = None
     pid = os.fork()
     if pid == 0:
+        if generator_state is not None:
+            try:
+                generator.setstate(generator_state)
+            except Exception:
+                pass
         mine.close()
         channel.close()  # else the child could speak for its checkpoint, and hide its EOF
         for watch in SESSION.watches:

@@ -25,7 +25,8 @@ run), ``llm_query``, ``llm_query_batched``, ``rlm_query``, ``rlm_query_batched``
   back; the loop goes on.
 - ``save(path)`` writes the session's state (variables, the cells' functions and classes,
   contexts, histories, ``/tmp``) to a file; ``load(path)`` puts it into this environment's
-  session, in this process or a later one (``RlmSandbox.save``/``load``).
+  session, in this process or a later one (``RlmSandbox.save``/``load``). ``fork(n)`` makes
+  n new environments holding the state, each with a sandbox of its own (best-of-N).
 
 Use it with the library's ``RLM`` class (``sandboxed()`` registers the environment)::
 
@@ -62,6 +63,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .. import RlmSandbox
 from .._calls import current_call_id
+from .._fork import checked_count
 from .._requests import loaded
 from . import _lm_handler
 
@@ -246,13 +248,39 @@ class RlmSandboxREPL(_EnvBase):
                  custom_sub_tools: Optional[Dict[str, Any]] = None,
                  compaction: bool = False, max_concurrent_subcalls: int = 4,
                  rlm_sandbox: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        self._configure(lm_handler_address, persistent=persistent, depth=depth,
+                        subcall_fn=subcall_fn, custom_tools=custom_tools,
+                        custom_sub_tools=custom_sub_tools, compaction=compaction,
+                        max_concurrent_subcalls=max_concurrent_subcalls,
+                        rlm_sandbox=rlm_sandbox, kwargs=kwargs)
+        self._initial_context = context_payload
+        self.setup()
+        if compaction:
+            self._inject_compaction_history()
+        if setup_code:
+            self.execute_code(setup_code)
+
+    def _configure(self, lm_handler_address: Optional[Tuple[str, int]], *, persistent: bool,
+                   depth: int, subcall_fn: Optional[Callable[[Any, Optional[str]], Any]],
+                   custom_tools: Optional[Dict[str, Any]],
+                   custom_sub_tools: Optional[Dict[str, Any]], compaction: bool,
+                   max_concurrent_subcalls: int, rlm_sandbox: Optional[Dict[str, Any]],
+                   kwargs: Dict[str, Any]) -> None:
+        """Everything the constructor sets but the session (``setup()`` starts it)."""
         options = dict(rlm_sandbox or {})
         unknown = set(options) - SANDBOX_OPTIONS
         if unknown:
             raise TypeError(f"unknown rlm_sandbox options: {sorted(unknown)}")
+        kwargs = dict(kwargs)
         for name in list(kwargs):
             if name in SANDBOX_OPTIONS:
                 options[name] = kwargs.pop(name)
+        #: What fork() configures each branch with (its sandbox comes from RlmSandbox.fork).
+        self._fork_config: Dict[str, Any] = dict(
+            persistent=persistent, depth=depth, subcall_fn=subcall_fn, custom_tools=custom_tools,
+            custom_sub_tools=custom_sub_tools, compaction=compaction,
+            max_concurrent_subcalls=max_concurrent_subcalls, rlm_sandbox=dict(options),
+            kwargs=dict(kwargs))
         if _EnvBase is object:
             self.persistent = persistent
             self.depth = depth
@@ -283,12 +311,7 @@ class RlmSandboxREPL(_EnvBase):
         self._context_count = 0
         self._history_count = 0
         self._sandbox: Optional[RlmSandbox] = None
-        self._initial_context = context_payload
-        self.setup()
-        if compaction:
-            self._inject_compaction_history()
-        if setup_code:
-            self.execute_code(setup_code)
+        self._initial_context: Any = None
 
     # -- BaseEnv --------------------------------------------------------------------------------
 
@@ -415,12 +438,64 @@ class RlmSandboxREPL(_EnvBase):
         file is refused (changed, cut short, another policy) or cannot be loaded; the session
         then keeps its state. The host's compaction entries are not in the file: a later
         ``append_compaction_entry`` sends this environment's own list again."""
+        result = loaded(self._session().load(path), path)
+        self._take_counts()
+        return result
+
+    def fork(self, n: int) -> List["RlmSandboxREPL"]:
+        """`n` new environments of this class (1 to 64), each with a sandbox of its own
+        holding this session's state as it is now (``RlmSandbox.fork``: one save, then the
+        branches opened with this environment's sandbox options and loaded concurrently):
+        variables, the cells' functions and classes, contexts, histories, ``/tmp``. Each
+        branch has this environment's configuration (LM handler address, depth, tools,
+        ``subcall_fn``, persistence, compaction entries so far) and its own context and
+        history counts (taken from its state, as ``load`` does); its ``llm_query`` calls are
+        recorded in its own results. What a branch runs is seen neither by this environment
+        nor by the other branches; ``cleanup()`` each when done. Best-of-N::
+
+            branches = env.fork(4)
+            results = [b.execute_code(code) for b, code in zip(branches, candidates)]
+            ...
+            for b in branches:
+                b.cleanup()
+
+        Raises ``ValueError`` for an `n` outside 1..64 and ``RlmSandboxError`` when the state
+        could not be saved or a branch could not be opened or loaded (every branch opened is
+        closed first); this environment goes on unchanged either way.
+        """
         sandbox = self._session()
-        result = loaded(sandbox.load(path), path)
-        counts = sandbox.execute(_COUNT_CODE).stdout.split()
+        checked_count(n)
+        branches = [self._new_branch() for _ in range(n)]
+        # Each branch's sandbox answers its cells' calls through the branch's own methods.
+        sandboxes = sandbox._fork(n, lambda index: {
+            "on_llm_query": branches[index]._answer_llm_query,
+            "on_rlm_query": branches[index]._answer_rlm_query})
+        for branch, branch_sandbox in zip(branches, sandboxes):
+            branch._sandbox = branch_sandbox
+        try:
+            for branch in branches:
+                branch._take_counts()
+        except BaseException:
+            for branch in branches:
+                try:
+                    branch.cleanup()
+                except Exception:  # noqa: BLE001 - the first error is the one to raise
+                    pass
+            raise
+        return branches
+
+    def _new_branch(self) -> "RlmSandboxREPL":
+        """An environment configured as this one, with no session yet (fork())."""
+        branch = type(self).__new__(type(self))
+        branch._configure(self.lm_handler_address, **self._fork_config)
+        branch._compaction_history = json.loads(json.dumps(self._compaction_history))
+        return branch
+
+    def _take_counts(self) -> None:
+        """The context and history counts, read from the session's state (after a load)."""
+        counts = self._session().execute(_COUNT_CODE).stdout.split()
         if len(counts) == 2 and all(count.isdigit() for count in counts):
             self._context_count, self._history_count = (int(count) for count in counts)
-        return result
 
     # -- the sandbox's calls --------------------------------------------------------------------
 
