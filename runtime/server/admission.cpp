@@ -87,6 +87,14 @@ constexpr RefusedFilesystem kAnonymousFilesystems[] = {
     {0x6e736673, "a namespace fd"},
 };
 
+// Filesystems whose reads and writes wait on someone else's will (a FUSE daemon, a network
+// server): the server reading or writing a client's file on one (a context, a save file) could
+// be held for ever.
+constexpr RefusedFilesystem kBlockingFilesystems[] = {
+    {0x65735546, "FUSE"}, {0x6969, "NFS"},      {0xff534d42, "CIFS"}, {0xfe534d42, "SMB2"},
+    {0x01021997, "9P"},   {0x00c36400, "Ceph"}, {0x6b414653, "AFS"},
+};
+
 }  // namespace
 
 void check_client_fd(int fd, std::string_view which, FdUse use) {
@@ -111,6 +119,12 @@ void check_client_fd(int fd, std::string_view which, FdUse use) {
   if (use == FdUse::stdio && !data && !S_ISCHR(status.st_mode))
     refuse("a payload's stdio must be a pipe, socket, character device or regular file");
   if (use == FdUse::data && !data) refuse("it must be a pipe, socket, memfd or regular file");
+  if (use == FdUse::data)
+    for (const auto& remote : kBlockingFilesystems)
+      if (remote.magic == magic)
+        refuse(std::string("it is a file on ") + remote.name +
+               ", whose reads and writes wait on another process or host: the server reads "
+               "and writes only files that cannot hold it");
 }
 
 }  // namespace rlm::server

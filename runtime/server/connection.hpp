@@ -83,7 +83,8 @@ enum class FdUse { stdio, data };
 // ("stdin", "context", ...) and why, unless `fd` is open (not O_PATH), is a pipe, socket or
 // regular file (memfds included), or for stdio a character device, and is on no filesystem whose
 // reads are checked against the reader's credentials (procfs, sysfs, ...: admission.cpp) and no
-// anonymous inode (epoll, eventfd, signalfd, timerfd, inotify, pidfd, ...).
+// anonymous inode (epoll, eventfd, signalfd, timerfd, inotify, pidfd, ...); data also on no
+// filesystem whose reads wait on another process or host (FUSE, NFS, CIFS, 9P, ...).
 void check_client_fd(int fd, std::string_view which, FdUse use);
 
 // The ops. Each owns the connection until it returns; the caller closes it.

@@ -81,6 +81,9 @@ Forked fork_session(Session& parent, std::size_t count, const OpenBranch& open_b
   for (std::size_t index = 1; index < count; ++index) threads.emplace_back(make, index);
   make(0);
   for (auto& thread : threads) thread.join();
+  // Every branch has read it: an fd of it a sandbox kept holds no memory from now on.
+  session::release_state(state.get());
+  session::release_state(file.get());
   for (std::size_t index = 0; index < count; ++index) {
     if (errors[index].empty()) continue;
     for (auto& branch : branches)

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cerrno>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -105,7 +106,10 @@ SaveIdentity save_identity(const Policy& policy) {
 }
 
 std::uint64_t seal_state(int memfd) {
-  constexpr int kSeals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+  // Not F_SEAL_SHRINK: the host empties the memfd once the op is done (release_state), so that
+  // an fd of it the sandbox kept holds no memory. A sandbox that shrinks it meanwhile makes
+  // only a short read, which fails the save or its own load.
+  constexpr int kSeals = F_SEAL_SEAL | F_SEAL_GROW | F_SEAL_WRITE;
   if (fcntl(memfd, F_ADD_SEALS, kSeals) != 0)
     throw Error(errno == EBUSY ? "the sandbox still maps the saved state for writing"
                                : "cannot seal the saved state: " + sys::errno_text(errno));
@@ -120,25 +124,20 @@ std::uint64_t seal_state(int memfd) {
 
 std::uint64_t write_save_file(int out, int state, std::uint64_t size,
                               const SaveIdentity& identity) {
-  // Read through a mapping (the state is sealed: it cannot change or shrink under it): hashed,
-  // then written from it, with no copy of ours.
-  const char* data = nullptr;
-  if (size > 0) {
-    void* mapped = mmap(nullptr, size, PROT_READ, MAP_SHARED, state, 0);
-    if (mapped == MAP_FAILED) throw Error("mmap of the saved state: " + sys::errno_text(errno));
-    data = static_cast<const char*>(mapped);
-  }
-  struct Unmap {
-    const char* data;
-    std::uint64_t size;
-    ~Unmap() {
-      if (data) munmap(const_cast<char*>(data), size);
-    }
-  } const unmap{data, size};
+  // Read with pread, never through a mapping: a hole the sandbox left reads as zeros without a
+  // page of the host's being made for it.
   Sha256 hash;
-  for (std::uint64_t offset = 0; offset < size; offset += kChunk)
-    hash.add(data + offset,
-             static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset)));
+  std::vector<char> chunk(kChunk);
+  const auto pass = [&](const std::function<void(std::size_t)>& use) {
+    for (std::uint64_t offset = 0; offset < size;) {
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset));
+      if (read_at(state, chunk.data(), want, offset, "the saved state") != want)
+        throw Error("the saved state is shorter than it was when sealed");
+      use(want);
+      offset += want;
+    }
+  };
+  pass([&](std::size_t got) { hash.add(chunk.data(), got); });
   const json header = {{"format", kFormat},
                        {"version", kVersion},
                        {"worker", identity.worker},
@@ -149,10 +148,7 @@ std::uint64_t write_save_file(int out, int state, std::uint64_t size,
   const std::string line = header.dump() + "\n";
   if (line.size() > kMaxSaveHeaderBytes) throw Error("the save file's header is too long");
   write_all(out, line.data(), line.size(), "the save file");
-  for (std::uint64_t offset = 0; offset < size; offset += kChunk)
-    write_all(out, data + offset,
-              static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - offset)),
-              "the save file");
+  pass([&](std::size_t got) { write_all(out, chunk.data(), got, "the save file"); });
   return line.size() + size;
 }
 
@@ -161,6 +157,10 @@ host::UniqueFd reopen_readonly(int fd) {
   UniqueFd copy(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!copy) throw Error("cannot reopen the saved state: " + sys::errno_text(errno));
   return copy;
+}
+
+void release_state(int memfd) {
+  if (memfd >= 0) (void)ftruncate(memfd, 0);
 }
 
 bool fully_sealed(int fd) {
@@ -177,7 +177,7 @@ std::uint64_t trusted_header_length(int in) {
   return end + 1;
 }
 
-SavedState read_save_file(int in, const SaveIdentity& identity) {
+SavedState read_save_file(int in, const SaveIdentity& identity, std::uint64_t room) {
   struct stat info {};
   if (fstat(in, &info) != 0) throw Error("fstat: " + sys::errno_text(errno));
   if (!S_ISREG(info.st_mode)) throw Error("a save file must be a regular file");
@@ -195,13 +195,16 @@ SavedState read_save_file(int in, const SaveIdentity& identity) {
   if (text_field(header, "worker") != identity.worker)
     throw Error("the save file was made by another build of rlm-sandbox (its worker differs)");
   if (text_field(header, "policy") != identity.policy)
-    throw Error("the save file was made under another policy ('" +
-                text_field(header, "policy_name") + "'); this session's is '" +
-                identity.policy_name + "'");
+    throw Error("the save file was made under another policy than this session's ('" +
+                identity.policy_name +
+                "' as given here: another policy, or the same one with other limits)");
   const auto bytes = header.find("bytes");
-  if (bytes == header.end() || !bytes->is_number_unsigned() ||
-      bytes->get<std::uint64_t>() > kMaxSavedStateBytes)
-    throw Error("the save file's header gives no size within bounds");
+  if (bytes == header.end() || !bytes->is_number_unsigned())
+    throw Error("the save file's header gives no size");
+  if (bytes->get<std::uint64_t>() > std::min(room, kMaxSavedStateBytes))
+    throw Error("the save file holds " + std::to_string(bytes->get<std::uint64_t>()) +
+                " bytes of state, more than this session may hold (" +
+                std::to_string(std::min(room, kMaxSavedStateBytes)) + " bytes)");
   const std::uint64_t size = bytes->get<std::uint64_t>();
   const std::uint64_t start = end + 1;
   if (file_size < start + size)
@@ -274,7 +277,9 @@ CellResult Session::save(const std::string& path) {
 }
 
 CellResult Session::load(const std::string& path) {
-  const host::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  // Non-blocking: a FIFO at `path` is refused (not a regular file) instead of waiting for a
+  // writer.
+  const host::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
   if (!fd) throw Error("cannot open the save file '" + path + "': " + sys::errno_text(errno));
   return load_from_fd(fd.get());
 }

@@ -24,10 +24,13 @@ SaveIdentity save_identity(const Policy& policy);
 // The most bytes of the header line.
 inline constexpr std::size_t kMaxSaveHeaderBytes = 4096;
 
-// Seals a memfd the sandbox has written (no more writing, growing or shrinking, from any fd or
-// mapping it kept) and returns its size. Throws Error: a writable mapping still open in the
-// sandbox, a state above kMaxSavedStateBytes.
+// Seals a memfd the sandbox has written (no more writing or growing, from any fd or mapping it
+// kept) and returns its size. Throws Error: a writable mapping still open in the sandbox, a
+// state above kMaxSavedStateBytes.
 std::uint64_t seal_state(int memfd);
+// Empties a state's memfd once the op that used it is done: a copy of its fd the sandbox kept
+// then holds no memory of the host's.
+void release_state(int memfd);
 // Writes the header and the `size` sealed bytes of `state` to `out` from its offset; returns the
 // file's size. Throws Error.
 std::uint64_t write_save_file(int out, int state, std::uint64_t size, const SaveIdentity& identity);
@@ -41,7 +44,8 @@ bool fully_sealed(int fd);
 // The state `in` (a regular file, read from offset 0) holds, once every check passed: a sealed
 // memfd itself (a new fd of it: it cannot change after the check), any other file copied into
 // a sealed memfd. Throws Error saying which check failed.
-SavedState read_save_file(int in, const SaveIdentity& identity);
+// A state of more than `room` bytes (the session's memory limit) is refused before it is read.
+SavedState read_save_file(int in, const SaveIdentity& identity, std::uint64_t room);
 // A new open file of `fd` (read-only, its own offset): an fd passed on as it is would share its
 // offset with every other holder of it, and two sandboxes reading one state would race.
 host::UniqueFd reopen_readonly(int fd);

@@ -218,12 +218,24 @@ WorkerSession::SealedState WorkerSession::save_state() {
   if (ftruncate(sealed.fd.get(), static_cast<off_t>(used.get<std::uint64_t>())) != 0)
     throw Error("ftruncate: " + sys::errno_text(errno));
   sealed.size = seal_state(sealed.fd.get());
+  if (sealed.size != used.get<std::uint64_t>())
+    throw Error("the saved state changed size while it was sealed");
   return sealed;
+}
+
+std::uint64_t WorkerSession::state_room() const {
+  return policy_.limits.memory_bytes > 0
+             ? std::min<std::uint64_t>(policy_.limits.memory_bytes, kMaxSavedStateBytes)
+             : kMaxSavedStateBytes;
 }
 
 CellResult WorkerSession::save_to_fd(int fd) {
   SealedState sealed = save_state();
   if (sealed.result.status != CellStatus::ok) return sealed.result;
+  struct Release {
+    int fd;
+    ~Release() { release_state(fd); }
+  } const release{sealed.fd.get()};
   (*sealed.result.saved)["bytes"] =
       write_save_file(fd, sealed.fd.get(), sealed.size, save_identity_);
   return sealed.result;
@@ -231,8 +243,10 @@ CellResult WorkerSession::save_to_fd(int fd) {
 
 CellResult WorkerSession::load_from_fd(int fd) {
   require_alive();
-  const SavedState state = read_save_file(fd, save_identity_);
-  return load_state(state.fd.get(), state.offset);
+  const SavedState state = read_save_file(fd, save_identity_, state_room());
+  CellResult result = load_state(state.fd.get(), state.offset);
+  release_state(state.fd.get());  // a sealed memfd of the caller's own is left as it is
+  return result;
 }
 
 CellResult WorkerSession::load_state(int fd, std::uint64_t offset) {

@@ -112,6 +112,8 @@ class WorkerSession final : public Session {
   };
   SealedState save_state();
   const SaveIdentity& identity() const { return save_identity_; }
+  // The most bytes of state this session may save or load: its memory limit, at most 4 GiB.
+  std::uint64_t state_room() const;
   // The state `offset` bytes into `fd`, a sealed memfd the caller made and trusts (a fork's own
   // save): load_from_fd's checks are skipped, the sandbox still reads it as hostile.
   CellResult load_state(int fd, std::uint64_t offset);

@@ -9,12 +9,11 @@ import importlib
 import marshal
 import mmap
 import pickle
-import shutil
-import tarfile
 import types
 
 SAVE_FORMAT = 1
-SAVED_DIRECTORIES = ('/tmp',)  # the writable files a save keeps (binds and /dev/shm are not)
+SAVED_DIRECTORIES = ('/tmp',)  # the writable files a save keeps (binds and /dev/shm are not);
+# a load writes them aside in /tmp first (staged_files)
 MAX_SKIPPED = 1000  # variables a save reports it could not keep
 
 
@@ -187,6 +186,7 @@ def unpicklable(variables: dict) -> list:
 
 
 def write_files(out) -> None:
+    import tarfile  # in the op, not at the REPL's start (it costs a millisecond)
     with tarfile.open(fileobj=out, mode='w', format=tarfile.PAX_FORMAT) as archive:
         for directory in SAVED_DIRECTORIES:
             if not os.path.isdir(directory):
@@ -265,6 +265,7 @@ def read_parts(fd: int, start: int) -> tuple:
             elif index < 3:
                 parts.append(StateUnpickler(source).load())
             else:
+                import tarfile  # in the op, not at the REPL's start
                 parts.append(tarfile.open(fileobj=source, mode='r'))
             source.seek(end)
         return source, parts
@@ -281,12 +282,15 @@ def check_header(header) -> None:
                         (python_version(header.get('python')), python_version(sys.hexversion)))
 
 
-def clear_saved_directories() -> None:
+def clear_saved_directories(keep: str = '') -> None:
+    import shutil
     for directory in SAVED_DIRECTORIES:
         if not os.path.isdir(directory):
             continue
         for entry in os.listdir(directory):
             path = os.path.join(directory, entry)
+            if path == keep:
+                continue
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -296,9 +300,46 @@ def clear_saved_directories() -> None:
                     pass
 
 
+def checked_members(archive) -> list:
+    """The archive's members, as a save writes them: each under a saved directory, no '..', and
+    none below a symlink of the archive's (a member through one would be written wherever the
+    link points)."""
+    members, links = archive.getmembers(), set()
+    for member in members:
+        parts = member.name.split('/')
+        if not any(member.name.startswith(directory.lstrip('/') + '/')
+                   for directory in SAVED_DIRECTORIES) or '..' in parts or \
+                any('/'.join(parts[:end]) in links for end in range(1, len(parts))):
+            raise SaveError('the saved files name %r' % member.name[:200])
+        if member.issym():
+            links.add(member.name.rstrip('/'))
+    return members
+
+
+def staged_files(archive, members) -> str:
+    """The saved files extracted into a new directory in /tmp (its own tmpfs): a directory that
+    holds tmp/... as the archive names them. SaveError when they cannot all be written; nothing
+    else is touched then."""
+    import shutil
+    import tarfile
+    import tempfile  # here, not at the REPL's start
+    staging = tempfile.mkdtemp(prefix='.rlm-load-', dir='/tmp')
+    try:
+        if hasattr(tarfile, 'fully_trusted_filter'):
+            archive.extractall(staging, members, filter='fully_trusted')
+        else:
+            archive.extractall(staging, members)
+    except Exception as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SaveError('the saved files cannot be written (%s: %s)'
+                        % (type(exc).__name__, exc)) from None
+    return staging
+
+
 def load_state(fd: int, start: int) -> None:
-    """Replaces this session's variables, contexts, histories, files under SAVED_DIRECTORIES
-    and cwd with the saved ones."""
+    """Replaces this session's variables, contexts, histories, files under /tmp and cwd with the
+    saved ones. Everything is read, checked and the files written aside first; only then is the
+    state replaced."""
     source, (header, tables, loaded, archive) = read_parts(fd, start)
     with source, archive:
         if not isinstance(loaded, dict) or not isinstance(tables, dict) or \
@@ -307,24 +348,20 @@ def load_state(fd: int, start: int) -> None:
         if not all(isinstance(index, int) and index >= 0
                    for key in ('contexts', 'histories') for index in tables[key]):
             raise SaveError('the saved state is not of the shape a save writes')
-        members = archive.getmembers()
-        for member in members:  # within the saved directories, as a save writes them
-            if not any(member.name.startswith(directory.lstrip('/') + '/')
-                       for directory in SAVED_DIRECTORIES) or '..' in member.name.split('/'):
-                raise SaveError('the saved files name %r' % member.name[:200])
-        try:
-            replace_state(header, tables, loaded, archive, members)
-        except BaseException as exc:
-            # Half replaced: this interpreter ends, and the session rolls back to its state
-            # before the load (status crashed).
-            print('the load failed halfway: %s: %s' % (type(exc).__name__, exc), file=sys.stderr)
-            os._exit(EXIT_LOAD_FAILED)
+        staging = staged_files(archive, checked_members(archive))
+    try:
+        replace_state(header, tables, loaded, staging)
+    except BaseException as exc:
+        # Half replaced: this interpreter ends, and the session rolls back to its state
+        # before the load (status crashed).
+        print('the load failed halfway: %s: %s' % (type(exc).__name__, exc), file=sys.stderr)
+        os._exit(EXIT_LOAD_FAILED)
 
 
 EXIT_LOAD_FAILED = 86
 
 
-def replace_state(header, tables, loaded, archive, members) -> None:
+def replace_state(header, tables, loaded, staging: str) -> None:
     for name in list(SESSION.namespace):
         if not name.startswith('__'):
             del SESSION.namespace[name]
@@ -335,11 +372,13 @@ def replace_state(header, tables, loaded, archive, members) -> None:
             set_context(kind, index, value)
     SESSION.namespace.update(loaded)
     restore_scaffold()
-    clear_saved_directories()
-    if hasattr(tarfile, 'fully_trusted_filter'):
-        archive.extractall('/', members, filter='fully_trusted')
-    else:
-        archive.extractall('/', members)
+    clear_saved_directories(keep=staging)
+    import shutil
+    staged = os.path.join(staging, 'tmp')
+    if os.path.isdir(staged):
+        for entry in os.listdir(staged):
+            os.rename(os.path.join(staged, entry), os.path.join('/tmp', entry))
+    shutil.rmtree(staging, ignore_errors=True)
     try:
         os.chdir(header.get('cwd') or '/')
     except OSError:
