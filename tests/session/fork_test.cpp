@@ -191,8 +191,8 @@ TEST_F(ForkTest, RandomGoesOnAcrossCellsAndIsSeededAnewInEachBranch) {
   auto parent = open();
   ASSERT_EQ(parent->execute("import random\nrandom.seed(7)").status, CellStatus::ok);
   // As in one process (LocalREPL): the cells' forks do not reseed the generator.
-  const auto draws = parent->execute(
-      "first = random.random()\nprint(first == random.Random(7).random())");
+  const auto draws =
+      parent->execute("first = random.random()\nprint(first == random.Random(7).random())");
   EXPECT_EQ(draws.stdout_data, "True\n") << dump(draws);
   const auto crash = parent->execute("random.random()\nimport os\nos._exit(1)");
   EXPECT_TRUE(crash.rolled_back);
