@@ -9,6 +9,11 @@ import importlib
 import marshal
 import mmap
 import pickle
+# Imported at the REPL's start (about a millisecond, before any caller waits): a fork's branch
+# loads the moment it is handed over.
+import shutil
+import tarfile
+import tempfile
 import types
 
 SAVE_FORMAT = 1
@@ -186,7 +191,6 @@ def unpicklable(variables: dict) -> list:
 
 
 def write_files(out) -> None:
-    import tarfile  # in the op, not at the REPL's start (it costs a millisecond)
     with tarfile.open(fileobj=out, mode='w', format=tarfile.PAX_FORMAT) as archive:
         for directory in SAVED_DIRECTORIES:
             if not os.path.isdir(directory):
@@ -265,7 +269,6 @@ def read_parts(fd: int, start: int) -> tuple:
             elif index < 3:
                 parts.append(StateUnpickler(source).load())
             else:
-                import tarfile  # in the op, not at the REPL's start
                 parts.append(tarfile.open(fileobj=source, mode='r'))
             source.seek(end)
         return source, parts
@@ -283,7 +286,6 @@ def check_header(header) -> None:
 
 
 def clear_saved_directories(keep: str = '') -> None:
-    import shutil
     for directory in SAVED_DIRECTORIES:
         if not os.path.isdir(directory):
             continue
@@ -320,9 +322,6 @@ def staged_files(archive, members) -> str:
     """The saved files extracted into a new directory in /tmp (its own tmpfs): a directory that
     holds tmp/... as the archive names them. SaveError when they cannot all be written; nothing
     else is touched then."""
-    import shutil
-    import tarfile
-    import tempfile  # here, not at the REPL's start
     staging = tempfile.mkdtemp(prefix='.rlm-load-', dir='/tmp')
     try:
         if hasattr(tarfile, 'fully_trusted_filter'):
@@ -348,7 +347,8 @@ def load_state(fd: int, start: int) -> None:
         if not all(isinstance(index, int) and index >= 0
                    for key in ('contexts', 'histories') for index in tables[key]):
             raise SaveError('the saved state is not of the shape a save writes')
-        staging = staged_files(archive, checked_members(archive))
+        members = checked_members(archive)
+        staging = staged_files(archive, members) if members else ''
     try:
         replace_state(header, tables, loaded, staging)
     except BaseException as exc:
@@ -373,12 +373,12 @@ def replace_state(header, tables, loaded, staging: str) -> None:
     SESSION.namespace.update(loaded)
     restore_scaffold()
     clear_saved_directories(keep=staging)
-    import shutil
-    staged = os.path.join(staging, 'tmp')
-    if os.path.isdir(staged):
-        for entry in os.listdir(staged):
-            os.rename(os.path.join(staged, entry), os.path.join('/tmp', entry))
-    shutil.rmtree(staging, ignore_errors=True)
+    if staging:
+        staged = os.path.join(staging, 'tmp')
+        if os.path.isdir(staged):
+            for entry in os.listdir(staged):
+                os.rename(os.path.join(staged, entry), os.path.join('/tmp', entry))
+        shutil.rmtree(staging, ignore_errors=True)
     try:
         os.chdir(header.get('cwd') or '/')
     except OSError:
