@@ -160,7 +160,8 @@ host::UniqueFd reopen_readonly(int fd) {
 }
 
 void release_state(int memfd) {
-  if (memfd >= 0) (void)ftruncate(memfd, 0);
+  // A failure leaves the pages until the memfd's last fd closes: nothing more to do here.
+  if (memfd >= 0 && ftruncate(memfd, 0) != 0) return;
 }
 
 bool fully_sealed(int fd) {
