@@ -8,7 +8,7 @@
 namespace rlm {
 namespace {
 
-constexpr std::array<std::pair<Status, std::string_view>, 11> kStatusNames{{
+constexpr std::array<std::pair<Status, std::string_view>, 12> kStatusNames{{
     {Status::ok, "ok"},
     {Status::exit_nonzero, "exit_nonzero"},
     {Status::signaled, "signaled"},
@@ -20,6 +20,7 @@ constexpr std::array<std::pair<Status, std::string_view>, 11> kStatusNames{{
     {Status::seccomp_violation, "seccomp_violation"},
     {Status::sandbox_error, "sandbox_error"},
     {Status::interrupted, "interrupted"},
+    {Status::node_drained, "node_drained"},
 }};
 
 // Length of the valid UTF-8 sequence starting at text[i], or 0 when it is not valid (overlong
@@ -125,6 +126,7 @@ nlohmann::json Result::to_json() const {
       {"policy", policy},
       {"unenforced", unenforced},
   };
+  if (!node.empty()) document["node"] = node;
   if (network) document["network"] = network->to_json();
   return document;
 }
@@ -254,6 +256,7 @@ Result result_from_json(const nlohmann::json& document) {
   result.stderr_truncated = flag(field(document, "stderr_truncated"), "stderr_truncated");
   result.backend = text_or_empty(field(document, "backend"), "backend");
   result.policy = text_or_empty(field(document, "policy"), "policy");
+  result.node = text_or_empty(field(document, "node"), "node");
   const auto& unenforced = field(document, "unenforced");
   if (!unenforced.is_null()) {
     if (!unenforced.is_array()) throw Error("a Result's \"unenforced\" must be an array");

@@ -94,4 +94,21 @@ bool Activities::kill(std::uint64_t id, const Peer& asker, bool may_kill_any) {
   return true;
 }
 
+std::size_t Activities::count() const {
+  std::lock_guard lock(mutex_);
+  return records_.size();
+}
+
+std::size_t Activities::kill_all(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  std::size_t killed = 0;
+  for (auto& [id, record] : records_) {
+    if (record->killed) continue;
+    record->killed = why;
+    if (record->kill) record->kill(why);
+    ++killed;
+  }
+  return killed;
+}
+
 }  // namespace rlm::server

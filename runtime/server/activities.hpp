@@ -57,6 +57,13 @@ class Activities {
   // none it may kill (one of another uid is not told apart from none).
   bool kill(std::uint64_t id, const Peer& asker, bool may_kill_any);
 
+  // How many there are now.
+  std::size_t count() const;
+
+  // Kills every activity not killed yet, each saying `why` (a drain's grace ran out). Returns how
+  // many it killed.
+  std::size_t kill_all(const std::string& why);
+
  private:
   mutable std::mutex mutex_;
   std::uint64_t next_id_ = 1;

@@ -44,6 +44,32 @@ void ServerConnection::kill(std::uint64_t id) {
   if (reply["op"] != "killed") throw ServerRefused("internal", "the server answered out of turn");
 }
 
+json ServerConnection::node_request(const json& request, const std::string& answer) {
+  server::send_to_server(state_->socket.get(), request);
+  json reply = server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
+  if (reply.value("op", "") != answer)
+    throw ServerRefused("internal", "the server answered out of turn");
+  return reply;
+}
+
+json ServerConnection::health() {
+  return node_request({{"op", "health"}}, "health");
+}
+
+json ServerConnection::ready() {
+  return node_request({{"op", "ready"}}, "ready");
+}
+
+json ServerConnection::capacity() {
+  return node_request({{"op", "capacity"}}, "capacity");
+}
+
+json ServerConnection::drain(std::optional<std::chrono::milliseconds> grace) {
+  json request{{"op", "drain"}};
+  if (grace) request["grace_ms"] = grace->count();
+  return node_request(request, "draining");
+}
+
 Policy ServerConnection::policy(const std::string& name) {
   server::send_to_server(state_->socket.get(), {{"op", "policy"}, {"policy", name}});
   const json reply =

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -70,7 +71,7 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
   reader.only_keys(document, "",
                    {"socket", "socket_mode", "pools", "allow", "permit_binds", "max_clients",
                     "max_clients_per_uid", "max_context_bytes", "max_bytes_in_flight",
-                    "max_bytes_in_flight_per_uid"});
+                    "max_bytes_in_flight_per_uid", "node_id", "max_sandboxes", "drain_grace"});
   ServerConfig config;
   if (document.contains("socket")) config.socket_path = reader.text(document["socket"], "socket");
   if (document.contains("socket_mode")) {
@@ -147,7 +148,30 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
         reader.size(document["max_bytes_in_flight_per_uid"], "max_bytes_in_flight_per_uid");
   if (document.contains("max_context_bytes"))
     config.max_context_bytes = reader.size(document["max_context_bytes"], "max_context_bytes");
+  if (document.contains("node_id")) {
+    config.node_id = reader.text(document["node_id"], "node_id");
+    if (const auto why = node_id_problem(config.node_id)) reader.fail("node_id", *why);
+  }
+  if (document.contains("max_sandboxes"))
+    config.max_sandboxes = reader.count(document["max_sandboxes"], "max_sandboxes", 1'000'000);
+  if (document.contains("drain_grace")) {
+    const auto grace = document["drain_grace"].is_string()
+                           ? parse_duration(document["drain_grace"].get<std::string>())
+                           : std::nullopt;
+    if (!grace) reader.fail("drain_grace", "must be a duration string, e.g. \"30s\"");
+    config.drain_grace = *grace;
+  }
   return config;
+}
+
+std::optional<std::string> node_id_problem(std::string_view id) {
+  if (id.empty() || id.size() > 64) return "a node id has 1 to 64 characters";
+  for (const char c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+      return "a node id has only letters, digits, '.', '-' and '_' (it goes into session ids and "
+             "endpoint file names); '" +
+             std::string(id) + "' does not";
+  return std::nullopt;
 }
 
 ServerConfig load_server_config(const std::string& path) {

@@ -19,6 +19,7 @@
 #include "rlm_sandbox/server.hpp"
 #include "server/activities.hpp"
 #include "server/event_log.hpp"
+#include "server/node.hpp"
 #include "server/peer.hpp"
 #include "server/wire.hpp"
 
@@ -37,6 +38,7 @@ struct Connection {
   const std::map<std::string, Offer>& offers;
   FrameBudget& frame_budget;  // the server's: every frame this peer sends counts against it
   Activities& activities;     // the server's runs and sessions, for status and kill
+  Node& node;                 // this server as a fleet's node: max_sandboxes, drain
   const EventLog& log;
   uid_t server_uid;  // the server's own: like root, it sees and kills every client's activity
 

@@ -133,6 +133,9 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
   // The client's next frame (a stop) or its hangup stops the run.
   request.stop_fd = connection.socket;
 
+  // Past max_sandboxes, or draining: refused now, never queued.
+  Node::Slot slot = connection.node.take();
+  slot.started();
   const std::string& offered = admitted.offer->offered.name;
   // A kill (status and kill ops, another connection's thread) ends the run as the client's own
   // hangup would: our side of the socket stops reading, which the run's stop_fd sees.
@@ -153,12 +156,13 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
                                      : admitted.offer->pool->run(request);
   fds.clear();  // the client reads its pipes to EOF: none of their ends may stay here
   if (const auto killed = activity->killed()) {
-    result.status = Status::interrupted;
+    result.status = connection.node.drained() ? Status::node_drained : Status::interrupted;
     result.detail = *killed;
   } else {
     explain(result, stop_frame(connection), cap);
   }
   result.policy = offered;
+  result.node = connection.node.id();
   json end{{"event", "end"},
            {"op", "run"},
            {"id", activity->id()},

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -30,11 +31,15 @@ struct Server::State {
   ServerConfig config;
   std::map<std::string, server::Offer> offers;
   server::Listener listener;
-  UniqueFd wake;  // an eventfd: stop()
+  UniqueFd wake;  // an eventfd: stop() and drain()
+  std::atomic<bool> stop_requested{false};
 
   uid_t own_uid = geteuid();
   std::unique_ptr<server::FrameBudget> frame_budget;  // every connection's frames count in it
   server::Activities activities;
+  std::unique_ptr<server::Node> node;
+  // A drain's end: when it began and its grace (under `mutex`); set by drain(), watched by serve().
+  std::optional<Clock::time_point> drain_deadline;
   std::unique_ptr<server::EventLog> log;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
@@ -55,6 +60,10 @@ struct Server::State {
   // The status and kill ops: answered, then the connection ends.
   void serve_status(const server::Connection& connection);
   void serve_kill(const server::Connection& connection, const json& frame);
+  // The node contract's ops (health, ready, capacity, drain): answered, then the connection ends.
+  void serve_node_op(const server::Connection& connection, const std::string& op,
+                     const json& frame);
+  void begin_drain(std::chrono::milliseconds grace);
   // Logs a refusal (`who`: the peer as far as it is known) and sends it as an error frame now.
   void refuse_now(int socket, json who, const std::string& op, const std::string& kind,
                   const std::string& message) const;
@@ -185,6 +194,9 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
   state_->frame_budget = std::make_unique<server::FrameBudget>(
       config.max_bytes_in_flight,
       std::min(config.max_bytes_in_flight, config.max_bytes_in_flight_per_uid));
+  if (config.node_id.empty()) config.node_id = server::default_node_id();
+  if (const auto why = node_id_problem(config.node_id)) throw Error("--node-id: " + *why);
+  state_->node = std::make_unique<server::Node>(config.node_id, config.max_sandboxes);
   state_->config = std::move(config);
 }
 
@@ -198,11 +210,32 @@ const ServerConfig& Server::config() const {
 }
 
 void Server::stop() {
+  state_->stop_requested = true;
   const std::uint64_t one = 1;
   [[maybe_unused]] auto written = write(state_->wake.get(), &one, sizeof one);
 }
 
-void Server::serve(int stop_fd) {
+void Server::drain(std::optional<std::chrono::milliseconds> grace) {
+  state_->begin_drain(grace.value_or(state_->config.drain_grace));
+}
+
+void Server::State::begin_drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mutex);
+    const auto deadline = Clock::now() + grace;
+    if (drain_deadline && *drain_deadline <= deadline) return;  // a shorter one stands
+    drain_deadline = deadline;
+    node->begin_drain();
+  }
+  log->record({{"event", "draining"},
+               {"node", node->id()},
+               {"grace_ms", grace.count()},
+               {"running", activities.count()}});
+  const std::uint64_t one = 1;  // serve() looks again
+  [[maybe_unused]] auto written = write(wake.get(), &one, sizeof one);
+}
+
+void Server::serve(int stop_fd, int drain_fd) {
   json offered = json::object();
   for (const auto& [name, offer] : state_->offers)
     offered[name] = {{"sandboxes", offer.offered.sandboxes},
@@ -213,16 +246,50 @@ void Server::serve(int stop_fd) {
        {"socket", state_->config.socket_path.empty() ? json("(the socket systemd passed)")
                                                      : json(state_->config.socket_path)},
        {"pid", getpid()},
+       {"node", state_->node->id()},
+       {"max_sandboxes", state_->config.max_sandboxes},
        {"pools", offered}});
+  constexpr auto kDrainPoll = std::chrono::milliseconds(20);
   for (;;) {
-    pollfd fds[3] = {{state_->listener.fd.get(), POLLIN, 0},
+    pollfd fds[4] = {{state_->listener.fd.get(), POLLIN, 0},
                      {state_->wake.get(), POLLIN, 0},
-                     {stop_fd, POLLIN, 0}};
-    if (poll(fds, 3, -1) < 0) {
+                     {stop_fd, POLLIN, 0},
+                     {drain_fd, POLLIN, 0}};
+    std::optional<Clock::time_point> drain_deadline;
+    {
+      std::lock_guard lock(state_->mutex);
+      drain_deadline = state_->drain_deadline;
+    }
+    if (poll(fds, 4, drain_deadline ? static_cast<int>(kDrainPoll.count()) : -1) < 0) {
       if (errno == EINTR) continue;
       throw Error("poll: " + sys::errno_text(errno));
     }
-    if (fds[1].revents || fds[2].revents) break;
+    if (fds[2].revents) break;
+    if (fds[3].revents) {
+      char drop[256];  // a signalfd's siginfo, or whatever woke it
+      [[maybe_unused]] auto got = read(drain_fd, drop, sizeof drop);
+      if (drain_deadline) break;  // asked twice: stop now
+      drain(std::nullopt);
+      continue;
+    }
+    if (fds[1].revents) {
+      std::uint64_t count = 0;
+      [[maybe_unused]] auto got = read(state_->wake.get(), &count, sizeof count);
+      if (state_->stop_requested) break;
+      continue;  // a drain began: its deadline is read above
+    }
+    if (drain_deadline) {
+      // Draining: done once nothing runs; past the grace, what still runs is ended and given a
+      // moment to tell its client so before the connections are shut.
+      constexpr auto kEndingGrace = std::chrono::seconds(5);
+      if (state_->node->held() == 0 || Clock::now() >= *drain_deadline + kEndingGrace) break;
+      if (Clock::now() >= *drain_deadline && !state_->node->drained()) {
+        state_->node->mark_drained();
+        const std::size_t ended = state_->activities.kill_all(
+            "node_drained: node " + state_->node->id() + " drained and its grace ran out");
+        state_->log->record({{"event", "drained"}, {"node", state_->node->id()}, {"ended", ended}});
+      }
+    }
     if (!(fds[0].revents & POLLIN)) continue;
     UniqueFd socket(accept4(state_->listener.fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!socket) continue;  // the peer left already, or fds ran out: go on serving the rest
@@ -300,8 +367,8 @@ void Server::State::serve_connection(UniqueFd socket) {
                  server::describe(*peer) +
                      " is not allowed to use this server (its --allow-uid / --allow-gid)");
     } else {
-      dispatch(
-          server::Connection{fd, *peer, config, offers, *frame_budget, activities, *log, own_uid});
+      dispatch(server::Connection{fd, *peer, config, offers, *frame_budget, activities, *node, *log,
+                                  own_uid});
     }
   } catch (...) {
   }
@@ -371,8 +438,11 @@ void Server::State::dispatch(const server::Connection& connection) {
         return server::serve_session(connection, frame->message, std::move(frame->fds));
       if (op == "status") return serve_status(connection);
       if (op == "kill") return serve_kill(connection, frame->message);
-      throw server::Refusal(
-          "invalid", "unknown op; expected hello, policy, run, session_open, status or kill");
+      if (op == "health" || op == "ready" || op == "capacity" || op == "drain")
+        return serve_node_op(connection, op, frame->message);
+      throw server::Refusal("invalid",
+                            "unknown op; expected hello, policy, run, session_open, status, kill, "
+                            "health, ready, capacity or drain");
     } catch (const server::Refusal& refusal) {
       log->record_limited(refusal_event(connection.who(), op, refusal.kind, refusal.what()),
                           connection.peer.uid);
@@ -407,6 +477,31 @@ void Server::State::serve_status(const server::Connection& connection) {
               {"scope", all ? "all" : "own"},
               {"running", activities.list(connection.peer, all)}};
   connection.send(status);
+}
+
+void Server::State::serve_node_op(const server::Connection& connection, const std::string& op,
+                                  const json& frame) {
+  if (op == "health") return connection.send(node->health());
+  if (op == "ready") return connection.send(node->readiness(offers));
+  if (op == "capacity") return connection.send(node->capacity(offers));
+  // drain: the operator's alone (it ends every tenant's work).
+  if (!connection.operator_peer())
+    throw server::Refusal("refused", "only root and the server's own uid may drain the node");
+  std::chrono::milliseconds grace = config.drain_grace;
+  if (const auto asked = frame.find("grace_ms"); asked != frame.end()) {
+    if (!asked->is_number_unsigned() || asked->get<std::uint64_t>() > 86'400'000)
+      throw server::Refusal("invalid",
+                            "drain's \"grace_ms\" is a whole number of ms, at most a day");
+    grace = std::chrono::milliseconds(asked->get<std::uint64_t>());
+  }
+  log->record({{"event", "request"},
+               {"op", "drain"},
+               {"grace_ms", grace.count()},
+               {"uid", connection.peer.uid},
+               {"gid", connection.peer.gid},
+               {"pid", connection.peer.pid}});
+  begin_drain(grace);
+  connection.send({{"op", "draining"}, {"node", node->id()}, {"grace_ms", grace.count()}});
 }
 
 void Server::State::serve_kill(const server::Connection& connection, const json& frame) {

@@ -273,6 +273,8 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   const Admitted admitted = admit(connection, frame);
   OpenOptions open = open_options(frame, fds.size());
   SessionOptions& options = open.session;
+  // Past max_sandboxes, or draining: refused now, never queued. Held until the session ends.
+  Node::Slot slot = connection.node.take();
 
   const auto end_of_life = Clock::now() + options.lifetime;
   options.bind_owner = HostIds{connection.peer.uid, connection.peer.gid};  // request.hpp
@@ -300,6 +302,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
     throw Refusal("unavailable", std::string("the session could not start: ") + error.what());
   }
   context.reset();
+  slot.started();
   const std::string& offered = admitted.offer->offered.name;
   // A kill ends the sandbox now: a cell in progress and every later call fail saying so.
   // Declared after the session, so it is gone from the registry before the session is.
@@ -313,6 +316,9 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
                      {"tightened", admitted.candidate != nullptr}};
   request_event.update(connection.who());
   connection.log.record(std::move(request_event));
+  // Opened while the drain's grace ran out: what the drain ended, this would outlive.
+  if (connection.node.drained())
+    session->kill("node_drained: node " + connection.node.id() + " drained and its grace ran out");
   std::atomic<std::uint64_t> cells{0};
   std::atomic<bool> closed{false}, lifetime_over{false};  // the executor's, the loop's
   // The end's line, once whatever the executor ran is over (declared before it: destroyed after).
@@ -330,7 +336,11 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
     end.update(connection.who());
     connection.log.record(std::move(end));
   }};
-  if (!link->send({{"op", "session_opened"}, {"backend", session->backend()}})) {
+  // The session's id names its node, so a fleet's client finds it without shared state.
+  if (!link->send({{"op", "session_opened"},
+                   {"backend", session->backend()},
+                   {"node", connection.node.id()},
+                   {"session_id", connection.node.id() + "/" + std::to_string(activity->id())}})) {
     client->close();
     session->close();
     return;

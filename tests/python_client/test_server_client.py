@@ -83,7 +83,7 @@ def _serve(path: str, pools: Sequence[str] = ("--pool", "default=1",
 
 def _stop(server: Optional[subprocess.Popen]) -> None:
     if server is not None and server.poll() is None:
-        server.send_signal(signal.SIGTERM)
+        server.send_signal(signal.SIGINT)
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -298,7 +298,7 @@ class ImpostorTest(unittest.TestCase):
                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
             self.assertIn("default", client.stdout.decode(), client.stderr.decode())
         finally:
-            server.send_signal(signal.SIGTERM)
+            server.send_signal(signal.SIGINT)
             try:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:

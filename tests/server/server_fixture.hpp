@@ -1,5 +1,5 @@
 // A real `rlm-sandbox serve` for tests: started in a temp dir of its own, waited for until it
-// answers hello, and always stopped (SIGTERM, then SIGKILL) and reaped, whatever the test did.
+// answers hello, and always stopped (SIGINT, then SIGKILL) and reaped, whatever the test did.
 #pragma once
 
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -74,6 +75,33 @@ inline pid_t spawn_cli(std::vector<std::string> args, int& out) {
   return pid;
 }
 
+// The server's log, one JSON object per line (each with its time and event).
+inline std::vector<nlohmann::json> log_lines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(parsed.is_object()) << "not a JSON line: " << line;
+    if (!parsed.is_object()) continue;
+    EXPECT_TRUE(parsed.contains("time") && parsed.contains("event")) << line;
+    lines.push_back(std::move(parsed));
+  }
+  return lines;
+}
+
+// The first line of `lines` whose fields include every one of `wanted`'s.
+inline std::optional<nlohmann::json> find_line(const std::vector<nlohmann::json>& lines,
+                                               const nlohmann::json& wanted) {
+  for (const auto& line : lines) {
+    bool all = true;
+    for (const auto& [key, value] : wanted.items())
+      all = all && line.value(key, nlohmann::json()) == value;
+    if (all) return line;
+  }
+  return std::nullopt;
+}
+
 class ServerUnderTest {
  public:
   // Starts `rlm-sandbox serve --socket <dir>/s.sock ARGS...`, its stderr kept in <dir>/serve.log;
@@ -110,10 +138,26 @@ class ServerUnderTest {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
-  // SIGTERM (a clean stop), SIGKILL after 20 s; returns the exit status (-1 when killed).
+  // The exit status once the server exits by itself within `wait` (a drain); -1 when a signal
+  // ended it, -2 when it did not exit in time (it is left running for stop()).
+  int exited_within(std::chrono::milliseconds wait) {
+    if (pid_ <= 0) return -1;
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -2;
+  }
+  // SIGINT (a clean stop at once; SIGTERM would drain), SIGKILL after 20 s; returns the exit
+  // status (-1 when killed).
   int stop() {
     if (pid_ <= 0) return -1;
-    ::kill(pid_, SIGTERM);
+    ::kill(pid_, SIGINT);
     int status = 0;
     for (int i = 0; i < 2000; ++i) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {

@@ -46,30 +46,6 @@ CliOutcome cli_output(std::vector<std::string> args, bool as_nobody = false) {
   return outcome;
 }
 
-std::vector<json> log_lines(const std::string& text) {
-  std::vector<json> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    json parsed = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    EXPECT_TRUE(parsed.is_object()) << "not a JSON line: " << line;
-    if (!parsed.is_object()) continue;
-    EXPECT_TRUE(parsed.contains("time") && parsed.contains("event")) << line;
-    lines.push_back(std::move(parsed));
-  }
-  return lines;
-}
-
-// The first line of `lines` whose fields include every one of `wanted`'s.
-std::optional<json> find_line(const std::vector<json>& lines, const json& wanted) {
-  for (const auto& line : lines) {
-    bool all = true;
-    for (const auto& [key, value] : wanted.items()) all = all && line.value(key, json()) == value;
-    if (all) return line;
-  }
-  return std::nullopt;
-}
-
 // Polls `status` (as root, which sees all) until `count` activities run, for up to 60 s.
 json running_when(const std::string& socket, std::size_t count) {
   json running = json::array();

@@ -81,7 +81,7 @@ std::string ServerProcess::log() const {
 
 void ServerProcess::stop() {
   if (pid_ <= 0) return;
-  ::kill(pid_, SIGTERM);
+  ::kill(pid_, SIGINT);  // a stop at once (SIGTERM drains)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   int status = 0;
   while (::waitpid(pid_, &status, WNOHANG) != pid_) {

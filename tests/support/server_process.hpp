@@ -1,5 +1,5 @@
 // A real `rlm-sandbox serve` for tests that go through the server: started on a socket in a
-// temporary directory, waited for until it accepts, and stopped (SIGTERM, then SIGKILL) with its
+// temporary directory, waited for until it accepts, and stopped (SIGINT, then SIGKILL) with its
 // directory removed when the object goes. The child asks the kernel for SIGTERM should the test
 // process die first, so a crashed test leaves no server behind.
 #pragma once

@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   const auto stop_server = [&] {
     for (pid_t server : servers) {
       if (server <= 0) continue;
-      kill(server, SIGTERM);
+      kill(server, SIGINT);  // stop at once (SIGTERM drains)
       waitpid(server, nullptr, 0);
     }
     std::filesystem::remove_all(directory);

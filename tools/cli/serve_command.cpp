@@ -41,8 +41,15 @@ refused at once. An fd a client passes (stdio, a context) must be a pipe, socket
 (or, for stdio, a character device), never a procfs/sysfs-like file or an anonymous inode.
 
 The server needs what the namespace backend needs for its policies: as root, cgroups for every
-limit; otherwise, a delegated cgroup v2 subtree (see `rlm-sandbox health`). Stop it with SIGTERM
-or SIGINT: every run and session it holds is stopped and the socket file removed. Killed with
+limit; otherwise, a delegated cgroup v2 subtree (see `rlm-sandbox health`).
+
+As a node of a fleet (docs/fleet.md) it answers health, ready and capacity
+(`rlm-sandbox server capacity`), holds at most --max-sandboxes runs and sessions (past them a
+request is refused resource_exhausted at once, so a client places it elsewhere) and names itself
+--node-id in results and session ids. SIGTERM (or `rlm-sandbox server drain`) drains: ready turns
+false, new work is refused, running runs and sessions get --drain-grace, then end with
+node_drained, and the server exits 0; a second SIGTERM stops at once. SIGINT stops at once: every
+run and session it holds is stopped and the socket file removed. Killed with
 SIGKILL, it leaves no sandbox behind (they die with it), and a restart replaces the stale socket.
 Under systemd, socket activation (LISTEN_FDS) replaces --socket: packaging/systemd/.
 
@@ -179,7 +186,16 @@ int serve_command(const std::vector<std::string>& args) {
        "SIZE: bytes of frames being received from all clients at once (default 256M); a frame "
        "beyond it is refused")  //
       ("max-bytes-in-flight-per-uid", po::value<std::string>(),
-       "SIZE: the same for one uid's connections together (default 64M)");
+       "SIZE: the same for one uid's connections together (default 64M)")  //
+      ("node-id", po::value<std::string>(),
+       "ID: this node's name in a fleet (default the host name): capacity, results and session "
+       "ids carry it")  //
+      ("max-sandboxes", po::value<std::string>(),
+       "N: runs and sessions held at once; past it a request is refused resource_exhausted at "
+       "once, never queued (default: no cap of its own)")  //
+      ("drain-grace", po::value<std::string>(),
+       "DURATION: how long a drain (SIGTERM, `rlm-sandbox server drain`) lets running runs and "
+       "sessions go on before it ends them with node_drained (default 30s)");
 
   auto values = parse_options(args, options, "serve");
   if (values.count("help")) {
@@ -231,21 +247,37 @@ int serve_command(const std::vector<std::string>& args) {
   if (values.count("max-bytes-in-flight-per-uid"))
     config.max_bytes_in_flight_per_uid = size_flag(
         "--max-bytes-in-flight-per-uid", values["max-bytes-in-flight-per-uid"].as<std::string>());
+  if (values.count("node-id")) {
+    config.node_id = values["node-id"].as<std::string>();
+    if (const auto why = node_id_problem(config.node_id))
+      throw UsageError("--node-id: " + *why, "serve");
+  }
+  if (values.count("max-sandboxes"))
+    config.max_sandboxes = count_flag("--max-sandboxes", values["max-sandboxes"].as<std::string>());
+  if (values.count("drain-grace"))
+    config.drain_grace = duration_flag("--drain-grace", values["drain-grace"].as<std::string>());
   config.listen_fd = systemd_listen_fd();
   if (config.listen_fd < 0 && config.socket_path.empty())
     throw UsageError("no socket: give --socket PATH (or start it by systemd socket activation)",
                      "serve");
 
-  // SIGTERM and SIGINT end serve() through a signalfd; blocked before any thread starts, so
-  // every thread (the pools' included) leaves them to it.
-  sigset_t stop_signals;
+  // SIGTERM drains (what every engine sends first: Kubernetes, Slurm, Swarm, systemd) and a second
+  // one stops at once; SIGINT and SIGHUP stop at once. Each through a signalfd, blocked before any
+  // thread starts, so every thread (the pools' included) leaves them to it.
+  sigset_t stop_signals, drain_signals, both;
   sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigemptyset(&drain_signals);
+  sigaddset(&drain_signals, SIGTERM);
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGHUP);
+  sigaddset(&both, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &both, nullptr);
   const int stop_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (stop_fd < 0) throw Error("signalfd failed");
+  const int drain_fd = signalfd(-1, &drain_signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (stop_fd < 0 || drain_fd < 0) throw Error("signalfd failed");
 
   // The server's account: one JSON line per request, refusal and end, one write each.
   config.log = [](std::string_view line) {
@@ -255,8 +287,9 @@ int serve_command(const std::vector<std::string>& args) {
   };
   raise_open_files_limit(config);
   Server server(std::move(config));
-  server.serve(stop_fd);  // its first line says where it listens and what it offers
+  server.serve(stop_fd, drain_fd);  // its first line says where it listens and what it offers
   close(stop_fd);
+  close(drain_fd);
   return 0;
 }
 

@@ -1,14 +1,17 @@
 // `rlm-sandbox server status` and `rlm-sandbox server kill ID`: what a running server does for
 // this user (root and the server's own uid: for everyone), and ending one of its runs or sessions
 // (docs/pools-and-server.md).
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "cli.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "rlm_sandbox/units.hpp"
 #include "server_client.hpp"
 
 namespace po = boost::program_options;
@@ -18,6 +21,8 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: rlm-sandbox server status [--server PATH] [--json]
        rlm-sandbox server kill ID [--server PATH]
+       rlm-sandbox server health|ready|capacity [--server PATH] [--json]
+       rlm-sandbox server drain [--grace DURATION] [--server PATH]
 
 Asks a running `rlm-sandbox serve` (at --server PATH, or $RLM_SANDBOX_SERVER):
 
@@ -29,6 +34,18 @@ Asks a running `rlm-sandbox serve` (at --server PATH, or $RLM_SANDBOX_SERVER):
             it. A client may kill only its own uid's; root and the server's uid any. Exit status
             0 when it was killed, 125 when there is no such run or session (of yours).
 
+The node contract (docs/fleet.md), what an engine's probes and a fleet's client ask:
+
+  health    whether the server answers at all: exit status 0 when it does.
+  ready     whether it should be given work: not draining and every pool holding its minimum of
+            warm sandboxes and sessions. Exit status 0 when ready, 1 when not (and why).
+  capacity  node id, version, features (backends, cgroup version, Landlock ABI), cores, memory,
+            --max-sandboxes, runs and sessions running and starting, idle warm sandboxes per pool,
+            pressure (PSI), draining.
+  drain     new runs and sessions are refused ("draining"), running ones get --grace (default the
+            server's --drain-grace), then end with node_drained; the server then exits 0, as on
+            SIGTERM. Root and the server's own uid only.
+
 The server also logs one JSON line on its stderr for every request, refusal and end (journald
 keeps them under the shipped unit: journalctl -u rlm-sandbox -o cat).
 )";
@@ -38,6 +55,9 @@ examples:
   rlm-sandbox server status --server /run/rlm-sandbox.sock
   rlm-sandbox server status --server /run/rlm-sandbox.sock --json | jq '.running[].id'
   rlm-sandbox server kill 12 --server /run/rlm-sandbox.sock
+  rlm-sandbox server ready --server /run/rlm-sandbox.sock || echo "not ready"
+  rlm-sandbox server capacity --server /run/rlm-sandbox.sock --json | jq .running
+  rlm-sandbox server drain --grace 60s --server /run/rlm-sandbox.sock
 )";
 
 std::string age_text(std::int64_t ms) {
@@ -80,6 +100,41 @@ void print_status(const nlohmann::json& status) {
   }
 }
 
+void print_capacity(const nlohmann::json& capacity) {
+  const auto& features = capacity["features"];
+  std::cout << "node " << capacity.value("node_id", "") << " (rlm-sandbox "
+            << capacity.value("version", "") << ")"
+            << (capacity.value("draining", false) ? ", draining" : "")
+            << (capacity.value("ready", false) ? ", ready" : ", not ready") << "\n";
+  std::string backends;
+  for (const auto& name : features.value("backends", nlohmann::json::array()))
+    if (name.is_string()) backends += (backends.empty() ? "" : ", ") + name.get<std::string>();
+  std::cout << "  backends: " << (backends.empty() ? "none" : backends) << "; cgroup "
+            << features.value("cgroup", "?") << "; Landlock ABI "
+            << features.value("landlock_abi", 0) << "\n";
+  std::cout << "  cores " << capacity.value("cores", 0) << ", memory "
+            << format_size(capacity.value("memory_bytes", std::uint64_t{0})) << " ("
+            << format_size(capacity.value("memory_available_bytes", std::uint64_t{0}))
+            << " available)\n";
+  const auto max = capacity.value("max_sandboxes", std::uint64_t{0});
+  std::cout << "  running " << capacity.value("running", 0) << ", starting "
+            << capacity.value("starting", 0) << " of "
+            << (max ? std::to_string(max) : std::string("no cap (--max-sandboxes)")) << "\n";
+  for (const auto& [name, pool] : capacity.value("warm_idle", nlohmann::json::object()).items())
+    std::cout << "  pool " << name << ": " << pool.value("sandboxes", 0) << "/"
+              << pool.value("min_sandboxes", 0) << " warm sandboxes, " << pool.value("sessions", 0)
+              << "/" << pool.value("min_sessions", 0) << " warm sessions idle\n";
+  const auto pressure = capacity.value("pressure", nlohmann::json::object());
+  std::cout << "  pressure (some, avg10):";
+  for (const char* resource : {"cpu", "memory", "io"}) {
+    const auto value = pressure.value(resource, nlohmann::json());
+    std::cout << " " << resource << " "
+              << (value.is_number() ? std::to_string(value.get<double>()).substr(0, 5) + "%"
+                                    : std::string("n/a"));
+  }
+  std::cout << std::endl;
+}
+
 }  // namespace
 
 int server_command(const std::vector<std::string>& args) {
@@ -88,7 +143,10 @@ int server_command(const std::vector<std::string>& args) {
       ("help,h", "show this help")                                  //
       ("server", po::value<std::string>(), kServerFlagHelp)         //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp)  //
-      ("json", po::bool_switch(), "status: print the server's answer as one JSON object");
+      ("json", po::bool_switch(),
+       "status, health, ready, capacity: print the server's answer as one JSON object")  //
+      ("grace", po::value<std::string>(),
+       "drain: how long running work may go on (default the server's --drain-grace)");
   po::options_description all;
   all.add(options).add_options()("args", po::value<std::vector<std::string>>(), "");
   auto values = parse_options(args, all, "server", "args");
@@ -98,7 +156,8 @@ int server_command(const std::vector<std::string>& args) {
   }
   const auto words = values.count("args") ? values["args"].as<std::vector<std::string>>()
                                           : std::vector<std::string>{};
-  if (words.empty()) throw UsageError("expected status or kill ID", "server");
+  if (words.empty())
+    throw UsageError("expected status, kill ID, health, ready, capacity or drain", "server");
   const auto socket = server_socket(values);
   if (!socket)
     throw UsageError("which server? give --server PATH (or set RLM_SANDBOX_SERVER)", "server");
@@ -124,7 +183,53 @@ int server_command(const std::vector<std::string>& args) {
     std::cout << "killed " << text << std::endl;
     return 0;
   }
-  throw UsageError("unknown action '" + action + "'; expected status or kill ID", "server");
+  if (action == "health" || action == "ready" || action == "capacity" || action == "drain") {
+    if (words.size() != 1) throw UsageError(action + " takes no argument", "server");
+    if (values.count("grace") && action != "drain")
+      throw UsageError("--grace goes with drain only", "server");
+    ServerConnection connection(*socket, server_uid(values));
+    const bool json_out = values["json"].as<bool>();
+    if (action == "health") {
+      const auto health = connection.health();
+      if (json_out)
+        std::cout << health.dump() << std::endl;
+      else
+        std::cout << "node " << health.value("node", "") << " (pid " << health.value("pid", 0)
+                  << ") is alive" << std::endl;
+      return 0;
+    }
+    if (action == "ready") {
+      const auto ready = connection.ready();
+      const bool is_ready = ready.value("ready", false);
+      if (json_out) {
+        std::cout << ready.dump() << std::endl;
+      } else {
+        std::cout << "node " << ready.value("node", "")
+                  << (is_ready ? " is ready" : " is not ready") << std::endl;
+        for (const auto& why : ready.value("why", nlohmann::json::array()))
+          if (why.is_string()) std::cout << "  " << why.get<std::string>() << "\n";
+      }
+      return is_ready ? 0 : 1;
+    }
+    if (action == "capacity") {
+      const auto capacity = connection.capacity();
+      if (json_out)
+        std::cout << capacity.dump() << std::endl;
+      else
+        print_capacity(capacity);
+      return 0;
+    }
+    std::optional<std::chrono::milliseconds> grace;
+    if (values.count("grace")) grace = duration_flag("--grace", values["grace"].as<std::string>());
+    const auto draining = connection.drain(grace);
+    std::cout << "node " << draining.value("node", "") << " is draining; running work has "
+              << format_duration(std::chrono::milliseconds(draining.value("grace_ms", 0)))
+              << std::endl;
+    return 0;
+  }
+  throw UsageError(
+      "unknown action '" + action + "'; expected status, kill ID, health, ready, capacity or drain",
+      "server");
 }
 
 }  // namespace rlm::cli

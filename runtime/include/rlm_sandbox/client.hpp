@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -71,6 +72,19 @@ class ServerConnection {
   // and the server's uid any. Throws ServerRefused ("refused") otherwise (ends the connection).
   void kill(std::uint64_t id);
 
+  // The node contract (docs/fleet.md), each ending the connection:
+  // {"op":"health","alive":true,"node":ID,"pid":N}
+  nlohmann::json health();
+  // {"op":"ready","node":ID,"ready":BOOL,"why":[...]}: not draining, every pool at its minimum.
+  nlohmann::json ready();
+  // {"op":"capacity","node_id","version","features","cores","memory_bytes","max_sandboxes",
+  //  "running","starting","warm_idle","pressure","draining","ready",...}
+  nlohmann::json capacity();
+  // Drains the node (root and the server's uid only; ServerRefused "refused" otherwise): new work
+  // is refused, what runs gets `grace` (default the server's drain_grace), then ends.
+  // {"op":"draining","node":ID,"grace_ms":N}
+  nlohmann::json drain(std::optional<std::chrono::milliseconds> grace = std::nullopt);
+
   // Runs `request` under the offered policy `policy_name`, tightened to `overrides` when given.
   // Ends the connection. Throws ServerRefused when the server refuses, Error for a request invalid
   // for the policy; a failing payload is a Result, as with every backend.
@@ -82,6 +96,7 @@ class ServerConnection {
                                         SessionOptions options);
 
  private:
+  nlohmann::json node_request(const nlohmann::json& request, const std::string& answer);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -25,6 +25,8 @@ enum class Status {
   sandbox_error,      // the sandbox could not be set up
   interrupted,        // the caller stopped it (Request::stop_fd; a signal to the CLI): the payload
                       // got SIGTERM and the policy's kill grace
+  node_drained,       // the server's node drained and its grace ran out (docs/fleet.md); as
+                      // interrupted otherwise
 };
 
 std::string_view to_string(Status status);
@@ -76,6 +78,7 @@ struct Result {
   std::uint64_t peak_memory_bytes = 0;
   std::string backend;
   std::string policy;
+  std::string node;  // the server node that ran it (ServerConfig::node_id); "" when none did
   // Policy limits ("limits.memory_bytes", ...) this run could not enforce as the policy means
   // them, e.g. without a usable cgroup; `detail` says what stood in. Empty when all held.
   std::vector<std::string> unenforced;
@@ -84,7 +87,8 @@ struct Result {
 
   // {"status", "exit_code", "signal", "detail", "wall_ms", "cpu_ms", "peak_memory_bytes",
   //  "stdout", "stderr", "stdout_truncated", "stderr_truncated", "backend", "policy",
-  //  "unenforced"}, and "network" ({"allowed", "denied", "dns", "truncated"}) when there is one.
+  //  "unenforced"}, "node" when a server's node ran it, and "network" ({"allowed", "denied",
+  //  "dns", "truncated"}) when there is one.
   // Output that is not valid UTF-8 has the offending bytes replaced with U+FFFD.
   nlohmann::json to_json() const;
 };

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,14 @@ struct ServerConfig {
   mode_t socket_mode = 0660;
 
   std::vector<OfferedPolicy> policies;
+
+  // This server as a node of a fleet (docs/fleet.md): the id its answers, results and session ids
+  // carry ("": the host's name); the runs and sessions it holds at once, past which a request is
+  // refused "resource_exhausted" at once (0: no cap of its own); and how long a drain lets those
+  // running go on before it ends them (node_drained).
+  std::string node_id;
+  std::size_t max_sandboxes = 0;
+  std::chrono::milliseconds drain_grace{30'000};
 
   // Who may connect, besides the server's own uid: a peer whose uid is listed, or whose primary
   // or supplementary group is.
@@ -91,10 +100,14 @@ struct ServerConfig {
 //    "allow": {"uids": [U...], "gids": [G...]},
 //    "permit_binds": {"UID": [{"beneath": DIR, "writable": BOOL}]},
 //    "max_clients": N, "max_clients_per_uid": N, "max_context_bytes": SIZE,
-//    "max_bytes_in_flight": SIZE, "max_bytes_in_flight_per_uid": SIZE}
+//    "max_bytes_in_flight": SIZE, "max_bytes_in_flight_per_uid": SIZE,
+//    "node_id": ID, "max_sandboxes": N, "drain_grace": DURATION}
 // Throws Error naming the key that is wrong.
 ServerConfig server_config_from_json(const nlohmann::json& document, std::string_view origin);
 ServerConfig load_server_config(const std::string& path);
+
+// Why `id` cannot be a node id (1 to 64 of letters, digits, '.', '-', '_'), or nullopt.
+std::optional<std::string> node_id_problem(std::string_view id);
 
 // The listening socket systemd passed (socket activation: LISTEN_PID is this process and
 // LISTEN_FDS is 1), or -1 when none was. Clears those variables. Throws Error for anything but
@@ -112,10 +125,17 @@ class Server {
 
   // Serves until `stop_fd` becomes readable (or stop() is called): each connection on a thread of
   // its own, at most max_clients at once. On return every connection is closed, every run and
-  // session it had is stopped, and the socket file is removed.
-  void serve(int stop_fd = -1);
+  // session it had is stopped, and the socket file is removed. `drain_fd` readable (a signalfd of
+  // SIGTERM; what is readable is read and dropped) drains as drain() does; readable again during
+  // the drain, it stops at once.
+  void serve(int stop_fd = -1, int drain_fd = -1);
   // Makes serve() return; callable from any thread.
   void stop();
+  // Drains: ready turns false, new runs and sessions are refused ("draining"), those running go
+  // on for drain_grace (or `grace`, when given); then what still runs is ended (a run with status
+  // node_drained) and serve() returns. It returns as soon as nothing runs. Callable from any
+  // thread; the `drain` op of an operator's client does the same.
+  void drain(std::optional<std::chrono::milliseconds> grace = std::nullopt);
 
   const ServerConfig& config() const;
 

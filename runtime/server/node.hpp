@@ -1,0 +1,84 @@
+// This server as one node of a fleet (docs/fleet.md): its id, its cap on runs and sessions at once
+// (max_sandboxes: past it a request is refused "resource_exhausted" at once, never queued, so a
+// client's placement tries another node), whether it is draining, and the node contract's
+// answers: health, ready and capacity.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace rlm::server {
+
+struct Offer;
+class Activities;
+
+class Node {
+ public:
+  // `max_sandboxes` 0: no cap of its own (the pools and the host's limits still bound it).
+  Node(std::string id, std::size_t max_sandboxes);
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const std::string& id() const { return id_; }
+  std::size_t max_sandboxes() const { return max_sandboxes_; }
+
+  // One run's or session's place under max_sandboxes, from its request to its end. Starting until
+  // started() (a session's sandbox and worker coming up), then running.
+  class Slot {
+   public:
+    Slot() = default;
+    explicit Slot(Node* node) : node_(node) {}
+    Slot(Slot&& other) noexcept : node_(other.node_), running_(other.running_) {
+      other.node_ = nullptr;
+    }
+    Slot& operator=(Slot&&) = delete;
+    ~Slot();
+    void started();
+
+   private:
+    Node* node_ = nullptr;
+    bool running_ = false;
+  };
+  // Throws Refusal("draining") while the node drains, Refusal("resource_exhausted") when
+  // max_sandboxes runs and sessions are held already.
+  Slot take();
+
+  // Runs and sessions holding a slot now, starting or running.
+  std::size_t held() const;
+
+  // Drain: ready turns false and new runs and sessions are refused; those running go on.
+  void begin_drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // The drain's grace ran out: what still runs is ended, a run with status node_drained.
+  void mark_drained() { drained_ = true; }
+  bool drained() const { return drained_; }
+
+  // {"op":"health","alive":true,"node":ID,"pid":N}
+  nlohmann::json health() const;
+  // {"op":"ready","ready":BOOL,"node":ID,"why":[...]}: ready when not draining and every pool
+  // holds its minimum of warm sandboxes and sessions; `why` says what is missing otherwise.
+  nlohmann::json readiness(const std::map<std::string, Offer>& offers) const;
+  // {"op":"capacity","node_id","version","features":{...},"cores","memory_bytes",
+  //  "memory_available_bytes","max_sandboxes","running","starting","warm_idle":{POOL:{...}},
+  //  "pressure":{...},"draining","ready"}: docs/fleet.md.
+  nlohmann::json capacity(const std::map<std::string, Offer>& offers) const;
+
+ private:
+  const std::string id_;
+  const std::size_t max_sandboxes_;
+  std::atomic<bool> draining_{false}, drained_{false};
+  mutable std::mutex mutex_;
+  std::size_t starting_ = 0, running_ = 0;  // slots held, under mutex_
+  mutable std::once_flag features_once_;
+  mutable nlohmann::json features_;  // probed once, on the first capacity request
+};
+
+// The host's name, for a node id nobody gave.
+std::string default_node_id();
+
+}  // namespace rlm::server
