@@ -22,8 +22,10 @@ _MAX_FDS = 4
 
 class ServerError(RlmSandboxError):
     """The server refused or failed a request: ``kind`` is ``refused``, ``invalid``,
-    ``unavailable`` or ``internal``; ``diagnostics`` lists ``(path, message)`` for each way a
-    refused policy loosens the offered one."""
+    ``unavailable``, ``internal``, ``resource_exhausted`` (the node holds its
+    ``--max-sandboxes`` runs and sessions: try another node, or again once one ends) or
+    ``draining`` (the node takes no new work); ``diagnostics`` lists ``(path, message)`` for
+    each way a refused policy loosens the offered one."""
 
     def __init__(self, kind: str, message: str, diagnostics: Sequence[Dict[str, str]] = ()) -> None:
         super().__init__(message)

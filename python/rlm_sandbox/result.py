@@ -103,9 +103,11 @@ def _is_int(value: Any) -> bool:
 class RunResult:
     """How one run ended (``Result::to_json()``; DESIGN.md §8): ``status`` is ``ok``,
     ``exit_nonzero``, ``signaled``, ``timeout``, ``cpu_limit``, ``memory_limit``, ``pids_limit``,
-    ``output_limit``, ``seccomp_violation``, ``sandbox_error`` or ``interrupted`` (the caller
-    stopped it). Through a server, ``stdout`` and ``stderr`` are what this client read from its
-    own pipes, capped at the policy's ``limits.output_bytes`` per stream."""
+    ``output_limit``, ``seccomp_violation``, ``sandbox_error``, ``interrupted`` (the caller
+    stopped it) or ``node_drained`` (the server was drained and the run outlived the drain's
+    grace). Through a server, ``stdout`` and ``stderr`` are what this client read from its
+    own pipes, capped at the policy's ``limits.output_bytes`` per stream, and ``node`` names
+    the node that ran it (the server's ``--node-id``; empty for a direct run)."""
 
     status: str
     exit_code: int = 0
@@ -120,6 +122,7 @@ class RunResult:
     peak_memory_bytes: int = 0
     backend: str = ""
     policy: str = ""
+    node: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -142,5 +145,6 @@ class RunResult:
             peak_memory_bytes=int(data.get("peak_memory_bytes") or 0),
             backend=str(data.get("backend") or ""),
             policy=str(data.get("policy") or ""),
+            node=str(data.get("node") or ""),
             raw=dict(data),
         )

@@ -82,14 +82,51 @@ class Server:
     def _connect(self) -> Wire:
         return Wire(connect(self.path, self.connect_timeout, self.server_uid))
 
-    def hello(self) -> Dict[str, Any]:
-        """The server's greeting: ``policies`` it offers, its ``pid``, its pools' counters."""
+    def _ask(self, frame: Dict[str, Any], answer_op: str) -> Dict[str, Any]:
+        """One frame on a connection of its own and the server's one answer (`answer_op`); an
+        error frame raises :class:`ServerError`."""
         wire = self._connect()
         try:
-            wire.send({"op": "hello", "version": 1})
-            return wire.expect("hello")
+            wire.send(frame)
+            return wire.expect(answer_op)
         finally:
             wire.close()
+
+    def hello(self) -> Dict[str, Any]:
+        """The server's greeting: ``policies`` it offers, its ``pid``, its pools' counters."""
+        return self._ask({"op": "hello", "version": 1}, "hello")
+
+    # -- the node contract (docs/fleet.md) -------------------------------------------------------
+
+    def health(self) -> Dict[str, Any]:
+        """Whether the server is alive: ``{"alive": True, "node": ID, "pid": N}`` (and ``op``)."""
+        return self._ask({"op": "health"}, "health")
+
+    def ready(self) -> Dict[str, Any]:
+        """Whether the node takes work now: ``{"node": ID, "ready": bool, "why": [str, ...]}``.
+        Ready means not draining and every pool holding its minimum of warm sandboxes and
+        sessions; ``why`` says what is missing otherwise."""
+        return self._ask({"op": "ready"}, "ready")
+
+    def capacity(self) -> Dict[str, Any]:
+        """What the node has and holds, for placement: ``node_id``, ``version``, ``features``
+        (``backends``, ``cgroup``, ``landlock_abi``, ``sessions``), ``cores``,
+        ``memory_bytes``, ``memory_available_bytes``, ``max_sandboxes`` (0: no cap of its
+        own), ``running``, ``starting``, ``warm_idle`` (per pool: ``sandboxes``, ``sessions``,
+        ``min_sandboxes``, ``min_sessions``), ``pressure`` (``cpu``, ``memory``, ``io``: PSI's
+        avg10, None without PSI), ``draining`` and ``ready``."""
+        return self._ask({"op": "capacity"}, "capacity")
+
+    def drain(self, grace: Optional[Union[int, float, str]] = None) -> Dict[str, Any]:
+        """Drains the node: ready turns false and new runs and sessions are refused (kind
+        ``draining``); those running get `grace` (seconds or "30s"; default the server's
+        ``--drain-grace``), then end with status ``node_drained``; the server exits once
+        nothing runs. Only root and the server's own uid may drain (others: ServerError
+        ``refused``). Returns ``{"node": ID, "grace_ms": N}`` (and ``op``: ``draining``)."""
+        frame: Dict[str, Any] = {"op": "drain"}
+        if grace is not None:
+            frame["grace_ms"] = _grace_milliseconds(grace)
+        return self._ask(frame, "draining")
 
     def policy(self, name: str = "default") -> Dict[str, Any]:
         """The server's copy of an offered policy (``Policy::to_json()``), a base to tighten."""
@@ -148,6 +185,15 @@ class Server:
                         **options: Any) -> "ServerSession":
         """A session holding the state saved at `path` (:meth:`ServerSession.restore_from`)."""
         return ServerSession.restore_from(path, self, policy, **options)
+
+
+def _grace_milliseconds(grace: Union[int, float, str]) -> int:
+    """A drain's grace (seconds, 0 included, or a duration string such as "30s") -> ms."""
+    if isinstance(grace, str):
+        return _milliseconds(grace, "grace")
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
+        raise ValueError(f"grace must be a number of seconds (0 or more), not {grace!r}")
+    return round(grace * 1000)
 
 
 def _fetch_policy(wire: Wire, name: str) -> Dict[str, Any]:
@@ -352,6 +398,11 @@ class ServerSession:
         self.server = server if isinstance(server, Server) else Server(server)
         self.policy = policy
         self.backend: Optional[str] = None
+        #: The node that serves the session (the server's ``--node-id``), and the session's id
+        #: there, ``"NODE/NUMBER"``: it names its node, so a fleet's client finds it without
+        #: shared state. Empty from a server that does not say.
+        self.node = ""
+        self.session_id = ""
         #: What fork() opens each branch with besides the server and policy: these options but
         #: the context (a branch takes its contexts from the parent's state); the callbacks are
         #: the parent's at the time of the fork.
@@ -399,6 +450,8 @@ class ServerSession:
                 fd = None
             opened = wire.expect("session_opened")
             self.backend = opened.get("backend")
+            self.node = str(opened.get("node") or "")
+            self.session_id = str(opened.get("session_id") or "")
         except BaseException:
             wire.close()
             raise
@@ -579,7 +632,8 @@ class ServerSession:
 
     def __repr__(self) -> str:
         return (f"ServerSession(server={self.server.path!r}, policy={self.policy!r}, "
-                f"backend={self.backend!r}, {'closed' if self._closed else 'open'})")
+                f"backend={self.backend!r}, session_id={self.session_id!r}, "
+                f"{'closed' if self._closed else 'open'})")
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -102,10 +102,11 @@ json warm_idle(const std::map<std::string, Offer>& offers) {
 Node::Node(std::string id, std::size_t max_sandboxes)
     : id_(std::move(id)), max_sandboxes_(max_sandboxes) {}
 
-Node::Slot::~Slot() {
+void Node::Slot::release() {
   if (!node_) return;
   std::lock_guard lock(node_->mutex_);
   --(running_ ? node_->running_ : node_->starting_);
+  node_ = nullptr;
 }
 
 void Node::Slot::started() {

@@ -37,8 +37,11 @@ class Node {
       other.node_ = nullptr;
     }
     Slot& operator=(Slot&&) = delete;
-    ~Slot();
+    ~Slot() { release(); }
     void started();
+    // Gives the place back now: before the answer that ends the run or session is sent, so a
+    // client that asks again at once finds it free.
+    void release();
 
    private:
     Node* node_ = nullptr;

@@ -175,6 +175,7 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
   if (!result.detail.empty()) end["detail"] = result.detail;
   end.update(connection.who());
   connection.log.record(std::move(end));
+  slot.release();
   connection.send({{"op", "result"}, {"result", result.to_json()}});
 }
 

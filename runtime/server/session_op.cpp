@@ -412,13 +412,21 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
         link->send({{"op", "narrowed"}});
       } else if (name == "close") {
         client->close();
-        const Result result = session->close();
+        Result result = session->close();
+        if (const auto killed = activity->killed()) {
+          result.status = connection.node.drained() ? Status::node_drained : Status::interrupted;
+          result.detail = *killed;
+        }
+        result.node = connection.node.id();
         closed = true;
+        slot.release();
         link->send({{"op", "closed"}, {"result", result.to_json()}});
         return false;
       }
     } catch (const std::exception& error) {
-      link->send(error_frame("invalid", error.what()));
+      // A session the drain ended says so in its kind, for a client to place its work anew.
+      const bool drained = connection.node.drained() && activity->killed();
+      link->send(error_frame(drained ? "node_drained" : "invalid", error.what()));
     }
     return true;
   });

@@ -185,7 +185,9 @@ TEST(ServerNode, DrainRefusesNewWorkLetsRunningWorkFinishThenExits) {
   EXPECT_EQ(session->execute("print(x * 2)").stdout_data, "10\n");
   EXPECT_EQ(server.exited_within(std::chrono::milliseconds(200)), -2)
       << "exited with a session open";
-  session->close();
+  const Result closed = session->close();
+  EXPECT_EQ(closed.node, "d1");
+  EXPECT_NE(closed.status, Status::node_drained) << closed.detail;
   EXPECT_EQ(server.exited_within(kPatience), 0) << server.log();
   struct stat status {};
   EXPECT_NE(stat(server.socket().c_str(), &status), 0) << "the socket file is left";
