@@ -121,7 +121,9 @@ std::unique_ptr<Session> ServerConnection::open_session(const std::string& polic
   const json reply = server::server_reply(state_->socket.get(), deadline);
   if (reply["op"] != "session_opened")
     throw ServerRefused("internal", "the server answered out of turn");
-  return server::make_relayed_session(std::move(state_->socket), std::move(options));
+  const json node = reply.value("node", json());
+  return server::make_relayed_session(std::move(state_->socket), std::move(options),
+                                      node.is_string() ? node.get<std::string>() : std::string());
 }
 
 namespace {

@@ -16,14 +16,16 @@ using nlohmann::json;
 
 class RelayedSession final : public Session {
  public:
-  RelayedSession(UniqueFd socket, SessionOptions options)
-      : socket_(std::move(socket)),
+  RelayedSession(UniqueFd socket, SessionOptions options, std::string node)
+      : node_(std::move(node)),
+        socket_(std::move(socket)),
         outbox_(std::make_shared<SharedSender>(socket_.get(), kReplyTimeout)),
         llm_(options.llm ? limit_llm_handler(std::move(options.llm), options.llm_limits)
                          : nullptr) {}
   ~RelayedSession() override { close(); }
 
   std::string_view backend() const override { return "server"; }
+  std::string node() const override { return node_; }
 
   using Session::execute;
   CellResult execute(const std::string& code, const ExecuteOptions& options) override {
@@ -125,9 +127,9 @@ class RelayedSession final : public Session {
   json call(const json& frame, const std::shared_ptr<std::atomic<bool>>& cancelled,
             std::span<const int> fds = {}) {
     if (!ended_.empty()) throw Error("the session is over: " + ended_);
-    if (!outbox_->send(frame, fds)) {
-      ended_ = "the server is gone";
-      throw Error("the session is over: " + ended_);
+    if (!outbox_->send(frame, fds)) {  // a cell turns it into a session_error
+      ended_ = node_lost("its connection is closed");
+      throw ServerRefused("unavailable", "the session is over: " + ended_);
     }
     for (;;) {
       json reply;
@@ -135,7 +137,8 @@ class RelayedSession final : public Session {
         reply = server_reply(socket_.get(), Clock::time_point::max());
       } catch (const ServerRefused& refused) {
         if (refused.kind() == "unavailable") {
-          ended_ = refused.what();
+          // The connection ended with no answer: the node (or the way to it) is gone.
+          ended_ = node_lost(refused.what());
           outbox_->detach();
           throw;
         }
@@ -144,6 +147,12 @@ class RelayedSession final : public Session {
       if (reply["op"] != "llm_call") return reply;
       answer(reply, cancelled);
     }
+  }
+
+  // Why the session ended when its node went away without a word (docs/fleet.md).
+  std::string node_lost(const std::string& how) const {
+    return "node_lost: " + (node_.empty() ? std::string("the server") : "node " + node_) +
+           " is gone (" + how + ")";
   }
 
   void answer(const json& call_frame, const std::shared_ptr<std::atomic<bool>>& cancelled) {
@@ -177,6 +186,7 @@ class RelayedSession final : public Session {
     llm_->answer(std::move(call), std::move(reply));
   }
 
+  const std::string node_;
   std::mutex socket_mutex_;  // kill() against close()'s reset
   UniqueFd socket_;
   std::shared_ptr<SharedSender> outbox_;
@@ -187,8 +197,9 @@ class RelayedSession final : public Session {
 
 }  // namespace
 
-std::unique_ptr<Session> make_relayed_session(UniqueFd socket, SessionOptions options) {
-  return std::make_unique<RelayedSession>(std::move(socket), std::move(options));
+std::unique_ptr<Session> make_relayed_session(UniqueFd socket, SessionOptions options,
+                                              std::string node) {
+  return std::make_unique<RelayedSession>(std::move(socket), std::move(options), std::move(node));
 }
 
 }  // namespace rlm::server

@@ -18,7 +18,9 @@ struct ServerConnection::State {
 namespace server {
 
 // The session relayed over `socket` (already opened: session_opened received).
-std::unique_ptr<Session> make_relayed_session(host::UniqueFd socket, SessionOptions options);
+// `node`: the node that holds it (session_opened's "node"; "" from a server that does not say).
+std::unique_ptr<Session> make_relayed_session(host::UniqueFd socket, SessionOptions options,
+                                              std::string node = {});
 
 }  // namespace server
 }  // namespace rlm

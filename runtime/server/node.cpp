@@ -1,13 +1,17 @@
 #include "server/node.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "landlock/landlock.hpp"
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/error.hpp"
 #include "server/connection.hpp"
 
 #ifndef RLM_SANDBOX_VERSION
@@ -179,6 +183,33 @@ json Node::capacity(const std::map<std::string, Offer>& offers) const {
           {"pressure", pressure()},
           {"draining", draining()},
           {"ready", readiness(offers)["ready"]}};
+}
+
+std::string register_endpoint(const std::string& dir, const std::string& node_id,
+                              const std::string& socket_path) {
+  if (dir.empty()) return {};
+  if (socket_path.empty())
+    throw Error("--register needs --socket: an inherited socket has no path to tell clients");
+  std::error_code error;
+  const std::string socket = std::filesystem::absolute(socket_path, error).string();
+  const std::string file = dir + "/" + node_id + ".endpoint";
+  const std::string aside = dir + "/." + node_id + ".endpoint.new";
+  // Created anew, never through what another user of a shared directory put at the name.
+  unlink(aside.c_str());
+  const int fd = open(aside.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("--register " + dir + ": cannot create " + aside);
+  const std::string line = "unix:" + socket + "\n";
+  const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  close(fd);
+  if (!written) {
+    unlink(aside.c_str());
+    throw Error("--register " + dir + ": cannot write " + aside);
+  }
+  if (std::rename(aside.c_str(), file.c_str()) != 0) {
+    std::remove(aside.c_str());
+    throw Error("--register " + dir + ": cannot write " + file);
+  }
+  return file;
 }
 
 std::string default_node_id() {

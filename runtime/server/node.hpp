@@ -84,4 +84,10 @@ class Node {
 // The host's name, for a node id nobody gave.
 std::string default_node_id();
 
+// Writes DIR/NODE_ID.endpoint holding "unix:" and `socket_path` made absolute (aside first, then
+// renamed, so a client never reads half of it); returns its path, "" when `dir` is "". Throws
+// Error when it cannot, or when there is no socket path (an inherited socket).
+std::string register_endpoint(const std::string& dir, const std::string& node_id,
+                              const std::string& socket_path);
+
 }  // namespace rlm::server

@@ -249,6 +249,10 @@ void Server::serve(int stop_fd, int drain_fd) {
        {"node", state_->node->id()},
        {"max_sandboxes", state_->config.max_sandboxes},
        {"pools", offered}});
+  const std::string endpoint_file = server::register_endpoint(
+      state_->config.register_dir, state_->node->id(), state_->config.socket_path);
+  if (!endpoint_file.empty())
+    state_->log->record({{"event", "registered"}, {"endpoint_file", endpoint_file}});
   constexpr auto kDrainPoll = std::chrono::milliseconds(20);
   for (;;) {
     pollfd fds[4] = {{state_->listener.fd.get(), POLLIN, 0},
@@ -325,7 +329,9 @@ void Server::serve(int stop_fd, int drain_fd) {
       state_->remove_connection(socket.get());
     }
   }
-  // Stopped: no new connections; those being served are ended, their runs stopped.
+  // Stopped: no new clients find it; no new connections; those being served are ended, their
+  // runs stopped.
+  if (!endpoint_file.empty()) unlink(endpoint_file.c_str());
   state_->end_connections();
   state_->log->record({{"event", "stopped"}, {"pid", getpid()}});
 }

@@ -36,6 +36,7 @@ int policy_command(const std::vector<std::string>& args);
 int repl_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int server_command(const std::vector<std::string>& args);
+int fleet_command(const std::vector<std::string>& args);
 
 // Flag values, checked with a message naming the flag (throw BadFlagValue). A bare number is
 // seconds for a duration (as timeout(1) and nsjail read it); a size must name its unit.

@@ -20,7 +20,9 @@ commands:
   run       run a command or code in a sandbox and report what happened
   repl      a persistent sandboxed Python session driven over JSON lines (for RLM loops)
   serve     keep warm sandboxes for run/repl --server behind a unix socket
-  server    status / kill ID: what a running server runs, with owner and age; end one
+  server    status / kill ID: what a running server runs, with owner and age; end one;
+            health / ready / capacity / drain: the server as a fleet's node
+  fleet     status SOURCE: every node of a fleet, as its capacity says
   health    which backends work on this host, what each enforces, how to fix the rest
   doctor    the same as health
   policy    check, show or list policy files
@@ -73,6 +75,7 @@ int main_of(const std::vector<std::string>& words, char** argv) {
     if (command == "repl") return rlm::cli::repl_command(rest);
     if (command == "serve") return rlm::cli::serve_command(rest);
     if (command == "server") return rlm::cli::server_command(rest);
+    if (command == "fleet") return rlm::cli::fleet_command(rest);
     if (command == "health" || command == "doctor") return rlm::cli::health_command(rest);
     if (command == "policy") return rlm::cli::policy_command(rest);
     if (command == "help" && rest.size() == 1 && rest.front() != "help")

@@ -146,6 +146,7 @@ int repl_command(const std::vector<std::string>& args) {
        "\"python\" carries tuples, sets, bytes, dict order and exception types in tagged JSON "
        "(docs/control-channel.md)")                          //
       ("server", po::value<std::string>(), kServerFlagHelp)  //
+      ("fleet", po::value<std::string>(), kFleetFlagHelp)    //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
   add_mount_and_env_options(options);
 
@@ -194,7 +195,10 @@ int repl_command(const std::vector<std::string>& args) {
   std::unique_ptr<ServerConnection> server;
   std::unique_ptr<Backend> backend;
   Policy policy;
-  if (auto socket = server_socket(values)) {
+  const auto fleet = fleet_of(values);
+  if (fleet) {
+    policy = fleet->policy(policy_name);
+  } else if (auto socket = server_socket(values)) {
     server = std::make_unique<ServerConnection>(*socket, server_uid(values));
     policy = server->policy(policy_name);
   } else {
@@ -205,11 +209,14 @@ int repl_command(const std::vector<std::string>& args) {
   policy = apply_policy_flags(std::move(policy), mounts, values);
   const bool policy_changed =
       overrides.wall_time || overrides.memory_bytes || !mounts.empty() || !env.empty();
-  if (!server) backend = select_backend(policy, values["backend"].as<std::string>());
+  if (!server && !fleet) backend = select_backend(policy, values["backend"].as<std::string>());
 
   repl.policy_name = policy.name;
   repl.max_timeout = policy.limits.wall_time;
   repl.open_session = [&](SessionOptions options) {
+    if (fleet)
+      return fleet->open_session(policy_name, policy_changed ? &policy : nullptr,
+                                 std::move(options));
     return server ? server->open_session(policy_name, policy_changed ? &policy : nullptr,
                                          std::move(options))
                   : backend->open_session(policy, std::move(options));

@@ -312,6 +312,7 @@ po::options_description run_options() {
       ("result-file", po::value<std::string>(),
        "stream the output live and write the Result JSON to this file")  //
       ("server", po::value<std::string>(), kServerFlagHelp)              //
+      ("fleet", po::value<std::string>(), kFleetFlagHelp)                //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
   add_mount_and_env_options(options);
   return options;
@@ -383,7 +384,8 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
   request.stop_fd = interrupts.stop_fd();
   Result result;
   std::optional<Policy> run_policy;  // the policy the flags made, when they changed it
-  if (auto server = server_socket(values)) {
+  const auto fleet = fleet_of(values);
+  if (fleet || server_socket(values)) {
     // Nothing about the policy is loaded here unless a flag changes it: the server has it.
     const bool changed = overrides.wall_time || overrides.cpu_time || overrides.memory_bytes ||
                          overrides.pids || overrides.cpus || changes_policy(mounts, values);
@@ -395,8 +397,9 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
         return *run_policy;
       };
     if (terminal) terminal->start();
-    result = run_on_server(*server, server_uid(values), values["policy"].as<std::string>(), request,
-                           change);
+    result = fleet ? run_on_fleet(*fleet, values["policy"].as<std::string>(), request, change)
+                   : run_on_server(*server_socket(values), server_uid(values),
+                                   values["policy"].as<std::string>(), request, change);
   } else {
     Policy policy = load_policy(values["policy"].as<std::string>());
     tighten(policy, overrides);

@@ -193,6 +193,9 @@ int serve_command(const std::vector<std::string>& args) {
       ("max-sandboxes", po::value<std::string>(),
        "N: runs and sessions held at once; past it a request is refused resource_exhausted at "
        "once, never queued (default: no cap of its own)")  //
+      ("register", po::value<std::string>(),
+       "DIR: once listening, write DIR/NODE_ID.endpoint for a fleet's clients (--fleet DIR); "
+       "removed when the server exits")  //
       ("drain-grace", po::value<std::string>(),
        "DURATION: how long a drain (SIGTERM, `rlm-sandbox server drain`) lets running runs and "
        "sessions go on before it ends them with node_drained (default 30s)");
@@ -254,6 +257,7 @@ int serve_command(const std::vector<std::string>& args) {
   }
   if (values.count("max-sandboxes"))
     config.max_sandboxes = count_flag("--max-sandboxes", values["max-sandboxes"].as<std::string>());
+  if (values.count("register")) config.register_dir = values["register"].as<std::string>();
   if (values.count("drain-grace"))
     config.drain_grace = duration_flag("--drain-grace", values["drain-grace"].as<std::string>());
   config.listen_fd = systemd_listen_fd();

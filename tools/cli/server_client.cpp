@@ -1,5 +1,7 @@
 #include "server_client.hpp"
 
+#include <cstdlib>
+
 #include "cli.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
@@ -20,6 +22,34 @@ std::optional<std::string> server_socket(const boost::program_options::variables
                 " cannot be used with a server (--server or RLM_SANDBOX_SERVER): the server's "
                 "policy chooses its backend");
   return socket;
+}
+
+std::shared_ptr<Fleet> fleet_of(const boost::program_options::variables_map& values) {
+  std::string source;
+  if (values.count("fleet")) {
+    source = values["fleet"].as<std::string>();
+    if (source.empty()) throw Error("--fleet needs a file of endpoints or a directory of them");
+  } else if (const char* named = std::getenv("RLM_SANDBOX_FLEET");
+             named && *named && !values.count("server")) {  // a --server flag wins over it
+    source = named;
+  } else {
+    return nullptr;
+  }
+  if (values.count("server")) throw Error("--fleet and --server name two places to run; give one");
+  if (values.count("backend") && !values["backend"].defaulted() &&
+      values["backend"].as<std::string>() != "auto")
+    throw Error("--backend " + values["backend"].as<std::string>() +
+                " cannot be used with a fleet: each node's policy chooses its backend");
+  FleetOptions options;
+  options.server_uid = server_uid(values);
+  return std::make_shared<Fleet>(read_fleet(source), options);
+}
+
+Result run_on_fleet(Fleet& fleet, const std::string& policy_name, const Request& request,
+                    const std::function<Policy(Policy)>& change) {
+  if (!change) return fleet.run(request, policy_name);
+  const Policy policy = change(fleet.policy(policy_name));
+  return fleet.run(request, policy_name, &policy);
 }
 
 std::optional<uid_t> server_uid(const boost::program_options::variables_map& values) {

@@ -6,11 +6,13 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <boost/program_options.hpp>
 
+#include "rlm_sandbox/fleet.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
@@ -27,6 +29,17 @@ inline constexpr const char* kServerUidFlagHelp =
     "UID: the server may run as this uid (also $RLM_SANDBOX_SERVER_UID); otherwise a server "
     "listening as any uid but root or yours is refused before anything is sent to it (exit 125)";
 
+// The --fleet flag's description, for run and repl.
+inline constexpr const char* kFleetFlagHelp =
+    "SOURCE: place the run or session on one node of a fleet of `rlm-sandbox serve` nodes: a "
+    "file of endpoints (unix:PATH, one per line) or a directory of NODE.endpoint files (serve "
+    "--register DIR); also $RLM_SANDBOX_FLEET. The best of 3 random nodes by free room; a full, "
+    "draining or dead node is passed over (docs/fleet.md)";
+
+// The fleet named by --fleet, else by $RLM_SANDBOX_FLEET; nullptr for neither. Throws Error
+// when --server or --backend is given too, or the fleet cannot be read.
+std::shared_ptr<Fleet> fleet_of(const boost::program_options::variables_map& values);
+
 // The socket named by --server, else by $RLM_SANDBOX_SERVER; nullopt for neither. Throws Error
 // when --backend names a backend too (the server's policy chooses).
 std::optional<std::string> server_socket(const boost::program_options::variables_map& values);
@@ -41,5 +54,8 @@ std::optional<uid_t> server_uid(const boost::program_options::variables_map& val
 Result run_on_server(const std::string& socket, std::optional<uid_t> server_uid,
                      const std::string& policy_name, const Request& request,
                      const std::function<Policy(Policy)>& change);
+// The same on a node of `fleet` (the policy to change is the first answering node's copy).
+Result run_on_fleet(Fleet& fleet, const std::string& policy_name, const Request& request,
+                    const std::function<Policy(Policy)>& change);
 
 }  // namespace rlm::cli

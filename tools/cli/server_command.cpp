@@ -120,7 +120,8 @@ void print_capacity(const nlohmann::json& capacity) {
   std::cout << "  running " << capacity.value("running", 0) << ", starting "
             << capacity.value("starting", 0) << " of "
             << (max ? std::to_string(max) : std::string("no cap (--max-sandboxes)")) << "\n";
-  for (const auto& [name, pool] : capacity.value("warm_idle", nlohmann::json::object()).items())
+  const nlohmann::json pools = capacity.value("warm_idle", nlohmann::json::object());
+  for (const auto& [name, pool] : pools.items())
     std::cout << "  pool " << name << ": " << pool.value("sandboxes", 0) << "/"
               << pool.value("min_sandboxes", 0) << " warm sandboxes, " << pool.value("sessions", 0)
               << "/" << pool.value("min_sessions", 0) << " warm sessions idle\n";

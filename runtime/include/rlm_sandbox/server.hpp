@@ -52,6 +52,10 @@ struct ServerConfig {
   std::string node_id;
   std::size_t max_sandboxes = 0;
   std::chrono::milliseconds drain_grace{30'000};
+  // A directory where the server, once listening, writes NODE_ID.endpoint ("unix:SOCKET", the
+  // socket's absolute path) for a fleet's clients to find it (read_fleet); the file is removed
+  // when serve() returns. "": none.
+  std::string register_dir;
 
   // Who may connect, besides the server's own uid: a peer whose uid is listed, or whose primary
   // or supplementary group is.

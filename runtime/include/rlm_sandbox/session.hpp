@@ -137,6 +137,9 @@ class Session {
  public:
   virtual ~Session() = default;  // closes, if close() was not called
   virtual std::string_view backend() const = 0;
+  // The server node that holds the session (its --node-id; docs/fleet.md); "" for one of this
+  // process's.
+  virtual std::string node() const { return {}; }
   // Runs one cell. `timeout` may only tighten the policy's wall time. Throws Error when the
   // session is already over, or for a timeout above the policy's.
   virtual CellResult execute(const std::string& code, const ExecuteOptions& options) = 0;

@@ -1,0 +1,232 @@
+// Placement across a fleet (issue 28, docs/fleet.md): three real `serve` nodes registering
+// themselves in a directory; sessions spread by free room; a node killed with SIGKILL loses its
+// sessions (node_lost) and is passed over; a drained node takes nothing new; a full fleet
+// refuses at once.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <future>
+#include <map>
+#include <thread>
+
+#include "../cli/cli_test_util.hpp"
+#include "rlm_sandbox/client.hpp"
+#include "rlm_sandbox/fleet.hpp"
+#include "server_fixture.hpp"
+
+namespace rlm::test {
+namespace {
+
+using nlohmann::json;
+
+constexpr auto kPatience = std::chrono::seconds(60);
+
+// Three nodes n1..n3, each with its own directory and socket, registered in `registry`.
+class ThreeNodes {
+ public:
+  explicit ThreeNodes(std::vector<std::string> extra = {}) {
+    for (int i = 0; i < 3; ++i) {
+      std::vector<std::string> args = {"--node-id",      "n" + std::to_string(i + 1),
+                                       "--register",     registry.path(),
+                                       "--session-pool", "python-repl=0",
+                                       "--pool",         "default=1"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      servers.push_back(std::make_unique<ServerUnderTest>(dirs[i], args));
+    }
+  }
+  bool ready() const {
+    for (const auto& server : servers)
+      if (!server->ready()) return false;
+    return true;
+  }
+  std::string logs() const {
+    std::string text;
+    for (const auto& server : servers) text += server->log();
+    return text;
+  }
+  TempDir registry;
+  TempDir dirs[3];
+  std::vector<std::unique_ptr<ServerUnderTest>> servers;
+};
+
+std::map<std::string, int> count_by_node(const std::vector<std::unique_ptr<Session>>& sessions) {
+  std::map<std::string, int> counts;
+  for (const auto& session : sessions) ++counts[session->node()];
+  return counts;
+}
+
+std::string refusal_kind(const std::function<void()>& request) {
+  try {
+    request();
+  } catch (const ServerRefused& refused) {
+    return refused.kind();
+  }
+  return "(served)";
+}
+
+TEST(Fleet, ReadsEndpointsFromAFileOrADirectoryAndRefusesOthers) {
+  TempDir dir;
+  dir.write("fleet.txt",
+            "# three nodes\nunix:/run/a.sock\n\n  /run/b.sock  # b\nunix:/run/c.sock\n");
+  EXPECT_EQ(read_fleet(dir.file("fleet.txt")),
+            (std::vector<std::string>{"unix:/run/a.sock", "/run/b.sock", "unix:/run/c.sock"}));
+  dir.write("bad.txt", "unix:/run/a.sock\ntls://10.0.0.1:7000\n");
+  try {
+    read_fleet(dir.file("bad.txt"));
+    ADD_FAILURE() << "a tls endpoint was taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("line 2"), std::string::npos) << error.what();
+  }
+  dir.write("empty.txt", "# nobody\n");
+  EXPECT_THROW(read_fleet(dir.file("empty.txt")), Error);
+  EXPECT_THROW(read_fleet(dir.file("missing.txt")), Error);
+
+  TempDir registry;
+  registry.write("n2.endpoint", "unix:/run/n2.sock\n");
+  registry.write("n1.endpoint", "unix:/run/n1.sock\n");
+  registry.write("notes.txt", "not an endpoint\n");
+  registry.write(".n3.endpoint.new", "unix:/run/n3.sock\n");  // being written: not yet
+  EXPECT_EQ(read_fleet(registry.path()),
+            (std::vector<std::string>{"unix:/run/n1.sock", "unix:/run/n2.sock"}));
+  TempDir none;
+  try {
+    read_fleet(none.path());
+    ADD_FAILURE() << "an empty registry was taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("registered"), std::string::npos) << error.what();
+  }
+}
+
+// 24 sessions on three nodes of 8 spread 8/8/8; the 25th is refused at once; a node killed with
+// SIGKILL: its sessions say node_lost, its stale endpoint is passed over, and new sessions land on
+// the others; the nodes remove their endpoint files when they stop.
+TEST(Fleet, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
+  ThreeNodes nodes({"--max-sandboxes", "8"});
+  ASSERT_TRUE(nodes.ready()) << nodes.logs();
+  Fleet fleet(read_fleet(nodes.registry.path()));
+  ASSERT_EQ(fleet.endpoints().size(), 3u);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 24; ++i) {
+    sessions.push_back(fleet.open_session("python-repl", nullptr, {}));
+    ASSERT_EQ(sessions.back()->execute("x = " + std::to_string(i)).status, CellStatus::ok);
+  }
+  EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 8}, {"n2", 8}, {"n3", 8}}));
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_EQ(refusal_kind([&] { fleet.open_session("python-repl", nullptr, {}); }),
+            "resource_exhausted");
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(10));
+
+  // n3 dies without a word.
+  nodes.servers[2]->kill_hard();
+  for (auto& session : sessions) {
+    if (session->node() != "n3") {
+      EXPECT_EQ(session->execute("print(x)").status, CellStatus::ok);
+      continue;
+    }
+    const auto before = std::chrono::steady_clock::now();
+    const CellResult lost = session->execute("print(x)");
+    EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(2));
+    EXPECT_EQ(lost.status, CellStatus::session_error);
+    EXPECT_NE(lost.error.find("node_lost"), std::string::npos) << lost.error;
+    EXPECT_NE(lost.error.find("n3"), std::string::npos) << lost.error;
+  }
+  for (auto& session : sessions) session->close();
+  sessions.clear();
+  // The fleet still lists n3's endpoint (SIGKILL left its file); every new session goes elsewhere.
+  for (int i = 0; i < 16; ++i) sessions.push_back(fleet.open_session("python-repl", nullptr, {}));
+  EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 8}, {"n2", 8}}));
+  for (auto& session : sessions) session->close();
+  sessions.clear();
+  const auto statuses = fleet.status();
+  ASSERT_EQ(statuses.size(), 3u);
+  EXPECT_FALSE(statuses[2].capacity.has_value());
+  EXPECT_FALSE(statuses[2].error.empty());
+
+  // A clean stop removes the node's endpoint file.
+  EXPECT_EQ(nodes.servers[0]->stop(), 0);
+  struct stat status {};
+  EXPECT_NE(stat(nodes.registry.file("n1.endpoint").c_str(), &status), 0);
+  EXPECT_EQ(stat(nodes.registry.file("n2.endpoint").c_str(), &status), 0);
+}
+
+// Runs, 30 at once on 24 slots: 24 run, 6 are refused resource_exhausted at once; none hangs.
+TEST(Fleet, ThirtyRunsOnTwentyFourSlotsRefuseSixCleanly) {
+  ThreeNodes nodes({"--max-sandboxes", "8"});
+  ASSERT_TRUE(nodes.ready()) << nodes.logs();
+  Fleet fleet(read_fleet(nodes.registry.path()));
+  // Each run holds its slot long after all 30 have asked, so they contend at once.
+  std::vector<std::future<std::string>> runs;
+  for (int i = 0; i < 30; ++i)
+    runs.push_back(std::async(std::launch::async, [&] {
+      Request request;
+      request.argv = {"/bin/sleep", "5"};
+      try {
+        const Result result = fleet.run(request, "default");
+        return result.status == Status::ok ? "ok:" + result.node : std::string("failed");
+      } catch (const ServerRefused& refused) {
+        return refused.kind();
+      }
+    }));
+  std::map<std::string, int> outcomes;
+  for (auto& run : runs) {
+    ASSERT_EQ(run.wait_for(kPatience), std::future_status::ready) << "a run hung";
+    ++outcomes[run.get()];
+  }
+  EXPECT_EQ(outcomes["resource_exhausted"], 6) << json(outcomes).dump();
+  EXPECT_EQ(outcomes["ok:n1"] + outcomes["ok:n2"] + outcomes["ok:n3"], 24) << json(outcomes).dump();
+}
+
+// A drained node takes nothing new; its session in progress finishes there and the node exits.
+TEST(Fleet, ADrainingNodeIsPassedOverWhileItsSessionsFinish) {
+  ThreeNodes nodes;
+  ASSERT_TRUE(nodes.ready()) << nodes.logs();
+  Fleet fleet(read_fleet(nodes.registry.path()));
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 3; ++i) sessions.push_back(fleet.open_session("python-repl", nullptr, {}));
+  EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 1}, {"n2", 1}, {"n3", 1}}));
+  ServerConnection(nodes.servers[0]->socket()).drain();
+  for (int i = 0; i < 9; ++i) {
+    Request request;
+    request.argv = {"/bin/true"};
+    EXPECT_NE(fleet.run(request, "default").node, "n1");
+  }
+  for (auto& session : sessions) {
+    EXPECT_EQ(session->execute("print(1)").stdout_data, "1\n") << session->node();
+    session->close();
+  }
+  EXPECT_EQ(nodes.servers[0]->exited_within(kPatience), 0) << nodes.servers[0]->log();
+}
+
+// The CLI: run and repl place through --fleet; fleet status prints each node (and says which is
+// down).
+TEST(Fleet, TheCliPlacesThroughAFleetAndPrintsItsStatus) {
+  ThreeNodes nodes({"--max-sandboxes", "4"});
+  ASSERT_TRUE(nodes.ready()) << nodes.logs();
+  auto ran = cli({"run", "--fleet", nodes.registry.path(), "--json", "--", "/bin/echo", "hi"});
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const json result = json::parse(ran.out);
+  EXPECT_EQ(result["stdout"], "hi\n");
+  EXPECT_EQ(result["node"].get<std::string>().rfind("n", 0), 0u) << ran.out;
+
+  auto status = cli({"fleet", "status", nodes.registry.path(), "--json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  const json array = json::parse(status.out);
+  ASSERT_EQ(array.size(), 3u);
+  for (const auto& node : array) {
+    EXPECT_EQ(node["max_sandboxes"], 4) << node.dump();
+    EXPECT_TRUE(node.contains("ready") && node.contains("running") && node.contains("node_id"));
+  }
+  nodes.servers[1]->kill_hard();
+  auto degraded = cli({"fleet", "status", nodes.registry.path()});
+  EXPECT_EQ(degraded.exit_code, 1);
+  EXPECT_NE(degraded.out.find("down"), std::string::npos) << degraded.out;
+  EXPECT_NE(degraded.out.find("n3"), std::string::npos) << degraded.out;
+  auto both =
+      cli({"run", "--fleet", nodes.registry.path(), "--server", "/tmp/x.sock", "--", "/bin/true"});
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("give one"), std::string::npos) << both.err;
+}
+
+}  // namespace
+}  // namespace rlm::test
