@@ -170,9 +170,14 @@ template <typename Attempt>
 auto Fleet::place(Attempt&& attempt) {
   std::vector<std::size_t> left(endpoints_.size());
   std::iota(left.begin(), left.end(), 0);
-  std::string passed;  // each node passed over, and why
+  // The nodes passed over and why: the first few by name, the rest counted (a fleet of
+  // thousands must not make a message of thousands).
+  constexpr std::size_t kNamed = 8;
+  std::string passed;
+  std::size_t passed_count = 0;
   const auto pass_over = [&](std::size_t index, const std::string& why) {
-    passed += (passed.empty() ? "" : "; ") + endpoints_[index] + ": " + why;
+    if (passed_count++ < kNamed)
+      passed += (passed.empty() ? "" : "; ") + endpoints_[index] + ": " + why;
     left.erase(std::find(left.begin(), left.end(), index));
   };
   while (!left.empty()) {
@@ -210,6 +215,8 @@ auto Fleet::place(Attempt&& attempt) {
       pass_over(*best, refused.what());
     }
   }
+  if (passed_count > kNamed)
+    passed += "; and " + std::to_string(passed_count - kNamed) + " more nodes";
   throw ServerRefused("resource_exhausted", "no node of the fleet could take it: " + passed);
 }
 

@@ -1,0 +1,267 @@
+// rlm-fleet-bench: what placement in the client costs against a fleet of simulated nodes
+// (docs/fleet.md, "Design limits"), public API only. Each simulated node is a unix socket that
+// answers the node contract's `capacity` (a cap of 8, a load that moves) and `run` (it takes the
+// three fds, closes them and answers started and an ok result at once, or refuses the run as
+// resource_exhausted when its simulated load is full); a few threads serve all of them. Measured,
+// interleaved:
+//   direct_run        ServerConnection::run on one simulated node: the protocol's own cost
+//   fleet_run/N       Fleet::run over N simulated nodes: K = 3 capacity asks, the run, and the
+//                     retries that refusals cost
+// with the capacity asks per request, and per node per 1,000 requests (the poll traffic a node
+// sees), as counters; and read_fleet of a directory of N endpoint files.
+//
+//   rlm-fleet-bench [--nodes=N] [Google Benchmark flags...]
+#include <benchmark/benchmark.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rlm_sandbox/client.hpp"
+#include "rlm_sandbox/fleet.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+std::size_t g_nodes = 1000;
+constexpr std::size_t kServingThreads = 4;
+constexpr std::uint64_t kCap = 8;
+
+struct SimulatedNode {
+  int listener = -1;
+  std::string socket;
+  std::atomic<std::uint64_t> capacity_asks{0}, runs{0}, refusals{0};
+  // What the node reports as running moves with every ask (0 to the cap, a busy fleet where about
+  // one node in nine is full); one run in ten is refused, as if another client took the last slot
+  // between the ask and the run.
+  std::atomic<std::uint64_t> load{0};
+};
+
+// One frame: 4-byte big-endian length, then JSON; fds that came with it are closed.
+bool read_frame(int fd, json& message) {
+  char header[4];
+  char control[CMSG_SPACE(sizeof(int) * 4)];
+  iovec io{header, sizeof header};
+  msghdr msg{};
+  msg.msg_iov = &io;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  std::size_t got = 0;
+  const ssize_t first = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  if (first <= 0) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_type == SCM_RIGHTS) {
+      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      int fds[4];
+      std::memcpy(fds, CMSG_DATA(c), count * sizeof(int));
+      for (std::size_t i = 0; i < count; ++i) close(fds[i]);
+    }
+  got = static_cast<std::size_t>(first);
+  while (got < 4) {
+    const ssize_t n = read(fd, header + got, 4 - got);
+    if (n <= 0) return false;
+    got += static_cast<std::size_t>(n);
+  }
+  const std::uint32_t size = (std::uint32_t(std::uint8_t(header[0])) << 24) |
+                             (std::uint32_t(std::uint8_t(header[1])) << 16) |
+                             (std::uint32_t(std::uint8_t(header[2])) << 8) |
+                             std::uint32_t(std::uint8_t(header[3]));
+  if (size > (1u << 20)) return false;
+  std::string body(size, '\0');
+  for (std::size_t at = 0; at < size;) {
+    const ssize_t n = read(fd, body.data() + at, size - at);
+    if (n <= 0) return false;
+    at += static_cast<std::size_t>(n);
+  }
+  message = json::parse(body, nullptr, false);
+  return message.is_object();
+}
+
+void write_frame(int fd, const json& message) {
+  const std::string body = message.dump();
+  const std::uint32_t size = static_cast<std::uint32_t>(body.size());
+  std::string bytes = {char(size >> 24), char(size >> 16), char(size >> 8), char(size)};
+  bytes += body;
+  for (std::size_t at = 0; at < bytes.size();) {
+    const ssize_t n = send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    at += static_cast<std::size_t>(n);
+  }
+}
+
+void answer(SimulatedNode& node, int connection) {
+  json request;
+  if (!read_frame(connection, request)) return;
+  const std::string op = request.value("op", "");
+  if (op == "capacity") {
+    const std::uint64_t load = node.capacity_asks++ * 7 + node.load;
+    write_frame(connection, {{"op", "capacity"},
+                             {"node_id", node.socket},
+                             {"features", {{"backends", {"namespace"}}}},
+                             {"max_sandboxes", kCap},
+                             {"running", load % (kCap + 1)},
+                             {"starting", 0},
+                             {"warm_idle", json::object()},
+                             {"draining", false},
+                             {"ready", true}});
+  } else if (op == "run") {
+    if (++node.load % 10 == 0) {
+      ++node.refusals;
+      write_frame(connection,
+                  {{"op", "error"}, {"kind", "resource_exhausted"}, {"message", "simulated"}});
+      return;
+    }
+    ++node.runs;
+    write_frame(connection, {{"op", "started"}, {"policy", "default"}, {"output_bytes", 1024}});
+    write_frame(connection,
+                {{"op", "result"},
+                 {"result", {{"status", "ok"}, {"exit_code", 0}, {"node", node.socket}}}});
+  }
+}
+
+class SimulatedFleet {
+ public:
+  explicit SimulatedFleet(std::size_t count) {
+    directory_ =
+        std::filesystem::temp_directory_path() / ("rlm-fleet-bench-" + std::to_string(getpid()));
+    std::filesystem::create_directories(directory_ / "nodes");
+    for (std::size_t i = 0; i < count; ++i) {
+      auto node = std::make_unique<SimulatedNode>();
+      node->socket = (directory_ / ("n" + std::to_string(i) + ".sock")).string();
+      node->listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::strncpy(address.sun_path, node->socket.c_str(), sizeof address.sun_path - 1);
+      if (node->listener < 0 ||
+          bind(node->listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+          listen(node->listener, 64) != 0) {
+        std::fprintf(stderr, "rlm-fleet-bench: cannot listen at %s\n", node->socket.c_str());
+        std::exit(1);
+      }
+      std::ofstream(directory_ / "nodes" / ("n" + std::to_string(i) + ".endpoint"))
+          << "unix:" << node->socket << "\n";
+      nodes_.push_back(std::move(node));
+    }
+    for (std::size_t t = 0; t < kServingThreads; ++t)
+      threads_.emplace_back([this, t] { serve(t); });
+  }
+  ~SimulatedFleet() {
+    stop_ = true;
+    for (auto& thread : threads_) thread.join();
+    for (auto& node : nodes_) close(node->listener);
+    std::filesystem::remove_all(directory_);
+  }
+  std::string registry() const { return (directory_ / "nodes").string(); }
+  SimulatedNode& node(std::size_t i) { return *nodes_[i]; }
+  std::uint64_t capacity_asks() const {
+    std::uint64_t total = 0;
+    for (const auto& node : nodes_) total += node->capacity_asks;
+    return total;
+  }
+  std::size_t size() const { return nodes_.size(); }
+
+ private:
+  void serve(std::size_t part) {
+    std::vector<pollfd> fds;
+    std::vector<SimulatedNode*> owners;
+    for (std::size_t i = part; i < nodes_.size(); i += kServingThreads) {
+      fds.push_back({nodes_[i]->listener, POLLIN, 0});
+      owners.push_back(nodes_[i].get());
+    }
+    while (!stop_) {
+      if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & POLLIN)) continue;
+        const int connection = accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (connection < 0) continue;
+        answer(*owners[i], connection);
+        close(connection);
+      }
+    }
+  }
+  std::filesystem::path directory_;
+  std::vector<std::unique_ptr<SimulatedNode>> nodes_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+};
+
+SimulatedFleet* g_fleet = nullptr;
+
+rlm::Request true_request() {
+  rlm::Request request;
+  request.argv = {"/bin/true"};
+  return request;
+}
+
+void direct_run(benchmark::State& state) {
+  const std::string socket = g_fleet->node(0).socket;
+  const rlm::Request request = true_request();
+  for (auto _ : state) {
+    g_fleet->node(0).load = 1;  // never refuses
+    benchmark::DoNotOptimize(rlm::ServerConnection(socket).run(request, "default"));
+  }
+}
+
+void fleet_run(benchmark::State& state) {
+  rlm::Fleet fleet(rlm::read_fleet(g_fleet->registry()));
+  const rlm::Request request = true_request();
+  const std::uint64_t asks_before = g_fleet->capacity_asks();
+  std::uint64_t requests = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(fleet.run(request, "default"));
+    ++requests;
+  }
+  const double asks = static_cast<double>(g_fleet->capacity_asks() - asks_before);
+  state.counters["asks_per_request"] = asks / static_cast<double>(requests);
+  state.counters["asks_per_node_per_1k_requests"] =
+      asks / static_cast<double>(g_fleet->size()) * 1000.0 / static_cast<double>(requests);
+}
+
+void read_registry(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(rlm::read_fleet(g_fleet->registry()));
+  state.counters["nodes"] = static_cast<double>(g_fleet->size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--nodes=", 8) == 0) {
+      g_nodes = std::strtoul(argv[i] + 8, nullptr, 10);
+      continue;
+    }
+    rest.push_back(argv[i]);
+  }
+  if (g_nodes == 0) g_nodes = 1;
+  int count = static_cast<int>(rest.size());
+  benchmark::Initialize(&count, rest.data());
+  SimulatedFleet fleet(g_nodes);
+  g_fleet = &fleet;
+  // Interleaved: the direct run and the fleet's alternate, so a loaded moment costs both.
+  for (int round = 0; round < 3; ++round) {
+    benchmark::RegisterBenchmark("direct_run", direct_run)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("fleet_run/" + std::to_string(g_nodes)).c_str(), fleet_run)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark(("read_fleet/" + std::to_string(g_nodes)).c_str(), read_registry)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
