@@ -15,6 +15,8 @@ cell, and a cell that times out or hits a limit is rolled back to the state befo
 With a server (``rlm-sandbox serve``): ``RlmSandbox(server=PATH)`` (or ``$RLM_SANDBOX_SERVER``)
 opens the session from the server's warm sessions over its socket, with no process started
 here; ``Server(PATH).run(["cmd", ...])`` runs a command there and returns a :class:`RunResult`.
+With several servers (a fleet's nodes): ``Fleet(SOURCE)`` (or ``$RLM_SANDBOX_FLEET``) places each
+``run`` and ``session`` on the best of 3 random nodes by free room (docs/fleet.md).
 
 A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
 
@@ -52,9 +54,11 @@ constructor sends an empty ``execute`` cell to get the ``ready`` event.
 
 from ._process import MAX_LINE_BYTES
 from ._wire import ServerError
+from .fleet import Fleet, fleet_from_environment, read_fleet
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 from .server import Server, ServerSession, server_from_environment
 from .session import RlmSandbox
 
-__all__ = ["MAX_LINE_BYTES", "CellResult", "LlmCallback", "RlmSandbox", "RlmSandboxError",
-           "RunResult", "Server", "ServerError", "ServerSession", "server_from_environment"]
+__all__ = ["MAX_LINE_BYTES", "CellResult", "Fleet", "LlmCallback", "RlmSandbox",
+           "RlmSandboxError", "RunResult", "Server", "ServerError", "ServerSession",
+           "fleet_from_environment", "read_fleet", "server_from_environment"]

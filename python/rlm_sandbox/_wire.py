@@ -23,15 +23,25 @@ _MAX_FDS = 4
 class ServerError(RlmSandboxError):
     """The server refused or failed a request: ``kind`` is ``refused``, ``invalid``,
     ``unavailable``, ``internal``, ``resource_exhausted`` (the node holds its
-    ``--max-sandboxes`` runs and sessions: try another node, or again once one ends) or
-    ``draining`` (the node takes no new work); ``diagnostics`` lists ``(path, message)`` for
-    each way a refused policy loosens the offered one."""
+    ``--max-sandboxes`` runs and sessions: try another node, or again once one ends),
+    ``draining`` (the node takes no new work), ``node_drained`` (a drain's grace ended the
+    session) or ``node_lost`` (the connection of a session, or of a run under way, ended with
+    no answer: its node is gone, and so is what it held); ``diagnostics`` lists
+    ``(path, message)`` for each way a refused policy loosens the offered one."""
 
     def __init__(self, kind: str, message: str, diagnostics: Sequence[Dict[str, str]] = ()) -> None:
         super().__init__(message)
         self.kind = kind
         self.diagnostics = [(str(d.get("path", "")), str(d.get("message", "")))
                             for d in diagnostics if isinstance(d, dict)]
+
+
+class ConnectionLost(ServerError):
+    """The connection ended with no answer from the server (end of file, a broken pipe, a
+    reset): kind ``unavailable``. A session turns it into ``node_lost``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unavailable", message)
 
 
 def server_uid_from_environment() -> Optional[int]:
@@ -106,7 +116,7 @@ class Wire:
                 reason = self._pending_error()
                 if reason is not None:
                     raise reason from error
-                raise ServerError("unavailable", f"the server connection broke: {error}") from error
+                raise ConnectionLost(f"the server connection broke: {error}") from error
 
     def _pending_error(self) -> Optional[ServerError]:
         previous = self.sock.gettimeout()
@@ -134,7 +144,7 @@ class Wire:
             for fd in fds:
                 os.close(fd)
             if not data:
-                raise ServerError("unavailable", "the server closed the connection")
+                raise ConnectionLost("the server closed the connection")
             chunks.append(data)
             size -= len(data)
         return b"".join(chunks)
@@ -149,7 +159,7 @@ class Wire:
         except socket.timeout as error:
             raise ServerError("unavailable", "the server did not answer in time") from error
         except OSError as error:
-            raise ServerError("unavailable", f"the server connection broke: {error}") from error
+            raise ConnectionLost(f"the server connection broke: {error}") from error
         except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
             raise ServerError("internal", f"the server sent a malformed frame: {error}") from error
         if not isinstance(frame, dict) or not isinstance(frame.get("op"), str):

@@ -24,7 +24,7 @@ from ._calls import Calls, Dispatcher, split_tools, unencodable
 from ._fork import BranchOptions, checked_count, fork_branches
 from ._requests import added_index, checked_allow, checked_index, execute_request, loaded
 from ._requests import milliseconds as _milliseconds
-from ._wire import ServerError, Wire, connect, raise_if_error
+from ._wire import ConnectionLost, ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 
 #: How long a run's pipes are drained once the server has sent its result (the sandbox is gone;
@@ -173,7 +173,7 @@ class Server:
             frame: Dict[str, Any] = {"op": "run", "policy": policy, "request": request}
             if overrides is not None:
                 frame["overrides"] = overrides
-            return _Run(wire, frame, data).result()
+            return _Run(wire, frame, data, self.path).result()
         finally:
             wire.close()
 
@@ -196,6 +196,13 @@ def _grace_milliseconds(grace: Union[int, float, str]) -> int:
     return round(grace * 1000)
 
 
+def _node_lost(node: str, path: str, how: str) -> str:
+    """Why a session (or a run under way) ended when its server went away without a word, as
+    the C++ client says it (docs/fleet.md)."""
+    who = f"node {node}" if node else (f"the server at {path}" if path else "the server")
+    return f"node_lost: {who} is gone ({how})"
+
+
 def _fetch_policy(wire: Wire, name: str) -> Dict[str, Any]:
     wire.send({"op": "policy", "policy": name})
     policy = wire.expect("policy").get("policy")
@@ -206,10 +213,14 @@ def _fetch_policy(wire: Wire, name: str) -> Dict[str, Any]:
 
 class _Run:
     """One run's connection: the request with its three fds, then the pipes and the socket
-    watched together until the result, with the output capped here."""
+    watched together until the result, with the output capped here. The connection lost once
+    the run has started is ServerError ``node_lost``, not ``unavailable``: the run may have done
+    its work, so a fleet must not start it again elsewhere."""
 
-    def __init__(self, wire: Wire, frame: Dict[str, Any], stdin: Optional[bytes]) -> None:
+    def __init__(self, wire: Wire, frame: Dict[str, Any], stdin: Optional[bytes],
+                 path: str = "") -> None:
         self.wire = wire
+        self.path = path
         self.frame = frame
         self.stdin = stdin
         self.output: Dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
@@ -237,7 +248,11 @@ class _Run:
             started = self.wire.expect("started")
             cap = started.get("output_bytes")
             self.cap = int(cap) if isinstance(cap, int) and cap >= 0 else _DEFAULT_OUTPUT_BYTES
-            reply = self._watch({out_read: "stdout", err_read: "stderr"}, in_write)
+            try:
+                reply = self._watch({out_read: "stdout", err_read: "stderr"}, in_write)
+            except ConnectionLost as error:
+                raise ServerError("node_lost", _node_lost("", self.path, str(error))
+                                  + "; the run had started") from error
         finally:
             for fd in to_close:
                 try:
@@ -370,6 +385,10 @@ class ServerSession:
             tightening the offered policy (seconds or "30s"; bytes or "256M").
         overrides: a whole tightened policy to run instead of the offered one.
         lifetime: seconds the session may live (the server ends it then).
+
+    When the session's connection ends with no answer (its server killed or gone), the call
+    under way raises :class:`ServerError` ``node_lost`` saying ``node_lost: node ID is gone
+    (...)``, and so does every later call; ``close()`` then returns a Result saying so.
     """
 
     def __init__(self, server: Union[Server, str, os.PathLike, None] = None,
@@ -389,6 +408,8 @@ class ServerSession:
         self._wire: Optional[Wire] = None
         self._closed = False
         self._close_result: Dict[str, Any] = {}
+        #: Why the session is over when its connection ended with no answer (node_lost).
+        self._lost: Optional[str] = None
         self._lock = threading.RLock()
         self._dispatcher = Dispatcher(int(max_llm_workers or llm_concurrency or 16),
                                       self._send_answer)
@@ -464,7 +485,7 @@ class ServerSession:
 
     @property
     def running(self) -> bool:
-        return self._wire is not None and not self._closed
+        return self._wire is not None and not self._closed and self._lost is None
 
     def execute(self, code: str, on_llm_query: Optional[LlmCallback] = None,
                 timeout: Optional[float] = None, *, locals: bool = False,
@@ -598,14 +619,23 @@ class ServerSession:
         self._request({"op": "narrow_network", "allow": checked_allow(allow)}, "narrowed")
 
     def close(self) -> Dict[str, Any]:
-        """Ends the session; returns the sandbox's Result dict. Idempotent."""
+        """Ends the session; returns the sandbox's Result dict. Idempotent. A session whose node
+        was lost (its connection ended with no answer, before or during the close) returns
+        ``{"status": "sandbox_error", "node": ..., "detail": "node_lost: ..."}``."""
         with self._lock:
             if self._closed:
                 return self._close_result
             try:
-                if self._wire is not None:
-                    self._close_result = dict(
-                        self._request({"op": "close"}, "closed").get("result") or {})
+                if self._wire is not None and self._lost is None:
+                    try:
+                        self._close_result = dict(
+                            self._request({"op": "close"}, "closed").get("result") or {})
+                    except ServerError as error:
+                        if error.kind != "node_lost":
+                            raise
+                if self._lost is not None:
+                    self._close_result = {"status": "sandbox_error", "node": self.node,
+                                          "detail": self._lost}
             finally:
                 self._closed = True
                 self._shutdown()
@@ -668,18 +698,26 @@ class ServerSession:
         with self._lock:
             if self._closed or self._wire is None:
                 raise RlmSandboxError("the session is closed")
+            if self._lost is not None:
+                raise ServerError("node_lost", f"the session is over: {self._lost}")
             wire = self._wire
-            wire.send(frame, fds)
-            while True:
-                reply = wire.receive()
-                if reply["op"] == "llm_call":
-                    self._answer(reply, calls)
-                    continue
-                raise_if_error(reply)
-                if reply["op"] != answer_op:
-                    raise ServerError("internal", f"the server answered {reply['op']!r} where "
-                                      f"{answer_op!r} was due")
-                return reply
+            try:
+                wire.send(frame, fds)
+                while True:
+                    reply = wire.receive()
+                    if reply["op"] == "llm_call":
+                        self._answer(reply, calls)
+                        continue
+                    raise_if_error(reply)
+                    if reply["op"] != answer_op:
+                        raise ServerError("internal", f"the server answered {reply['op']!r} "
+                                          f"where {answer_op!r} was due")
+                    return reply
+            except ConnectionLost as error:
+                # The connection ended with no answer: the node (or the way to it) is gone, and
+                # the session with it. Every later call says so at once.
+                self._lost = _node_lost(self.node, self.server.path, str(error))
+                raise ServerError("node_lost", self._lost) from error
 
     def _answer(self, call: Dict[str, Any], calls: Optional[Calls]) -> None:
         if call.get("prompt_is_json"):  # a message list or a tool's arguments, as JSON text

@@ -166,7 +166,17 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
       }
     }
     if (fds[0].revents & kReady) {
-      const json reply = server::server_reply(socket, Clock::now() + server::kReplyTimeout);
+      json reply;
+      try {
+        reply = server::server_reply(socket, Clock::now() + server::kReplyTimeout);
+      } catch (const server::ConnectionLost& lost) {
+        // Gone after the run started: the payload may have run, so this is no refusal to take
+        // elsewhere (a fleet passes over "unavailable" nodes) but the node's loss.
+        const ServerRefused& refused = lost;
+        throw ServerRefused("node_lost", std::string("node_lost: the server went away while the "
+                                                     "run was going (") +
+                                             refused.what() + ")");
+      }
       if (reply["op"] != "result" || !reply.contains("result"))
         throw ServerRefused("internal", "the server answered out of turn");
       result = result_from_json(reply["result"]);

@@ -129,16 +129,20 @@ class RelayedSession final : public Session {
     if (!ended_.empty()) throw Error("the session is over: " + ended_);
     if (!outbox_->send(frame, fds)) {  // a cell turns it into a session_error
       ended_ = node_lost("its connection is closed");
-      throw ServerRefused("unavailable", "the session is over: " + ended_);
+      throw ServerRefused("node_lost", "the session is over: " + ended_);
     }
     for (;;) {
       json reply;
       try {
         reply = server_reply(socket_.get(), Clock::time_point::max());
+      } catch (const ConnectionLost& lost) {
+        // The connection ended with no answer: the node (or the way to it) is gone.
+        ended_ = node_lost(lost.what());
+        outbox_->detach();
+        throw ServerRefused("node_lost", "the session is over: " + ended_);
       } catch (const ServerRefused& refused) {
-        if (refused.kind() == "unavailable") {
-          // The connection ended with no answer: the node (or the way to it) is gone.
-          ended_ = node_lost(refused.what());
+        if (refused.kind() == "unavailable") {  // the server ended the session, saying why
+          ended_ = refused.what();
           outbox_->detach();
           throw;
         }

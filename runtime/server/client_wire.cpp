@@ -71,10 +71,9 @@ json server_reply(int socket, Clock::time_point deadline) {
   try {
     frame = receive_frame(socket, deadline, kServerFrameTimeout, kMaxServerFrame);
   } catch (const WireError& error) {
-    throw ServerRefused("unavailable",
-                        std::string("the server's answer broke off: ") + error.what());
+    throw ConnectionLost(std::string("the server's answer broke off: ") + error.what());
   }
-  if (!frame) throw ServerRefused("unavailable", "the server closed the connection");
+  if (!frame) throw ConnectionLost("the server closed the connection");
   json& message = frame->message;
   if (message["op"] == "error") {
     std::vector<Diagnostic> diagnostics;
@@ -99,8 +98,7 @@ void send_to_server(int socket, const json& message, std::span<const int> fds) {
   } catch (const WireError& error) {
     // What the server said before it closed, if it said anything.
     server_reply(socket, Clock::now() + std::chrono::milliseconds(100));
-    throw ServerRefused("unavailable",
-                        std::string("the server dropped the connection: ") + error.what());
+    throw ConnectionLost(std::string("the server dropped the connection: ") + error.what());
   }
 }
 

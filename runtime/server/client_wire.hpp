@@ -20,6 +20,14 @@ inline constexpr std::uint64_t kMaxServerFrame = 1ull << 30;
 inline constexpr std::chrono::seconds kServerFrameTimeout{60};
 inline constexpr std::chrono::seconds kReplyTimeout{60};
 
+// The connection to the server broke or ended with no answer (not an error frame the server
+// sent): kind "unavailable", told apart by its type where it matters (a run or session whose
+// node went away: node_lost).
+class ConnectionLost final : public ServerRefused {
+ public:
+  explicit ConnectionLost(const std::string& message) : ServerRefused("unavailable", message) {}
+};
+
 // Connects to the server at `path` and checks who listens there before anything is sent: the
 // listener's uid (SO_PEERCRED) must be root, this process's, or `server_uid` (default
 // $RLM_SANDBOX_SERVER_UID). Throws ServerRefused ("unavailable") naming why not.

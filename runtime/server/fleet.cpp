@@ -157,7 +157,8 @@ std::vector<FleetNode> Fleet::status() const {
     FleetNode node;
     node.endpoint = endpoint;
     try {
-      node.capacity = ServerConnection(endpoint_socket(endpoint), options_.server_uid).capacity();
+      node.capacity = ServerConnection(endpoint_socket(endpoint), options_.server_uid)
+                          .capacity(options_.ask_timeout);
     } catch (const Error& error) {
       node.error = error.what();
     }
@@ -197,10 +198,15 @@ auto Fleet::place(Attempt&& attempt) {
       std::string why;
       try {
         const json capacity =
-            ServerConnection(endpoint_socket(endpoints_[index]), options_.server_uid).capacity();
-        if (const auto free = room(capacity, options_.backends, why)) {
-          if (*free > best_room) best = index, best_room = *free;
-          continue;
+            ServerConnection(endpoint_socket(endpoints_[index]), options_.server_uid)
+                .capacity(options_.ask_timeout);
+        try {
+          if (const auto free = room(capacity, options_.backends, why)) {
+            if (*free > best_room) best = index, best_room = *free;
+            continue;
+          }
+        } catch (const std::exception&) {  // a field of another type: a node not to trust
+          why = "its capacity answer is malformed";
         }
       } catch (const Error& error) {
         why = std::string("unreachable: ") + error.what();

@@ -212,6 +212,15 @@ std::string register_endpoint(const std::string& dir, const std::string& node_id
   return file;
 }
 
+void unregister_endpoint(const std::string& file, const std::string& socket_path) {
+  if (file.empty()) return;
+  std::error_code error;
+  const std::string ours = "unix:" + std::filesystem::absolute(socket_path, error).string();
+  std::ifstream in(file);
+  std::string line;
+  if (std::getline(in, line) && line == ours) unlink(file.c_str());
+}
+
 std::string default_node_id() {
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "node";

@@ -89,5 +89,8 @@ std::string default_node_id();
 // Error when it cannot, or when there is no socket path (an inherited socket).
 std::string register_endpoint(const std::string& dir, const std::string& node_id,
                               const std::string& socket_path);
+// Removes `file` (register_endpoint's) if it still names `socket_path`: a node registered later
+// under the same id (a restart, or a duplicate id) keeps its own.
+void unregister_endpoint(const std::string& file, const std::string& socket_path);
 
 }  // namespace rlm::server

@@ -331,7 +331,7 @@ void Server::serve(int stop_fd, int drain_fd) {
   }
   // Stopped: no new clients find it; no new connections; those being served are ended, their
   // runs stopped.
-  if (!endpoint_file.empty()) unlink(endpoint_file.c_str());
+  server::unregister_endpoint(endpoint_file, state_->config.socket_path);
   state_->end_connections();
   state_->log->record({{"event", "stopped"}, {"pid", getpid()}});
 }

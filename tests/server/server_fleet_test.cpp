@@ -177,6 +177,53 @@ TEST(Fleet, ThirtyRunsOnTwentyFourSlotsRefuseSixCleanly) {
   EXPECT_EQ(outcomes["ok:n1"] + outcomes["ok:n2"] + outcomes["ok:n3"], 24) << json(outcomes).dump();
 }
 
+// A run whose node dies after it started fails node_lost and is not started again elsewhere (its
+// payload may have run: side effects must not happen twice).
+TEST(Fleet, ARunWhoseNodeDiesIsNotRunAgainElsewhere) {
+  ThreeNodes nodes;
+  ASSERT_TRUE(nodes.ready()) << nodes.logs();
+  Fleet fleet(read_fleet(nodes.registry.path()));
+  auto run = std::async(std::launch::async, [&] {
+    Request request;
+    request.argv = {"/bin/sleep", "8"};
+    return refusal_kind([&] { fleet.run(request, "default"); });
+  });
+  // The node that holds it, as its capacity says.
+  std::size_t holder = 3;
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (holder == 3 && std::chrono::steady_clock::now() < deadline) {
+    for (std::size_t i = 0; i < 3; ++i)
+      if (ServerConnection(nodes.servers[i]->socket()).capacity()["running"] == 1) holder = i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_LT(holder, 3u) << "no node ran it";
+  nodes.servers[holder]->kill_hard();
+  ASSERT_EQ(run.wait_for(kPatience), std::future_status::ready);
+  EXPECT_EQ(run.get(), "node_lost");
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (i == holder) continue;
+    EXPECT_FALSE(
+        find_line(log_lines(nodes.servers[i]->log()), {{"event", "request"}, {"op", "run"}}))
+        << "run again on node " << i + 1;
+  }
+}
+
+// Two nodes registered under one id (a restart, a duplicate): the one that stops leaves the
+// other's endpoint file alone.
+TEST(Fleet, ANodeStoppingLeavesAnotherNodesEndpointOfTheSameId) {
+  TempDir registry, first_dir, second_dir;
+  const std::vector<std::string> args = {"--node-id",     "same",   "--register",
+                                         registry.path(), "--pool", "default=0"};
+  ServerUnderTest first(first_dir, args);
+  ASSERT_TRUE(first.ready()) << first.log();
+  ServerUnderTest second(second_dir, args);
+  ASSERT_TRUE(second.ready()) << second.log();
+  EXPECT_EQ(first.stop(), 0);
+  EXPECT_EQ(read_fleet(registry.path()), (std::vector<std::string>{"unix:" + second.socket()}));
+  EXPECT_EQ(second.stop(), 0);
+  EXPECT_THROW(read_fleet(registry.path()), Error);
+}
+
 // A drained node takes nothing new; its session in progress finishes there and the node exits.
 TEST(Fleet, ADrainingNodeIsPassedOverWhileItsSessionsFinish) {
   ThreeNodes nodes;
@@ -217,11 +264,14 @@ TEST(Fleet, TheCliPlacesThroughAFleetAndPrintsItsStatus) {
     EXPECT_EQ(node["max_sandboxes"], 4) << node.dump();
     EXPECT_TRUE(node.contains("ready") && node.contains("running") && node.contains("node_id"));
   }
-  nodes.servers[1]->kill_hard();
+  nodes.servers[1]->kill_hard();  // n2
   auto degraded = cli({"fleet", "status", nodes.registry.path()});
   EXPECT_EQ(degraded.exit_code, 1);
   EXPECT_NE(degraded.out.find("down"), std::string::npos) << degraded.out;
-  EXPECT_NE(degraded.out.find("n3"), std::string::npos) << degraded.out;
+  EXPECT_NE(degraded.out.find(nodes.servers[1]->socket()), std::string::npos) << degraded.out;
+  EXPECT_NE(degraded.out.find("n1 "), std::string::npos) << degraded.out;
+  EXPECT_NE(degraded.out.find("n3 "), std::string::npos) << degraded.out;
+  EXPECT_EQ(degraded.out.find("n2 "), std::string::npos) << degraded.out;
   auto both =
       cli({"run", "--fleet", nodes.registry.path(), "--server", "/tmp/x.sock", "--", "/bin/true"});
   EXPECT_NE(both.exit_code, 0);

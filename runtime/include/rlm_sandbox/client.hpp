@@ -27,8 +27,9 @@ namespace rlm {
 
 // The server could not or would not serve: no server at the socket, a refused peer, a policy not
 // offered or loosened, a bind not permitted. `kind` is the server's ("refused", "invalid",
-// "unavailable", "internal"), or "unavailable" when no server answered; `diagnostics` lists each
-// way a refused policy loosens the server's.
+// "unavailable", "internal", "resource_exhausted", "draining"), "unavailable" when no server
+// answered, or "node_lost" when the server went away after a run had started; `diagnostics` lists
+// each way a refused policy loosens the server's.
 class ServerRefused : public Error {
  public:
   ServerRefused(std::string kind, const std::string& message,
@@ -78,8 +79,9 @@ class ServerConnection {
   // {"op":"ready","node":ID,"ready":BOOL,"why":[...]}: not draining, every pool at its minimum.
   nlohmann::json ready();
   // {"op":"capacity","node_id","version","features","cores","memory_bytes","max_sandboxes",
-  //  "running","starting","warm_idle","pressure","draining","ready",...}
-  nlohmann::json capacity();
+  //  "running","starting","warm_idle","pressure","draining","ready",...}; within `timeout` when
+  // given (ServerRefused "unavailable" past it), else the client's usual 60 s.
+  nlohmann::json capacity(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // Drains the node (root and the server's uid only; ServerRefused "refused" otherwise): new work
   // is refused, what runs gets `grace` (default the server's drain_grace), then ends.
   // {"op":"draining","node":ID,"grace_ms":N}
@@ -96,7 +98,8 @@ class ServerConnection {
                                         SessionOptions options);
 
  private:
-  nlohmann::json node_request(const nlohmann::json& request, const std::string& answer);
+  nlohmann::json node_request(const nlohmann::json& request, const std::string& answer,
+                              std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   struct State;
   std::unique_ptr<State> state_;
 };

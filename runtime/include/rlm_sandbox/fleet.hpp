@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -44,7 +45,10 @@ struct FleetOptions {
   // Backends a node must offer (its capacity's features.backends), e.g. {"namespace"}.
   std::vector<std::string> backends;
   std::optional<uid_t> server_uid;  // as for ServerConnection
-  std::uint64_t seed = 0;           // of the random choice; 0: from std::random_device
+  // How long a node may take to answer `capacity` before it is passed over (one stopped but
+  // still accepting must not stall every placement that samples it).
+  std::chrono::milliseconds ask_timeout{2000};
+  std::uint64_t seed = 0;  // of the random choice; 0: from std::random_device
 };
 
 // One node as status() found it.

@@ -1,0 +1,346 @@
+"""A fleet: several ``rlm-sandbox serve`` nodes, and the placement of runs and sessions among them
+done here, in the client (docs/fleet.md), as the C++ client's ``rlm::Fleet`` does it.
+
+A request goes to the best of K nodes chosen at random, scored by the free room their
+``capacity`` reports; a node that is full, draining, lacks a required backend or does not answer
+is passed over, and so is one that refuses the request ``resource_exhausted``, ``draining`` or
+``unavailable``; the request then goes back to the nodes left. A session stays on its node
+(``ServerSession.node``); when that node dies, its calls fail with :class:`ServerError`
+``node_lost``. Nothing is shared between clients or nodes: a session's id names its node.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import stat
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
+
+from ._wire import ServerError
+from .result import RlmSandboxError, RunResult
+from .server import Server, ServerSession
+
+_MAX_ENDPOINTS = 100_000
+_MAX_ENDPOINT_BYTES = 4096
+_SUFFIX = ".endpoint"
+#: Refusals a node gives for itself (full, draining, not serving now, gone): the next node may
+#: take the request. Any other kind (a policy not offered, a loosening) would be the same anywhere.
+_PASSES_OVER = frozenset({"resource_exhausted", "draining", "unavailable"})
+
+_T = TypeVar("_T")
+
+
+def fleet_from_environment() -> Optional[str]:
+    """The fleet source named by ``$RLM_SANDBOX_FLEET``, or None."""
+    return os.environ.get("RLM_SANDBOX_FLEET") or None
+
+
+def endpoint_socket(endpoint: str) -> str:
+    """The socket path of `endpoint` (``"unix:/run/a.sock"`` or ``"/run/a.sock"``); ValueError
+    for any other kind."""
+    path = endpoint[5:] if endpoint.startswith("unix:") else endpoint
+    if not path.startswith("/"):
+        raise ValueError(f"endpoint '{endpoint}': expected unix:/PATH or /PATH of a server's "
+                         f"socket (remote endpoints, tls://HOST:PORT, are not in this build yet)")
+    return path
+
+
+def _trimmed(line: bytes) -> bytes:
+    return line.strip(b" \t\r")
+
+
+def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
+    """A fleet's endpoints from `source`:
+
+    - a directory: every regular file named ``*.endpoint`` in it (symlinks are not followed)
+      holds one endpoint on its first line, what ``rlm-sandbox serve --register DIR`` writes (a
+      node removes its file when it exits); read in the order of their names; an empty file
+      (one being written) is skipped;
+    - a file: one endpoint per line; blank lines and ``#`` comments are skipped.
+
+    An endpoint is ``unix:PATH`` or an absolute ``PATH`` of a server's socket.
+
+    Raises:
+        RlmSandboxError: the source cannot be read, holds no endpoint, or names one of another
+            kind (the message names the source, and the line or file).
+    """
+    source = os.fsdecode(os.fspath(source))
+    endpoints: List[str] = []
+    try:
+        is_dir = stat.S_ISDIR(os.stat(source).st_mode)
+    except (OSError, ValueError):
+        raise RlmSandboxError(f"fleet {source}: no such file or directory") from None
+
+    def add(raw: bytes, where: str) -> None:
+        raw = _trimmed(raw)
+        if len(raw) > _MAX_ENDPOINT_BYTES:
+            raise RlmSandboxError(f"{where}: an endpoint this long")
+        endpoint = os.fsdecode(raw)
+        try:
+            endpoint_socket(endpoint)
+        except ValueError as error:
+            raise RlmSandboxError(f"{where}: {error}") from None
+        if len(endpoints) >= _MAX_ENDPOINTS:
+            raise RlmSandboxError(f"fleet {source}: more than {_MAX_ENDPOINTS} nodes")
+        endpoints.append(endpoint)
+
+    if is_dir:
+        try:
+            names = os.listdir(source)
+        except OSError:
+            raise RlmSandboxError(f"fleet {source}: cannot read the directory") from None
+        names = sorted((name for name in names
+                        if len(name) > len(_SUFFIX) and name.endswith(_SUFFIX)), key=os.fsencode)
+        for name in names:
+            path = source + "/" + name
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                # O_NOFOLLOW: a file swapped for a symlink since the lstat is not followed either.
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+                with open(fd, "rb") as file:
+                    line = file.readline(_MAX_ENDPOINT_BYTES + 2)
+            except OSError:
+                continue  # gone since it was listed, or not ours to read
+            line = line.split(b"\n", 1)[0]
+            if not _trimmed(line):
+                continue  # being written
+            add(line, f"fleet {path}")
+    else:
+        try:
+            with open(source, "rb") as file:
+                data = file.read()
+        except OSError:
+            raise RlmSandboxError(f"fleet {source}: cannot read it") from None
+        for number, line in enumerate(data.split(b"\n"), 1):
+            line = line.split(b"#", 1)[0]
+            if not _trimmed(line):
+                continue
+            add(line, f"fleet {source} line {number}")
+    if not endpoints:
+        raise RlmSandboxError(
+            f"fleet {source}: no endpoints in it"
+            + (" (no *.endpoint file: is a node registered there?)" if is_dir else ""))
+    return endpoints
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _count(value: Any) -> float:
+    """A count as the capacity gives it: a non-negative integer, else 0."""
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else 0.0
+
+
+def _room(capacity: Dict[str, Any], backends: Sequence[str]) -> Tuple[Optional[float], str]:
+    """The room a node has by its capacity: free slots, or a large number less what it holds for
+    a node with no cap of its own; (None, why) when it cannot take work (draining, full, lacking
+    a backend)."""
+    if capacity.get("draining") is True:
+        return None, "draining"
+    features = capacity.get("features")
+    offered = features.get("backends") if isinstance(features, dict) else None
+    offered = offered if isinstance(offered, list) else []
+    for backend in backends:
+        if backend not in offered:
+            return None, f"has no {backend} backend"
+    held = _count(capacity.get("running")) + _count(capacity.get("starting"))
+    maximum = _count(capacity.get("max_sandboxes"))
+    if maximum > 0 and held >= maximum:
+        return None, f"full ({int(held)} of {int(maximum)})"
+    # Warm sandboxes and sessions idle break ties: the request is served warm there.
+    warm = 0.0
+    pools = capacity.get("warm_idle")
+    if isinstance(pools, dict):
+        for pool in pools.values():
+            if isinstance(pool, dict):
+                warm += _number(pool.get("sandboxes")) + _number(pool.get("sessions"))
+    free = maximum - held if maximum > 0 else 1e9 - held
+    return free + min(warm, 1000.0) / 1e4, ""
+
+
+class Fleet:
+    """Nodes of a fleet and the placement of work among them. One Fleet serves any number of
+    threads: each placement and each request takes connections of its own.
+
+    Args:
+        fleet: a source (a file of endpoints or a directory of ``*.endpoint`` files, as
+            :func:`read_fleet` reads it), or a list of endpoints (``"unix:/PATH"`` or
+            ``"/PATH"``); default ``$RLM_SANDBOX_FLEET``.
+        choices: K, the nodes asked for their capacity per placement (at least 1).
+        backends: backends a node must offer (its capacity's ``features.backends``), e.g.
+            ``("namespace",)``.
+        server_uid: as for :class:`Server` (default ``$RLM_SANDBOX_SERVER_UID``).
+        seed: of the random choice of nodes (None: from the OS).
+        connect_timeout: as for :class:`Server`, per node asked.
+
+    Raises:
+        RlmSandboxError: no source, or one :func:`read_fleet` refuses.
+        ValueError: no endpoints in a list, one of another kind, or `choices` below 1.
+    """
+
+    def __init__(self, fleet: Union[str, os.PathLike, Iterable[str], None] = None, *,
+                 choices: int = 3, backends: Iterable[str] = (),
+                 server_uid: Optional[int] = None, seed: Optional[int] = None,
+                 connect_timeout: float = 10.0) -> None:
+        if fleet is None:
+            fleet = fleet_from_environment()
+            if fleet is None:
+                raise RlmSandboxError("no fleet: pass a source or endpoints, or set "
+                                      "RLM_SANDBOX_FLEET")
+        #: The file or directory the endpoints were read from (None for a list).
+        self.source: Optional[str] = None
+        if isinstance(fleet, (str, bytes, os.PathLike)):
+            self.source = os.fsdecode(os.fspath(fleet))
+            endpoints = read_fleet(self.source)
+        else:
+            endpoints = [str(endpoint) for endpoint in fleet]
+            if not endpoints:
+                raise ValueError("a fleet needs at least one endpoint")
+            for endpoint in endpoints:
+                endpoint_socket(endpoint)
+        if isinstance(choices, bool) or not isinstance(choices, int) or choices < 1:
+            raise ValueError(f"a fleet's placement asks at least 1 node (choices), not "
+                             f"{choices!r}")
+        if isinstance(backends, str):
+            backends = (backends,)
+        self.choices = choices
+        self.backends: Tuple[str, ...] = tuple(str(backend) for backend in backends)
+        self.server_uid = server_uid
+        self.connect_timeout = connect_timeout
+        self._endpoints: Tuple[str, ...] = tuple(endpoints)
+        self._random = random.Random(seed)
+        self._random_lock = threading.Lock()
+
+    @property
+    def endpoints(self) -> List[str]:
+        """The nodes' endpoints, in the source's order."""
+        return list(self._endpoints)
+
+    def refresh(self) -> List[str]:
+        """Reads the source again (nodes that registered or left since); returns the endpoints.
+        A fleet made from a list keeps its list. Placements under way keep the nodes they began
+        with."""
+        if self.source is not None:
+            self._endpoints = tuple(read_fleet(self.source))
+        return self.endpoints
+
+    def server(self, endpoint: str) -> Server:
+        """The :class:`Server` at `endpoint` (one of the fleet's, or any other)."""
+        return Server(endpoint_socket(endpoint), connect_timeout=self.connect_timeout,
+                      server_uid=self.server_uid)
+
+    def status(self) -> List[Dict[str, Any]]:
+        """Every node's capacity (``Server.capacity()`` without ``op``, with ``endpoint``), in
+        the endpoints' order; ``{"endpoint": ..., "error": ...}`` for a node that did not give
+        one."""
+        nodes: List[Dict[str, Any]] = []
+        for endpoint in self._endpoints:
+            try:
+                node = dict(self.server(endpoint).capacity())
+                node.pop("op", None)
+                node["endpoint"] = endpoint
+            except RlmSandboxError as error:
+                node = {"endpoint": endpoint, "error": str(error)}
+            nodes.append(node)
+        return nodes
+
+    def run(self, argv: Optional[Sequence[str]] = None, *, code: Optional[str] = None,
+            language: str = "python", policy: str = "default",
+            overrides: Optional[Dict[str, Any]] = None,
+            limits: Optional[Dict[str, Any]] = None, env: Optional[Dict[str, str]] = None,
+            timeout: Optional[Union[int, float, str]] = None,
+            stdin: Optional[Union[bytes, str]] = None) -> RunResult:
+        """:meth:`Server.run` on a node placed for it; the result names its node
+        (``RunResult.node``). A run that started on a node is never started again elsewhere:
+        when that node dies under it, ServerError ``node_lost``.
+
+        Raises:
+            ServerError: ``resource_exhausted`` when no node could take it (the message says
+                each one's reason); a node's other refusals (a policy it does not offer, a
+                loosening) as they are, since every node would say the same.
+        """
+        if (argv is None) == (code is None):
+            raise ValueError("give argv or code, not both and not neither")
+        return self._place(lambda server: server.run(
+            argv, code=code, language=language, policy=policy, overrides=overrides,
+            limits=limits, env=env, timeout=timeout, stdin=stdin))
+
+    def session(self, policy: str = "python-repl", **options: Any) -> ServerSession:
+        """A :class:`ServerSession` (the options are its own) on a node placed for it; it stays
+        there (``ServerSession.node``, ``session_id``; ``fork()`` opens its branches there too).
+        When the node dies, the session's calls raise ServerError ``node_lost``. Raises as
+        :meth:`run` does when no node takes it."""
+        return self._place(lambda server: ServerSession(server, policy, **options))
+
+    def restore_session(self, path: Union[str, os.PathLike], policy: str = "python-repl",
+                        **options: Any) -> ServerSession:
+        """A session placed as :meth:`session` places one, holding the state saved at `path`
+        (:meth:`ServerSession.restore_from`)."""
+        return self._place(lambda server: ServerSession.restore_from(path, server, policy,
+                                                                     **options))
+
+    def policy(self, name: str = "default") -> Dict[str, Any]:
+        """The offered policy `name` as the first node that answers has it (the nodes of a
+        fleet offer the same), a base for ``overrides``. ServerError ``unavailable`` when none
+        answers."""
+        why: List[str] = []
+        for endpoint in self._endpoints:
+            try:
+                return self.server(endpoint).policy(name)
+            except ServerError as error:
+                if error.kind not in _PASSES_OVER:
+                    raise
+                why.append(f"{endpoint}: {error}")
+        raise ServerError("unavailable", "no node of the fleet answered: " + "; ".join(why))
+
+    def __repr__(self) -> str:
+        where = f"source={self.source!r}" if self.source is not None else \
+            f"endpoints={list(self._endpoints)!r}"
+        return f"Fleet({where}, choices={self.choices}, backends={list(self.backends)!r})"
+
+    # -- placement -------------------------------------------------------------------------------
+
+    def _place(self, attempt: Callable[[Server], _T]) -> _T:
+        """`attempt(server)` on the best node of K at random, then of K more among those left,
+        until one takes it."""
+        endpoints = self._endpoints  # a refresh() meanwhile does not change this placement
+        left = list(range(len(endpoints)))
+        passed: List[str] = []  # each node passed over, and why
+
+        def pass_over(index: int, why: str) -> None:
+            passed.append(f"{endpoints[index]}: {why}")
+            left.remove(index)
+
+        while left:
+            # K of the nodes left, at random (the first K after a partial shuffle).
+            k = min(self.choices, len(left))
+            with self._random_lock:
+                for i in range(k):
+                    j = self._random.randint(i, len(left) - 1)
+                    left[i], left[j] = left[j], left[i]
+            best: Optional[int] = None
+            best_room = -math.inf
+            for index in left[:k]:
+                try:
+                    room, why = _room(self.server(endpoints[index]).capacity(), self.backends)
+                except RlmSandboxError as error:
+                    room, why = None, f"unreachable: {error}"
+                if room is None:
+                    pass_over(index, why)
+                elif room > best_room:
+                    best, best_room = index, room
+            if best is None:
+                continue
+            try:
+                return attempt(self.server(endpoints[best]))
+            except ServerError as error:
+                if error.kind not in _PASSES_OVER:
+                    raise
+                pass_over(best, str(error))
+        raise ServerError("resource_exhausted",
+                          "no node of the fleet could take it: " + "; ".join(passed))

@@ -1,0 +1,515 @@
+"""Placement across a fleet (issue 28, docs/fleet.md) through the Python client: ``read_fleet``
+of files and directories and its refusals; ``Fleet`` over three real ``rlm-sandbox serve``
+nodes that register themselves in a directory (``--register``): 24 sessions spread 8/8/8 and a
+25th refused ``resource_exhausted`` at once; a node killed with SIGKILL loses its sessions
+(``node_lost`` within 2 s) and new sessions land on the others; a drained node takes nothing new
+while its session finishes; ``status()`` lists a dead node with its error; 30 runs at once on 24
+slots: 24 results, 6 ``resource_exhausted``, none hanging.
+
+Every test starts nodes of its own (a kill or a drain ends one); each is stopped and its
+directory removed, on failure too.
+
+Run: ``RLM_SANDBOX_BIN=build/bin/rlm-sandbox python3 -m unittest -v test_fleet`` from
+tests/python_client (ctest's ``python_fleet`` test does this).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from rlm_sandbox import (Fleet, RlmSandboxError, Server, ServerError,  # noqa: E402
+                         ServerSession, read_fleet)
+from rlm_sandbox.fleet import _room  # noqa: E402
+
+BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+
+#: Deadlines, generous: the tests share a loaded 2-CPU machine with other suites.
+STARTUP_SECONDS = 90.0
+SETTLE_SECONDS = 60.0
+EXIT_SECONDS = 60.0
+#: "At once": a refusal that is not queued behind the held sandboxes comes well within this.
+AT_ONCE_SECONDS = 5.0
+#: A session of a node killed with SIGKILL says node_lost within this (issue 28's acceptance).
+LOST_SECONDS = 2.0
+
+NODE_FLAGS = ("--max-sandboxes", "8", "--session-pool", "python-repl=0", "--pool", "default=1")
+
+
+def setUpModule() -> None:  # noqa: N802 - unittest's name
+    if not BINARY:
+        raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
+
+
+class Node:
+    """One ``rlm-sandbox serve --register`` in a directory of its own: its socket, its process
+    and its log (stderr, kept in a file so a chatty server never blocks on a pipe)."""
+
+    def __init__(self, node_id: str, registry: str, flags: Sequence[str]) -> None:
+        self.node_id = node_id
+        self.registry = registry
+        self.dir = tempfile.mkdtemp(prefix=f"rlm-fleet-{node_id}-")
+        os.chmod(self.dir, 0o755)
+        self.socket = os.path.join(self.dir, "s.sock")
+        self.log_path = os.path.join(self.dir, "serve.log")
+        command = [BINARY, "serve", "--socket", self.socket, "--node-id", node_id,
+                   "--register", registry, *flags]
+        try:
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=log)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        self.server = Server(self.socket, connect_timeout=30.0)
+
+    @property
+    def endpoint_file(self) -> str:
+        return os.path.join(self.registry, f"{self.node_id}.endpoint")
+
+    def registered(self) -> bool:
+        """Listening, answering and in the registry; RuntimeError if the server exited."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"rlm-sandbox serve {self.node_id} exited with "
+                               f"{self.proc.returncode}: {self.log()}")
+        if not os.path.exists(self.endpoint_file):
+            return False
+        try:
+            return bool(self.server.ready()["ready"])
+        except RlmSandboxError:
+            return False
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                return log.read().decode(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def exit_code(self, seconds: float = EXIT_SECONDS) -> int:
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"node {self.node_id} did not exit within {seconds} s; its "
+                                 f"log: {self.log()}") from None
+
+    def kill_hard(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGINT (stops at once), then SIGKILL if it lingers; removes the directory."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def by_node(items: Sequence[Any]) -> Dict[str, int]:
+    return dict(collections.Counter(item.node for item in items))
+
+
+class FleetTestCase(unittest.TestCase):
+    """Three nodes n1..n3 registered in a directory of the test's own, stopped (and every
+    session closed) whatever the test does."""
+
+    def start_nodes(self, *extra: str) -> List[Node]:
+        self.registry = tempfile.mkdtemp(prefix="rlm-fleet-registry-")
+        self.addCleanup(shutil.rmtree, self.registry, True)
+        nodes: List[Node] = []
+        for number in (1, 2, 3):
+            node = Node(f"n{number}", self.registry, (*NODE_FLAGS, *extra))
+            self.addCleanup(node.stop)
+            nodes.append(node)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not all(node.registered() for node in nodes):
+            if time.monotonic() >= deadline:
+                self.fail("the nodes did not register and become ready within "
+                          f"{STARTUP_SECONDS} s: " + "\n".join(node.log() for node in nodes))
+            time.sleep(0.1)
+        self.nodes = nodes
+        return nodes
+
+    def open_sessions(self, fleet: Fleet, count: int, workers: int = 3) -> List[ServerSession]:
+        """`count` sessions placed by `fleet`, a few at once; each closed at cleanup."""
+        sessions: List[ServerSession] = []
+        errors: List[BaseException] = []
+        lock = threading.Lock()
+        left = [count]
+
+        def work() -> None:
+            while True:
+                with lock:
+                    if left[0] == 0 or errors:
+                        return
+                    left[0] -= 1
+                try:
+                    session = fleet.session("python-repl")
+                except BaseException as error:  # noqa: BLE001 - raised on the test's thread
+                    with lock:
+                        errors.append(error)
+                    return
+                with lock:
+                    sessions.append(session)
+
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(SETTLE_SECONDS * 3)
+        for session in sessions:
+            self.addCleanup(ServerSession._discard, session)
+        self.assertFalse(any(thread.is_alive() for thread in threads), "a session open hung")
+        if errors:
+            raise errors[0]
+        self.assertEqual(len(sessions), count)
+        return sessions
+
+    def refused(self, kind: str, request: Callable[[], Any]) -> ServerError:
+        """`request()` raises ServerError of `kind`, at once."""
+        began = time.monotonic()
+        with self.assertRaises(ServerError) as caught:
+            request()
+        elapsed = time.monotonic() - began
+        self.assertEqual(caught.exception.kind, kind, str(caught.exception))
+        self.assertLess(elapsed, AT_ONCE_SECONDS, f"refused {kind} only after {elapsed:.1f} s")
+        return caught.exception
+
+
+class ReadFleetTest(unittest.TestCase):
+    """The sources of a fleet's endpoints, and what is refused; no server needed."""
+
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rlm-fleet-read-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def write(self, name: str, text: str) -> str:
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as file:
+            file.write(text)
+        return path
+
+    def refusal(self, source: str) -> str:
+        with self.assertRaises(RlmSandboxError) as caught:
+            read_fleet(source)
+        return str(caught.exception)
+
+    def test_a_file_of_endpoints(self) -> None:
+        path = self.write("fleet.txt", "# three nodes\nunix:/run/a.sock\n\n  /run/b.sock  # b\r\n"
+                                       "\t#\nunix:/run/c.sock")
+        expected = ["unix:/run/a.sock", "/run/b.sock", "unix:/run/c.sock"]
+        self.assertEqual(read_fleet(path), expected)
+        self.assertEqual(Fleet(path).endpoints, expected)
+
+    def test_a_file_refuses_other_endpoints_naming_the_line(self) -> None:
+        for line in ("tls://10.0.0.1:7000", "run/relative.sock", "unix:relative.sock", "unix:"):
+            with self.subTest(endpoint=line):
+                path = self.write("bad.txt", f"unix:/run/a.sock\n# c\n{line}\n")
+                message = self.refusal(path)
+                self.assertIn(f"fleet {path} line 3", message)
+                self.assertIn(line, message)
+        message = self.refusal(self.write("long.txt", "/" + "x" * 5000 + "\n"))
+        self.assertIn("line 1", message)
+
+    def test_no_endpoints_or_no_source(self) -> None:
+        message = self.refusal(self.write("empty.txt", "# nobody\n\n"))
+        self.assertIn("no endpoints", message)
+        self.assertNotIn("registered", message)
+        self.assertIn("no such file or directory",
+                      self.refusal(os.path.join(self.dir, "missing.txt")))
+
+    def test_a_directory_of_endpoint_files(self) -> None:
+        registry = os.path.join(self.dir, "registry")
+        os.mkdir(registry)
+        for name, text in (("n2.endpoint", "unix:/run/n2.sock\n"),
+                           ("n1.endpoint", "/run/n1.sock\nignored second line\n"),
+                           ("n0.endpoint", ""),                     # being written
+                           ("notes.txt", "not an endpoint\n"),
+                           (".n3.endpoint.new", "unix:/run/n3.sock\n"),
+                           (".endpoint", "unix:/run/nameless.sock\n")):
+            self.write(os.path.join("registry", name), text)
+        os.mkdir(os.path.join(registry, "dir.endpoint"))
+        os.symlink(os.path.join(registry, "n2.endpoint"), os.path.join(registry, "n9.endpoint"))
+        self.assertEqual(read_fleet(registry), ["/run/n1.sock", "unix:/run/n2.sock"])
+
+        self.write(os.path.join("registry", "n5.endpoint"), "tls://10.0.0.5:7000\n")
+        message = self.refusal(registry)
+        self.assertIn(os.path.join(registry, "n5.endpoint"), message)
+
+        empty = os.path.join(self.dir, "empty-registry")
+        os.mkdir(empty)
+        self.assertIn("registered", self.refusal(empty))
+
+    def test_refresh_sees_nodes_that_come_and_go(self) -> None:
+        registry = os.path.join(self.dir, "registry")
+        os.mkdir(registry)
+        self.write(os.path.join("registry", "a.endpoint"), "unix:/run/a.sock\n")
+        fleet = Fleet(registry)
+        self.assertEqual(fleet.endpoints, ["unix:/run/a.sock"])
+        self.write(os.path.join("registry", "b.endpoint"), "unix:/run/b.sock\n")
+        self.assertEqual(fleet.endpoints, ["unix:/run/a.sock"])
+        self.assertEqual(fleet.refresh(), ["unix:/run/a.sock", "unix:/run/b.sock"])
+        os.unlink(os.path.join(registry, "a.endpoint"))
+        self.assertEqual(fleet.refresh(), ["unix:/run/b.sock"])
+
+    def test_fleet_arguments(self) -> None:
+        with self.assertRaises(ValueError):
+            Fleet([])
+        with self.assertRaises(ValueError) as caught:
+            Fleet(["unix:/run/a.sock", "tls://10.0.0.1:7000"])
+        self.assertIn("tls://10.0.0.1:7000", str(caught.exception))
+        for choices in (0, -1, True, 1.5):
+            with self.subTest(choices=choices), self.assertRaises(ValueError):
+                Fleet(["/run/a.sock"], choices=choices)
+        self.assertEqual(Fleet(("/run/a.sock", "unix:/run/b.sock")).endpoints,
+                         ["/run/a.sock", "unix:/run/b.sock"])
+
+    def test_the_environment_names_the_fleet(self) -> None:
+        path = self.write("fleet.txt", "unix:/run/env.sock\n")
+        saved = os.environ.pop("RLM_SANDBOX_FLEET", None)
+        try:
+            with self.assertRaises(RlmSandboxError) as caught:
+                Fleet()
+            self.assertIn("RLM_SANDBOX_FLEET", str(caught.exception))
+            os.environ["RLM_SANDBOX_FLEET"] = path
+            self.assertEqual(Fleet().endpoints, ["unix:/run/env.sock"])
+        finally:
+            os.environ.pop("RLM_SANDBOX_FLEET", None)
+            if saved is not None:
+                os.environ["RLM_SANDBOX_FLEET"] = saved
+
+    def test_no_node_answering_is_resource_exhausted_naming_each(self) -> None:
+        endpoints = [f"unix:{self.dir}/gone{number}.sock" for number in range(4)]
+        fleet = Fleet(endpoints, seed=7)
+        began = time.monotonic()
+        for request in (lambda: fleet.run(["true"]), lambda: fleet.session()):
+            with self.assertRaises(ServerError) as caught:
+                request()
+            self.assertEqual(caught.exception.kind, "resource_exhausted")
+            message = str(caught.exception)
+            self.assertTrue(message.startswith("no node of the fleet could take it: "), message)
+            for endpoint in endpoints:
+                self.assertIn(f"{endpoint}: unreachable: ", message)
+        self.assertLess(time.monotonic() - began, AT_ONCE_SECONDS)
+        self.assertEqual([node["endpoint"] for node in fleet.status()], endpoints)
+        self.assertTrue(all(set(node) == {"endpoint", "error"} for node in fleet.status()))
+        with self.assertRaises(ValueError):  # checked before any node is asked
+            fleet.run()
+
+    def test_room_by_capacity(self) -> None:
+        def capacity(**fields: Any) -> Dict[str, Any]:
+            return {"max_sandboxes": 8, "running": 2, "starting": 1, "draining": False,
+                    "features": {"backends": ["namespace", "local"]},
+                    "warm_idle": {"default": {"sandboxes": 1, "sessions": 0},
+                                  "python-repl": {"sandboxes": 0, "sessions": 2}}, **fields}
+
+        self.assertEqual(_room(capacity(), ()), (5 + 3 / 1e4, ""))
+        self.assertEqual(_room(capacity(), ("namespace",))[0], 5 + 3 / 1e4)
+        self.assertEqual(_room(capacity(), ("docker",)), (None, "has no docker backend"))
+        self.assertEqual(_room(capacity(draining=True), ()), (None, "draining"))
+        self.assertEqual(_room(capacity(running=7), ()), (None, "full (8 of 8)"))
+        self.assertEqual(_room(capacity(max_sandboxes=0, running=5), ())[0], 1e9 - 6 + 3 / 1e4)
+        # A malformed answer is read as best it can be, never raising.
+        self.assertEqual(_room({"running": "x", "warm_idle": {"p": {"sandboxes": "y"}},
+                                "features": None}, ()), (1e9, ""))
+
+
+class FleetPlacementTest(FleetTestCase):
+    """Sessions and runs placed across three nodes of 8 slots each."""
+
+    def test_sessions_spread_and_a_dead_node_is_passed_over(self) -> None:
+        nodes = self.start_nodes()
+        fleet = Fleet(self.registry)
+        self.assertEqual(fleet.endpoints, [f"unix:{node.socket}" for node in nodes])
+        sessions = self.open_sessions(fleet, 24)
+        for number, session in enumerate(sessions):
+            self.assertEqual(session.execute(f"x = {number}").status, "ok")
+            self.assertTrue(session.session_id.startswith(session.node + "/"), session)
+        self.assertEqual(by_node(sessions), {"n1": 8, "n2": 8, "n3": 8})
+        for node in fleet.status():
+            self.assertEqual((node["running"], node["max_sandboxes"]), (8, 8), node)
+        error = self.refused("resource_exhausted", lambda: fleet.session("python-repl"))
+        self.assertIn("no node of the fleet could take it", str(error))
+        for node in nodes:
+            self.assertIn(f"unix:{node.socket}: full (8 of 8)", str(error))
+        self.refused("resource_exhausted", lambda: fleet.run(["true"]))
+
+        # n3 dies without a word: each of its sessions' next cell says node_lost at once.
+        nodes[2].kill_hard()
+        lost = 0
+        for number, session in enumerate(sessions):
+            if session.node != "n3":
+                self.assertEqual(session.execute("print(x)").stdout, f"{number}\n")
+                continue
+            began = time.monotonic()
+            with self.assertRaises(ServerError) as caught:
+                session.execute("print(x)")
+            elapsed = time.monotonic() - began
+            self.assertLess(elapsed, LOST_SECONDS, f"node_lost only after {elapsed:.1f} s")
+            self.assertEqual(caught.exception.kind, "node_lost", str(caught.exception))
+            self.assertIn("node_lost: node n3 is gone", str(caught.exception))
+            self.assertFalse(session.running)
+            # Every later call says so too, without asking anyone.
+            with self.assertRaises(ServerError) as again:
+                session.snapshot()
+            self.assertEqual(again.exception.kind, "node_lost")
+            self.assertIn("the session is over: node_lost: node n3", str(again.exception))
+            lost += 1
+        self.assertEqual(lost, 8)
+        for session in sessions:
+            closed = session.close()
+            if session.node == "n3":
+                self.assertEqual(closed["status"], "sandbox_error", closed)
+                self.assertIn("node_lost: node n3", closed["detail"])
+            else:
+                self.assertEqual(closed.get("status"), "ok", closed)
+
+        # SIGKILL left n3's endpoint file: the fleet still lists it, and passes it over.
+        self.assertTrue(os.path.exists(nodes[2].endpoint_file))
+        fleet = Fleet(self.registry)
+        self.assertEqual(len(fleet.endpoints), 3)
+        again = self.open_sessions(fleet, 16)
+        self.assertEqual(by_node(again), {"n1": 8, "n2": 8})
+        for session in again:
+            self.assertEqual(session.execute("print('here')").stdout, "here\n")
+        error = self.refused("resource_exhausted", lambda: fleet.session("python-repl"))
+        self.assertIn(f"unix:{nodes[2].socket}: unreachable", str(error))
+
+        # status(): the dead node with its error, the others with their capacity.
+        status = fleet.status()
+        self.assertEqual([node["endpoint"] for node in status],
+                         [f"unix:{node.socket}" for node in nodes])
+        self.assertEqual(set(status[2]), {"endpoint", "error"})
+        self.assertIn(nodes[2].socket, status[2]["error"])
+        for node_id, node in zip(("n1", "n2"), status[:2]):
+            self.assertEqual((node["node_id"], node["running"]), (node_id, 8), node)
+            self.assertNotIn("op", node)
+        for session in again:
+            self.assertEqual(session.close().get("status"), "ok")
+
+        # A clean stop removes the node's endpoint file.
+        nodes[0].proc.send_signal(signal.SIGINT)
+        self.assertEqual(nodes[0].exit_code(), 0, nodes[0].log())
+        self.assertFalse(os.path.exists(nodes[0].endpoint_file))
+        self.assertEqual(fleet.refresh(), [f"unix:{nodes[1].socket}", f"unix:{nodes[2].socket}"])
+
+    def test_a_drained_node_gets_nothing_new_while_its_session_finishes(self) -> None:
+        nodes = self.start_nodes("--drain-grace", "10m")
+        fleet = Fleet(self.registry)
+        sessions = self.open_sessions(fleet, 3, workers=1)
+        self.assertEqual(by_node(sessions), {"n1": 1, "n2": 1, "n3": 1})
+        held = next(session for session in sessions if session.node == "n1")
+        self.assertEqual(held.execute("x = 20").status, "ok")
+        self.assertEqual(Server(nodes[0].socket).drain()["node"], "n1")
+
+        placed = [fleet.run(["/bin/echo", "hi"]) for _ in range(6)]
+        self.assertTrue(all(result.status == "ok" and result.stdout == "hi\n"
+                            for result in placed), placed)
+        self.assertNotIn("n1", by_node(placed))
+        more = self.open_sessions(fleet, 6, workers=1)
+        self.assertNotIn("n1", by_node(more))
+        status = {node.get("node_id"): node for node in fleet.status()}
+        self.assertIs(status["n1"]["draining"], True)
+        self.assertEqual(status["n1"]["running"], 1)
+
+        # The session on the drained node goes on, then the node exits 0 and unregisters.
+        self.assertEqual(held.execute("print(x + 22)").stdout, "42\n")
+        for session in sessions + more:
+            self.assertEqual(session.execute("print(1)").stdout, "1\n", session)
+            self.assertEqual(session.close().get("status"), "ok", session)
+        self.assertEqual(nodes[0].exit_code(), 0, nodes[0].log())
+        self.assertFalse(os.path.exists(nodes[0].endpoint_file))
+        self.assertEqual(fleet.refresh(), [f"unix:{nodes[1].socket}", f"unix:{nodes[2].socket}"])
+
+    def test_a_run_whose_node_dies_is_not_started_again(self) -> None:
+        nodes = self.start_nodes()
+        fleet = Fleet(self.registry)
+        box: Dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["result"] = fleet.run(["/bin/sleep", "120"])
+            except BaseException as error:  # noqa: BLE001 - checked on the test's thread
+                box["error"] = error
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + SETTLE_SECONDS
+        holder: Optional[Node] = None
+        while holder is None:
+            self.assertLess(time.monotonic(), deadline, "the run never started")
+            for node, status in zip(nodes, fleet.status()):
+                if status.get("running") == 1:
+                    holder = node
+            time.sleep(0.05)
+        holder.kill_hard()
+        thread.join(LOST_SECONDS + 1.0)
+        self.assertFalse(thread.is_alive(), "the run did not end with its node")
+        self.assertNotIn("result", box)
+        error = box["error"]
+        self.assertIsInstance(error, ServerError)
+        self.assertEqual(error.kind, "node_lost", str(error))
+        self.assertIn(f"node_lost: the server at {holder.socket} is gone", str(error))
+        # Not placed again: the other nodes run nothing.
+        time.sleep(1.0)
+        for node in nodes:
+            if node is not holder:
+                self.assertEqual(node.server.capacity()["running"], 0, node.node_id)
+
+    def test_thirty_runs_on_twenty_four_slots(self) -> None:
+        self.start_nodes()
+        fleet = Fleet(self.registry)
+        start = threading.Barrier(30)
+        outcomes: List[Optional[str]] = [None] * 30
+        elapsed: List[float] = [0.0] * 30
+
+        def run(index: int) -> None:
+            start.wait(SETTLE_SECONDS)
+            began = time.monotonic()
+            try:
+                result = fleet.run(["/bin/sleep", "5"])
+                outcomes[index] = (f"ok:{result.node}" if result.status == "ok"
+                                   else f"{result.status}: {result.detail}")
+            except ServerError as error:
+                outcomes[index] = error.kind
+            except BaseException as error:  # noqa: BLE001 - reported by the test's thread
+                outcomes[index] = f"{type(error).__name__}: {error}"
+            elapsed[index] = time.monotonic() - began
+
+        threads = [threading.Thread(target=run, args=(index,), daemon=True)
+                   for index in range(30)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + SETTLE_SECONDS * 2
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.assertFalse(any(thread.is_alive() for thread in threads),
+                         f"a run hung: {outcomes}")
+        counts = collections.Counter(outcome.split(":")[0] for outcome in outcomes)
+        self.assertEqual(counts, {"ok": 24, "resource_exhausted": 6}, outcomes)
+        self.assertEqual(collections.Counter(outcome for outcome in outcomes
+                                             if outcome.startswith("ok:")),
+                         {"ok:n1": 8, "ok:n2": 8, "ok:n3": 8}, outcomes)
+        # The refusals came at once, not after a run ended and gave its slot back.
+        for outcome, seconds in zip(outcomes, elapsed):
+            if outcome == "resource_exhausted":
+                self.assertLess(seconds, AT_ONCE_SECONDS, outcomes)
+        self.assertEqual(fleet.run(["/bin/echo", "after"]).stdout, "after\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
