@@ -112,10 +112,14 @@ void print_capacity(const nlohmann::json& capacity) {
   std::cout << "  backends: " << (backends.empty() ? "none" : backends) << "; cgroup "
             << features.value("cgroup", "?") << "; Landlock ABI "
             << features.value("landlock_abi", 0) << "\n";
-  std::cout << "  cores " << capacity.value("cores", 0) << ", memory "
-            << format_size(capacity.value("memory_bytes", std::uint64_t{0})) << " ("
-            << format_size(capacity.value("memory_available_bytes", std::uint64_t{0}))
-            << " available)\n";
+  const auto gib = [&](const char* key) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f GiB",
+                  static_cast<double>(capacity.value(key, std::uint64_t{0})) / (1ull << 30));
+    return std::string(text);
+  };
+  std::cout << "  cores " << capacity.value("cores", 0) << ", memory " << gib("memory_bytes")
+            << " (" << gib("memory_available_bytes") << " available)\n";
   const auto max = capacity.value("max_sandboxes", std::uint64_t{0});
   std::cout << "  running " << capacity.value("running", 0) << ", starting "
             << capacity.value("starting", 0) << " of "
