@@ -98,11 +98,11 @@ TEST(Fleet, ReadsEndpointsFromAFileOrADirectoryAndRefusesOthers) {
   }
 }
 
-// 24 sessions on three nodes of 8 spread 8/8/8; the 25th is refused at once; a node killed with
-// SIGKILL: its sessions say node_lost, its stale endpoint is passed over, and new sessions land on
-// the others; the nodes remove their endpoint files when they stop.
+// 24 sessions on three nodes of 12 spread 8/8/8 (by room, not by the cap); a node killed with
+// SIGKILL: its sessions say node_lost within 2 s, its stale endpoint is passed over, and the next
+// 24 sessions all land on the other two; a node removes its endpoint file when it stops.
 TEST(Fleet, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
-  ThreeNodes nodes({"--max-sandboxes", "8"});
+  ThreeNodes nodes({"--max-sandboxes", "12"});
   ASSERT_TRUE(nodes.ready()) << nodes.logs();
   Fleet fleet(read_fleet(nodes.registry.path()));
   ASSERT_EQ(fleet.endpoints().size(), 3u);
@@ -112,10 +112,6 @@ TEST(Fleet, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
     ASSERT_EQ(sessions.back()->execute("x = " + std::to_string(i)).status, CellStatus::ok);
   }
   EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 8}, {"n2", 8}, {"n3", 8}}));
-  const auto asked = std::chrono::steady_clock::now();
-  EXPECT_EQ(refusal_kind([&] { fleet.open_session("python-repl", nullptr, {}); }),
-            "resource_exhausted");
-  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(10));
 
   // n3 dies without a word.
   nodes.servers[2]->kill_hard();
@@ -133,9 +129,9 @@ TEST(Fleet, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
   }
   for (auto& session : sessions) session->close();
   sessions.clear();
-  // The fleet still lists n3's endpoint (SIGKILL left its file); every new session goes elsewhere.
-  for (int i = 0; i < 16; ++i) sessions.push_back(fleet.open_session("python-repl", nullptr, {}));
-  EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 8}, {"n2", 8}}));
+  // The fleet still lists n3's endpoint (SIGKILL left its file); the next 24 go elsewhere.
+  for (int i = 0; i < 24; ++i) sessions.push_back(fleet.open_session("python-repl", nullptr, {}));
+  EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 12}, {"n2", 12}}));
   for (auto& session : sessions) session->close();
   sessions.clear();
   const auto statuses = fleet.status();
