@@ -10,19 +10,33 @@
 // with the capacity asks per request, and per node per 1,000 requests (the poll traffic a node
 // sees), as counters; and read_fleet of a directory of N endpoint files.
 //
-//   rlm-fleet-bench [--nodes=N] [Google Benchmark flags...]
+// Then real nodes: `rlm-sandbox serve` (next to this binary) three times, registered in one
+// directory, and once alone, each with 4 warm sandboxes and 2 warm sessions; in interleaved
+// rounds of --seconds each: two client threads running /bin/true back to back through
+// Fleet::run on the three against ServerConnection::run on the one (runs per second; the nodes of
+// this machine share its cores, so three are not three machines), and a session opened and its
+// first cell run through the fleet against the same on the one node (median ms).
+//
+//   rlm-fleet-bench [--nodes=N] [--seconds=S] [--rounds=R] [Google Benchmark flags...]
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,12 +46,17 @@
 
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/fleet.hpp"
+#include "rlm_sandbox/session.hpp"
 
 namespace {
 
 using nlohmann::json;
 
+extern "C" char** environ;
+
 std::size_t g_nodes = 1000;
+double g_seconds = 3;
+int g_rounds = 3;
 constexpr std::size_t kServingThreads = 4;
 constexpr std::uint64_t kCap = 8;
 
@@ -237,6 +256,132 @@ void read_registry(benchmark::State& state) {
   state.counters["nodes"] = static_cast<double>(g_fleet->size());
 }
 
+// ---- Real nodes ----
+
+using Clock = std::chrono::steady_clock;
+
+class RealNodes {
+ public:
+  RealNodes() {
+    char self[4096] = {};
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    binary_ = std::filesystem::path(std::string(self, n > 0 ? n : 0)).parent_path() / "rlm-sandbox";
+    directory_ = std::filesystem::temp_directory_path() /
+                 ("rlm-fleet-bench-real-" + std::to_string(getpid()));
+    std::filesystem::create_directories(directory_ / "fleet");
+    for (int i = 1; i <= 3; ++i)
+      start((directory_ / ("n" + std::to_string(i) + ".sock")).string(), "n" + std::to_string(i),
+            true);
+    alone_ = (directory_ / "alone.sock").string();
+    start(alone_, "alone", false);
+  }
+  ~RealNodes() {
+    for (const pid_t pid : pids_) kill(pid, SIGINT);
+    for (const pid_t pid : pids_) waitpid(pid, nullptr, 0);
+    std::filesystem::remove_all(directory_);
+  }
+  bool usable() const { return usable_; }
+  std::string registry() const { return (directory_ / "fleet").string(); }
+  const std::string& alone() const { return alone_; }
+
+ private:
+  void start(const std::string& socket, const std::string& id, bool registered) {
+    std::vector<std::string> args = {
+        binary_.string(), "serve",     "--socket",       socket,         "--node-id", id,
+        "--pool",         "default=4", "--session-pool", "python-repl=2"};
+    if (registered) args.insert(args.end(), {"--register", registry()});
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) usable_ = false;
+    posix_spawn_file_actions_destroy(&actions);
+    if (pid > 0) pids_.push_back(pid);
+    // Ready: its pools full.
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      try {
+        if (rlm::ServerConnection(socket).ready().value("ready", false)) return;
+      } catch (const rlm::Error&) {
+      }
+      if (Clock::now() > deadline) {
+        usable_ = false;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  std::filesystem::path binary_, directory_;
+  std::string alone_;
+  std::vector<pid_t> pids_;
+  bool usable_ = true;
+};
+
+// Runs per second of two threads running /bin/true back to back for g_seconds through `run`.
+double runs_per_second(const std::function<void()>& run) {
+  std::atomic<std::uint64_t> done{0};
+  const auto end = Clock::now() + std::chrono::duration<double>(g_seconds);
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 2; ++t)
+    clients.emplace_back([&] {
+      while (Clock::now() < end) {
+        run();
+        ++done;
+      }
+    });
+  for (auto& client : clients) client.join();
+  return static_cast<double>(done) / g_seconds;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+double session_first_cell_ms(const std::function<std::unique_ptr<rlm::Session>()>& open) {
+  std::vector<double> samples;
+  for (int i = 0; i < 10; ++i) {
+    const auto start = Clock::now();
+    auto session = open();
+    session->execute("x = 1");
+    samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    session->close();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the pools refill
+  }
+  return median(samples);
+}
+
+void real_nodes() {
+  RealNodes nodes;
+  if (!nodes.usable()) {
+    std::printf("\nreal nodes: skipped (rlm-sandbox serve did not come up ready)\n");
+    return;
+  }
+  rlm::Fleet fleet(rlm::read_fleet(nodes.registry()));
+  rlm::Request request;
+  request.argv = {"/bin/true"};
+  std::printf("\nreal nodes (interleaved rounds of %.0f s, two client threads):\n", g_seconds);
+  std::printf("%-8s %-22s %-22s %-10s %-18s %-18s\n", "round", "one node runs/s",
+              "3 nodes --fleet runs/s", "ratio", "one: open+cell ms", "fleet: open+cell ms");
+  for (int round = 1; round <= g_rounds; ++round) {
+    const double one = runs_per_second([&] {
+      benchmark::DoNotOptimize(rlm::ServerConnection(nodes.alone()).run(request, "default"));
+    });
+    const double three =
+        runs_per_second([&] { benchmark::DoNotOptimize(fleet.run(request, "default")); });
+    const double one_open = session_first_cell_ms([&] {
+      return rlm::ServerConnection(nodes.alone()).open_session("python-repl", nullptr, {});
+    });
+    const double fleet_open =
+        session_first_cell_ms([&] { return fleet.open_session("python-repl", nullptr, {}); });
+    std::printf("%-8d %-22.0f %-22.0f %-10.2f %-18.1f %-18.1f\n", round, one, three, three / one,
+                one_open, fleet_open);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -246,22 +391,34 @@ int main(int argc, char** argv) {
       g_nodes = std::strtoul(argv[i] + 8, nullptr, 10);
       continue;
     }
+    if (std::strncmp(argv[i], "--seconds=", 10) == 0) {
+      g_seconds = std::max(0.5, std::strtod(argv[i] + 10, nullptr));
+      continue;
+    }
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
+      g_rounds = std::max(1, std::atoi(argv[i] + 9));
+      continue;
+    }
     rest.push_back(argv[i]);
   }
   if (g_nodes == 0) g_nodes = 1;
   int count = static_cast<int>(rest.size());
   benchmark::Initialize(&count, rest.data());
-  SimulatedFleet fleet(g_nodes);
-  g_fleet = &fleet;
-  // Interleaved: the direct run and the fleet's alternate, so a loaded moment costs both.
-  for (int round = 0; round < 3; ++round) {
-    benchmark::RegisterBenchmark("direct_run", direct_run)->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark(("fleet_run/" + std::to_string(g_nodes)).c_str(), fleet_run)
+  {
+    SimulatedFleet fleet(g_nodes);
+    g_fleet = &fleet;
+    // Interleaved: the direct run and the fleet's alternate, so a loaded moment costs both.
+    for (int round = 0; round < 3; ++round) {
+      benchmark::RegisterBenchmark("direct_run", direct_run)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("fleet_run/" + std::to_string(g_nodes)).c_str(), fleet_run)
+          ->Unit(benchmark::kMicrosecond);
+    }
+    benchmark::RegisterBenchmark(("read_fleet/" + std::to_string(g_nodes)).c_str(), read_registry)
         ->Unit(benchmark::kMicrosecond);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    g_fleet = nullptr;
   }
-  benchmark::RegisterBenchmark(("read_fleet/" + std::to_string(g_nodes)).c_str(), read_registry)
-      ->Unit(benchmark::kMicrosecond);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
+  real_nodes();
   return 0;
 }
