@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -100,6 +101,16 @@ inline std::optional<nlohmann::json> find_line(const std::vector<nlohmann::json>
     if (all) return line;
   }
   return std::nullopt;
+}
+
+// The kind of the ServerRefused `request` throws, or "(served)" when it throws none.
+inline std::string refusal_kind(const std::function<void()>& request) {
+  try {
+    request();
+  } catch (const ServerRefused& refused) {
+    return refused.kind();
+  }
+  return "(served)";
 }
 
 class ServerUnderTest {

@@ -56,15 +56,6 @@ std::map<std::string, int> count_by_node(const std::vector<std::unique_ptr<Sessi
   return counts;
 }
 
-std::string refusal_kind(const std::function<void()>& request) {
-  try {
-    request();
-  } catch (const ServerRefused& refused) {
-    return refused.kind();
-  }
-  return "(served)";
-}
-
 TEST(Fleet, ReadsEndpointsFromAFileOrADirectoryAndRefusesOthers) {
   TempDir dir;
   dir.write("fleet.txt",

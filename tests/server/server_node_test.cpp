@@ -34,15 +34,6 @@ json capacity_when(const std::string& socket, const std::function<bool(const jso
   return reply;
 }
 
-std::string refusal_kind(const std::function<void()>& request) {
-  try {
-    request();
-  } catch (const ServerRefused& refused) {
-    return refused.kind();
-  }
-  return "(served)";
-}
-
 Result run_on(const std::string& socket, std::vector<std::string> argv) {
   Request request;
   request.argv = std::move(argv);
