@@ -19,25 +19,22 @@ import collections
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from rlm_sandbox import (Fleet, RlmSandboxError, Server, ServerError,  # noqa: E402
                          ServerSession, read_fleet)
 from rlm_sandbox.fleet import _room  # noqa: E402
-
-BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+from serve_process import BINARY, RefusedAtOnce, ServeProcess  # noqa: E402
 
 #: Deadlines, generous: the tests share a loaded 2-CPU machine with other suites.
 STARTUP_SECONDS = 90.0
 SETTLE_SECONDS = 60.0
-EXIT_SECONDS = 60.0
 #: "At once": a refusal that is not queued behind the held sandboxes comes well within this.
 AT_ONCE_SECONDS = 5.0
 #: A session of a node killed with SIGKILL says node_lost within this (issue 28's acceptance).
@@ -51,37 +48,16 @@ def setUpModule() -> None:  # noqa: N802 - unittest's name
         raise unittest.SkipTest("set RLM_SANDBOX_BIN to the build's bin/rlm-sandbox")
 
 
-class Node:
-    """One ``rlm-sandbox serve --register`` in a directory of its own: its socket, its process
-    and its log (stderr, kept in a file so a chatty server never blocks on a pipe)."""
+class Node(ServeProcess):
+    """One ``rlm-sandbox serve --register`` in a directory of its own (see ServeProcess)."""
 
     def __init__(self, node_id: str, registry: str, flags: Sequence[str]) -> None:
-        self.node_id = node_id
-        self.registry = registry
-        self.dir = tempfile.mkdtemp(prefix=f"rlm-fleet-{node_id}-")
-        os.chmod(self.dir, 0o755)
-        self.socket = os.path.join(self.dir, "s.sock")
-        self.log_path = os.path.join(self.dir, "serve.log")
-        command = [BINARY, "serve", "--socket", self.socket, "--node-id", node_id,
-                   "--register", registry, *flags]
-        try:
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=log)
-        except BaseException:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise
-        self.server = Server(self.socket, connect_timeout=30.0)
-
-    @property
-    def endpoint_file(self) -> str:
-        return os.path.join(self.registry, f"{self.node_id}.endpoint")
+        super().__init__(flags, node_id=node_id, register=registry,
+                         prefix=f"rlm-fleet-{node_id}-", name=f"node {node_id}")
 
     def registered(self) -> bool:
         """Listening, answering and in the registry; RuntimeError if the server exited."""
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"rlm-sandbox serve {self.node_id} exited with "
-                               f"{self.proc.returncode}: {self.log()}")
+        self.raise_if_exited(f"rlm-sandbox serve {self.node_id}")
         if not os.path.exists(self.endpoint_file):
             return False
         try:
@@ -89,43 +65,16 @@ class Node:
         except RlmSandboxError:
             return False
 
-    def log(self) -> str:
-        try:
-            with open(self.log_path, "rb") as log:
-                return log.read().decode(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def exit_code(self, seconds: float = EXIT_SECONDS) -> int:
-        try:
-            return self.proc.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"node {self.node_id} did not exit within {seconds} s; its "
-                                 f"log: {self.log()}") from None
-
-    def kill_hard(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        """SIGINT (stops at once), then SIGKILL if it lingers; removes the directory."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
 
 def by_node(items: Sequence[Any]) -> Dict[str, int]:
     return dict(collections.Counter(item.node for item in items))
 
 
-class FleetTestCase(unittest.TestCase):
+class FleetTestCase(RefusedAtOnce):
     """Three nodes n1..n3 registered in a directory of the test's own, stopped (and every
     session closed) whatever the test does."""
+
+    at_once_seconds = AT_ONCE_SECONDS
 
     def start_nodes(self, *extra: str) -> List[Node]:
         self.registry = tempfile.mkdtemp(prefix="rlm-fleet-registry-")
@@ -178,16 +127,6 @@ class FleetTestCase(unittest.TestCase):
             raise errors[0]
         self.assertEqual(len(sessions), count)
         return sessions
-
-    def refused(self, kind: str, request: Callable[[], Any]) -> ServerError:
-        """`request()` raises ServerError of `kind`, at once."""
-        began = time.monotonic()
-        with self.assertRaises(ServerError) as caught:
-            request()
-        elapsed = time.monotonic() - began
-        self.assertEqual(caught.exception.kind, kind, str(caught.exception))
-        self.assertLess(elapsed, AT_ONCE_SECONDS, f"refused {kind} only after {elapsed:.1f} s")
-        return caught.exception
 
 
 class ReadFleetTest(unittest.TestCase):

@@ -25,15 +25,12 @@ import unittest
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from rlm_sandbox import (RlmSandboxError, RunResult, Server, ServerError,  # noqa: E402
-                         ServerSession)
-
-BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+from rlm_sandbox import RlmSandboxError, RunResult, ServerSession  # noqa: E402
+from serve_process import BINARY, RefusedAtOnce, ServeProcess  # noqa: E402
 
 #: Deadlines, generous: the tests share a loaded 2-CPU machine with other suites.
 STARTUP_SECONDS = 60.0
 SETTLE_SECONDS = 60.0
-EXIT_SECONDS = 60.0
 #: "At once": a refusal that is not queued behind the held sandboxes comes well within this
 #: (a session's cold start alone takes longer on a loaded machine).
 AT_ONCE_SECONDS = 5.0
@@ -59,80 +56,25 @@ def _meminfo_bytes(key: str) -> int:
     raise AssertionError(f"/proc/meminfo has no {key}")
 
 
-class Node:
-    """One ``rlm-sandbox serve`` of a test's own, in a directory of its own: its socket, its
-    process and its log (stderr, kept in a file so a chatty server never blocks on a pipe)."""
+class Node(ServeProcess):
+    """One ``rlm-sandbox serve`` of a test's own, in a directory of its own (see ServeProcess)."""
 
     def __init__(self, node_id: Optional[str], *flags: str,
                  pools: Sequence[str] = COLD_POOLS) -> None:
-        self.dir = tempfile.mkdtemp(prefix="rlm-node-contract-")
-        os.chmod(self.dir, 0o755)
-        self.socket = os.path.join(self.dir, "node.sock")
-        self.log_path = os.path.join(self.dir, "serve.log")
-        command = [BINARY, "serve", "--socket", self.socket, *pools, *flags]
-        if node_id is not None:
-            command += ["--node-id", node_id]
-        try:
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=log)
-        except BaseException:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            raise
-        self.server = Server(self.socket, connect_timeout=30.0)
-
-    def wait_for_socket(self) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"rlm-sandbox serve exited with {self.proc.returncode}: "
-                                   f"{self.log()}")
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(self.socket)
-                return
-            except OSError:
-                time.sleep(0.05)
-            finally:
-                probe.close()
-        raise RuntimeError(f"rlm-sandbox serve did not listen on {self.socket} within "
-                           f"{STARTUP_SECONDS} s")
-
-    def log(self) -> str:
-        try:
-            with open(self.log_path, "rb") as log:
-                return log.read().decode(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def exit_code(self, seconds: float = EXIT_SECONDS) -> int:
-        """The server's exit status, once it exits (within `seconds`, else the test fails)."""
-        try:
-            return self.proc.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the server did not exit within {seconds} s; its log: "
-                                 f"{self.log()}") from None
-
-    def stop(self) -> None:
-        """SIGINT (stops at once), then SIGKILL if it lingers; removes the directory."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().__init__((*pools, *flags), node_id=node_id, prefix="rlm-node-contract-",
+                         socket_name="node.sock")
 
 
-class NodeTestCase(unittest.TestCase):
+class NodeTestCase(RefusedAtOnce):
     """Starts nodes that are stopped (and sessions that are closed) whatever the test does."""
+
+    at_once_seconds = AT_ONCE_SECONDS
 
     def node(self, node_id: Optional[str] = "node-a", *flags: str,
              pools: Sequence[str] = COLD_POOLS) -> Node:
         node = Node(node_id, *flags, pools=pools)
         self.addCleanup(node.stop)
-        node.wait_for_socket()
+        node.wait_for_socket(STARTUP_SECONDS)
         return node
 
     def session(self, node: Node) -> ServerSession:
@@ -151,16 +93,6 @@ class NodeTestCase(unittest.TestCase):
             if time.monotonic() >= deadline:
                 self.fail(f"{what}: not within {seconds} s (last: {value!r})")
             time.sleep(0.05)
-
-    def refused(self, kind: str, request: Callable[[], Any]) -> ServerError:
-        """`request()` raises ServerError of `kind`, at once."""
-        began = time.monotonic()
-        with self.assertRaises(ServerError) as caught:
-            request()
-        elapsed = time.monotonic() - began
-        self.assertEqual(caught.exception.kind, kind, str(caught.exception))
-        self.assertLess(elapsed, AT_ONCE_SECONDS, f"refused {kind} only after {elapsed:.1f} s")
-        return caught.exception
 
     def in_thread(self, work: Callable[[], Any]) -> Callable[[float], Any]:
         """Starts `work()` on a thread; returns `result(seconds)`: its value (or its exception,
