@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Any, Dict, Optional, Sequence
 
 from .result import RlmSandboxError
@@ -18,6 +19,17 @@ from .result import RlmSandboxError
 MAX_FRAME_BYTES = 64 << 20
 _MAX_REPLY_BYTES = 256 << 20
 _MAX_FDS = 4
+
+
+def _refuse_constant(name: str) -> Any:
+    """json.loads takes NaN, Infinity and -Infinity by default; they are not JSON (the server
+    never sends them), and a count that is one would poison arithmetic on it."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json(text: str) -> Any:
+    """`text` as JSON, strictly: NaN, Infinity and -Infinity are refused (ValueError)."""
+    return json.loads(text, parse_constant=_refuse_constant)
 
 
 class ServerError(RlmSandboxError):
@@ -121,8 +133,8 @@ class Wire:
     def _pending_error(self) -> Optional[ServerError]:
         previous = self.sock.gettimeout()
         try:
-            self.sock.settimeout(0.5)
-            frame = self.receive()
+            # 0.5 s for the whole frame, not per read: a peer trickling bytes is cut off.
+            frame = self.receive(deadline=time.monotonic() + 0.5)
         except RlmSandboxError:
             return None
         finally:
@@ -136,9 +148,14 @@ class Wire:
             return error
         return None
 
-    def _read_exactly(self, size: int) -> bytes:
+    def _read_exactly(self, size: int, deadline: Optional[float] = None) -> bytes:
         chunks = []
         while size:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise socket.timeout("the deadline passed")
+                self.sock.settimeout(remaining)
             # recv_fds, so an fd the server should never send is closed, not leaked.
             data, fds, _, _ = socket.recv_fds(self.sock, min(size, 1 << 20), _MAX_FDS)
             for fd in fds:
@@ -149,13 +166,21 @@ class Wire:
             size -= len(data)
         return b"".join(chunks)
 
-    def receive(self) -> Dict[str, Any]:
-        """The next frame. An ``error`` frame is returned like any other."""
+    def receive(self, deadline: Optional[float] = None,
+                max_bytes: Optional[int] = None) -> Dict[str, Any]:
+        """The next frame. An ``error`` frame is returned like any other.
+
+        `deadline` (a ``time.monotonic()`` value) bounds the whole frame, not each read: a
+        server that trickles its answer is cut off there (ServerError ``unavailable``).
+        `max_bytes` caps the frame's body below the default cap (ServerError ``internal``)."""
+        limit = _MAX_REPLY_BYTES if max_bytes is None else min(max_bytes, _MAX_REPLY_BYTES)
         try:
-            (size,) = struct.unpack(">I", self._read_exactly(4))
-            if size > _MAX_REPLY_BYTES:
-                raise ServerError("internal", f"the server sent a frame of {size} bytes")
-            frame = json.loads(self._read_exactly(size).decode("utf-8"))
+            (size,) = struct.unpack(">I", self._read_exactly(4, deadline))
+            if size > limit:
+                raise ServerError("internal", f"the server sent a frame of {size} bytes"
+                                  + (f" (at most {limit} taken here)" if max_bytes is not None
+                                     else ""))
+            frame = decode_json(self._read_exactly(size, deadline).decode("utf-8"))
         except socket.timeout as error:
             raise ServerError("unavailable", "the server did not answer in time") from error
         except OSError as error:
@@ -166,9 +191,11 @@ class Wire:
             raise ServerError("internal", "the server sent a frame without an \"op\"")
         return frame
 
-    def expect(self, *ops: str) -> Dict[str, Any]:
-        """The next frame, which must be one of `ops`; an error frame raises ServerError."""
-        frame = self.receive()
+    def expect(self, *ops: str, deadline: Optional[float] = None,
+               max_bytes: Optional[int] = None) -> Dict[str, Any]:
+        """The next frame, which must be one of `ops`; an error frame raises ServerError.
+        `deadline` and `max_bytes` as for :meth:`receive`."""
+        frame = self.receive(deadline, max_bytes)
         raise_if_error(frame)
         if frame["op"] not in ops:
             raise ServerError("internal", f"the server answered {frame['op']!r} where "

@@ -25,6 +25,13 @@ from .server import Server, ServerSession
 _MAX_ENDPOINTS = 100_000
 _MAX_ENDPOINT_BYTES = 4096
 _SUFFIX = ".endpoint"
+#: The capacity answer placement and status() take: one deadline for the connect and the whole
+#: reply (default; Fleet's ask_timeout), and its size at most (a capacity is a few hundred bytes).
+_ASK_TIMEOUT = 2.0
+_MAX_CAPACITY_BYTES = 64 << 10
+#: Warm sandboxes and sessions idle per count, as placement reads them (only a tie-break).
+_MAX_WARM = 1000.0
+_MALFORMED = "its capacity answer is malformed"
 #: Refusals a node gives for itself (full, draining, not serving now, gone): the next node may
 #: take the request. Any other kind (a policy not offered, a loosening) would be the same anywhere.
 _PASSES_OVER = frozenset({"resource_exhausted", "draining", "unavailable"})
@@ -41,6 +48,8 @@ def endpoint_socket(endpoint: str) -> str:
     """The socket path of `endpoint` (``"unix:/run/a.sock"`` or ``"/run/a.sock"``); ValueError
     for any other kind."""
     path = endpoint[5:] if endpoint.startswith("unix:") else endpoint
+    if "\0" in path:
+        raise ValueError(f"endpoint {endpoint!r}: a NUL byte in the path")
     if not path.startswith("/"):
         raise ValueError(f"endpoint '{endpoint}': expected unix:/PATH or /PATH of a server's "
                          f"socket (remote endpoints, tls://HOST:PORT, are not in this build yet)")
@@ -57,14 +66,16 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
     - a directory: every regular file named ``*.endpoint`` in it (symlinks are not followed)
       holds one endpoint on its first line, what ``rlm-sandbox serve --register DIR`` writes (a
       node removes its file when it exits); read in the order of their names; an empty file
-      (one being written) is skipped;
+      (one being written) is skipped, and so is a bad one (a symlink, a FIFO or other
+      non-regular file, one that cannot be read, one whose endpoint is malformed or of another
+      kind): anyone who can write there must not break every placement;
     - a file: one endpoint per line; blank lines and ``#`` comments are skipped.
 
     An endpoint is ``unix:PATH`` or an absolute ``PATH`` of a server's socket.
 
     Raises:
-        RlmSandboxError: the source cannot be read, holds no endpoint, or names one of another
-            kind (the message names the source, and the line or file).
+        RlmSandboxError: the source cannot be read or holds no (good) endpoint; a file that
+            names one of another kind (the message names the source and the line).
     """
     source = os.fsdecode(os.fspath(source))
     endpoints: List[str] = []
@@ -73,7 +84,7 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
     except (OSError, ValueError):
         raise RlmSandboxError(f"fleet {source}: no such file or directory") from None
 
-    def add(raw: bytes, where: str) -> None:
+    def checked(raw: bytes, where: str) -> str:
         raw = _trimmed(raw)
         if len(raw) > _MAX_ENDPOINT_BYTES:
             raise RlmSandboxError(f"{where}: an endpoint this long")
@@ -82,6 +93,9 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
             endpoint_socket(endpoint)
         except ValueError as error:
             raise RlmSandboxError(f"{where}: {error}") from None
+        return endpoint
+
+    def add(endpoint: str) -> None:
         if len(endpoints) >= _MAX_ENDPOINTS:
             raise RlmSandboxError(f"fleet {source}: more than {_MAX_ENDPOINTS} nodes")
         endpoints.append(endpoint)
@@ -95,19 +109,14 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
                         if len(name) > len(_SUFFIX) and name.endswith(_SUFFIX)), key=os.fsencode)
         for name in names:
             path = source + "/" + name
+            line = _endpoint_file_line(path)
+            if line is None or not _trimmed(line):
+                continue  # not a regular file, unreadable, or empty (being written)
             try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue
-                # O_NOFOLLOW: a file swapped for a symlink since the lstat is not followed either.
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-                with open(fd, "rb") as file:
-                    line = file.readline(_MAX_ENDPOINT_BYTES + 2)
-            except OSError:
-                continue  # gone since it was listed, or not ours to read
-            line = line.split(b"\n", 1)[0]
-            if not _trimmed(line):
-                continue  # being written
-            add(line, f"fleet {path}")
+                endpoint = checked(line, f"fleet {path}")
+            except RlmSandboxError:
+                continue  # malformed, or of another kind: the other nodes still serve
+            add(endpoint)
     else:
         try:
             with open(source, "rb") as file:
@@ -118,7 +127,7 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
             line = line.split(b"#", 1)[0]
             if not _trimmed(line):
                 continue
-            add(line, f"fleet {source} line {number}")
+            add(checked(line, f"fleet {source} line {number}"))
     if not endpoints:
         raise RlmSandboxError(
             f"fleet {source}: no endpoints in it"
@@ -126,20 +135,76 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
     return endpoints
 
 
+def _endpoint_file_line(path: str) -> Optional[bytes]:
+    """The first line of the endpoint file at `path` (at most 4 KiB read), or None when it is
+    no regular file (a symlink, a FIFO, a device, a directory), gone or unreadable, or its first
+    line is longer than an endpoint can be."""
+    try:
+        # O_NOFOLLOW: a symlink is not followed; O_NONBLOCK: a FIFO does not block the open.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while len(data) < _MAX_ENDPOINT_BYTES:
+            chunk = os.read(fd, _MAX_ENDPOINT_BYTES - len(data))
+            if not chunk:
+                break
+            data += chunk
+            if b"\n" in chunk:
+                break
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if b"\n" not in data and len(data) >= _MAX_ENDPOINT_BYTES:
+        return None  # longer than an endpoint can be
+    return data.split(b"\n", 1)[0]
+
+
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    """A number as the capacity gives it, else 0; ValueError for one that is not finite (the
+    wire refuses NaN and Infinity; a dict handed to _room may hold them)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    number = float(value)  # OverflowError for an integer past a float's range
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _warm(value: Any) -> float:
+    """A count of warm sandboxes or sessions, clamped to 0..1000."""
+    return min(max(_number(value), 0.0), _MAX_WARM)
 
 
 def _count(value: Any) -> float:
-    """A count as the capacity gives it: a non-negative integer, else 0."""
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-        else 0.0
+    """A count as the capacity gives it: a non-negative integer, else 0; OverflowError for one
+    past a float's range."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0.0
+    return float(value)
 
 
-def _room(capacity: Dict[str, Any], backends: Sequence[str]) -> Tuple[Optional[float], str]:
+def _room(capacity: Any, backends: Sequence[str]) -> Tuple[Optional[float], str]:
     """The room a node has by its capacity: free slots, or a large number less what it holds for
     a node with no cap of its own; (None, why) when it cannot take work (draining, full, lacking
-    a backend)."""
+    a backend) or its answer is malformed (not an object, a count no float holds, a room that
+    is not a finite number). Never raises."""
+    try:
+        room, why = _room_of(capacity, backends)
+    except Exception:  # noqa: BLE001 - whatever a node answers, it is only passed over
+        return None, _MALFORMED
+    if room is not None and not math.isfinite(room):
+        return None, _MALFORMED
+    return room, why
+
+
+def _room_of(capacity: Any, backends: Sequence[str]) -> Tuple[Optional[float], str]:
+    if not isinstance(capacity, dict):
+        raise TypeError("the capacity is not an object")
     if capacity.get("draining") is True:
         return None, "draining"
     features = capacity.get("features")
@@ -158,9 +223,9 @@ def _room(capacity: Dict[str, Any], backends: Sequence[str]) -> Tuple[Optional[f
     if isinstance(pools, dict):
         for pool in pools.values():
             if isinstance(pool, dict):
-                warm += _number(pool.get("sandboxes")) + _number(pool.get("sessions"))
+                warm += _warm(pool.get("sandboxes")) + _warm(pool.get("sessions"))
     free = maximum - held if maximum > 0 else 1e9 - held
-    return free + min(warm, 1000.0) / 1e4, ""
+    return free + min(warm, _MAX_WARM) / 1e4, ""
 
 
 class Fleet:
@@ -176,17 +241,21 @@ class Fleet:
             ``("namespace",)``.
         server_uid: as for :class:`Server` (default ``$RLM_SANDBOX_SERVER_UID``).
         seed: of the random choice of nodes (None: from the OS).
-        connect_timeout: as for :class:`Server`, per node asked.
+        connect_timeout: as for :class:`Server`, for the request on the node placed.
+        ask_timeout: seconds for each node's capacity answer in placement and :meth:`status`,
+            the connect and the whole reply (a node slower than that, or answering more than
+            64 KiB, is passed over as unreachable).
 
     Raises:
         RlmSandboxError: no source, or one :func:`read_fleet` refuses.
-        ValueError: no endpoints in a list, one of another kind, or `choices` below 1.
+        ValueError: no endpoints in a list, one of another kind, `choices` below 1, or an
+            `ask_timeout` that is not a positive number.
     """
 
     def __init__(self, fleet: Union[str, os.PathLike, Iterable[str], None] = None, *,
                  choices: int = 3, backends: Iterable[str] = (),
                  server_uid: Optional[int] = None, seed: Optional[int] = None,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, ask_timeout: float = _ASK_TIMEOUT) -> None:
         if fleet is None:
             fleet = fleet_from_environment()
             if fleet is None:
@@ -206,12 +275,17 @@ class Fleet:
         if isinstance(choices, bool) or not isinstance(choices, int) or choices < 1:
             raise ValueError(f"a fleet's placement asks at least 1 node (choices), not "
                              f"{choices!r}")
+        if isinstance(ask_timeout, bool) or not isinstance(ask_timeout, (int, float)) or \
+                not math.isfinite(ask_timeout) or ask_timeout <= 0:
+            raise ValueError(f"a fleet's ask_timeout is a positive number of seconds, not "
+                             f"{ask_timeout!r}")
         if isinstance(backends, str):
             backends = (backends,)
         self.choices = choices
         self.backends: Tuple[str, ...] = tuple(str(backend) for backend in backends)
         self.server_uid = server_uid
         self.connect_timeout = connect_timeout
+        self.ask_timeout = float(ask_timeout)
         self._endpoints: Tuple[str, ...] = tuple(endpoints)
         self._random = random.Random(seed)
         self._random_lock = threading.Lock()
@@ -234,14 +308,20 @@ class Fleet:
         return Server(endpoint_socket(endpoint), connect_timeout=self.connect_timeout,
                       server_uid=self.server_uid)
 
+    def _capacity(self, endpoint: str) -> Any:
+        """The capacity of the node at `endpoint`, within ask_timeout for the connect and the
+        whole reply, and at most 64 KiB of it; RlmSandboxError past either."""
+        return self.server(endpoint)._ask_within({"op": "capacity"}, "capacity",
+                                                 self.ask_timeout, _MAX_CAPACITY_BYTES)
+
     def status(self) -> List[Dict[str, Any]]:
         """Every node's capacity (``Server.capacity()`` without ``op``, with ``endpoint``), in
         the endpoints' order; ``{"endpoint": ..., "error": ...}`` for a node that did not give
-        one."""
+        one (in ask_timeout)."""
         nodes: List[Dict[str, Any]] = []
         for endpoint in self._endpoints:
             try:
-                node = dict(self.server(endpoint).capacity())
+                node = dict(self._capacity(endpoint))
                 node.pop("op", None)
                 node["endpoint"] = endpoint
             except RlmSandboxError as error:
@@ -325,16 +405,26 @@ class Fleet:
                     left[i], left[j] = left[j], left[i]
             best: Optional[int] = None
             best_room = -math.inf
-            for index in left[:k]:
+            sampled = left[:k]
+            for index in sampled:
                 try:
-                    room, why = _room(self.server(endpoints[index]).capacity(), self.backends)
+                    capacity = self._capacity(endpoints[index])
                 except RlmSandboxError as error:
                     room, why = None, f"unreachable: {error}"
-                if room is None:
-                    pass_over(index, why)
-                elif room > best_room:
+                except Exception:  # noqa: BLE001 - whatever a node does, it is passed over
+                    room, why = None, _MALFORMED
+                else:
+                    room, why = _room(capacity, self.backends)
+                if room is None or not math.isfinite(room):
+                    pass_over(index, why or _MALFORMED)
+                elif best is None or room > best_room:
                     best, best_room = index, room
             if best is None:
+                # No node picked: every node of this round was passed over, so the next round
+                # samples others (or the placement ends), never the same ones forever.
+                for index in sampled:
+                    if index in left:
+                        pass_over(index, _MALFORMED)
                 continue
             try:
                 return attempt(self.server(endpoints[best]))

@@ -92,6 +92,24 @@ class Server:
         finally:
             wire.close()
 
+    def _ask_within(self, frame: Dict[str, Any], answer_op: str, timeout: float,
+                    max_bytes: int) -> Dict[str, Any]:
+        """:meth:`_ask` with one hard deadline, `timeout` seconds for the connect and the whole
+        answer (not per read: a server trickling its answer is cut off), and an answer of at
+        most `max_bytes`; past either, :class:`ServerError` (``unavailable`` or
+        ``internal``)."""
+        deadline = time.monotonic() + timeout
+        wire = Wire(connect(self.path, timeout, self.server_uid))
+        try:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ServerError("unavailable", "the server did not answer in time")
+            wire.sock.settimeout(remaining)
+            wire.send(frame)
+            return wire.expect(answer_op, deadline=deadline, max_bytes=max_bytes)
+        finally:
+            wire.close()
+
     def hello(self) -> Dict[str, Any]:
         """The server's greeting: ``policies`` it offers, its ``pid``, its pools' counters."""
         return self._ask({"op": "hello", "version": 1}, "hello")

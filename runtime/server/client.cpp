@@ -44,12 +44,9 @@ void ServerConnection::kill(std::uint64_t id) {
   if (reply["op"] != "killed") throw ServerRefused("internal", "the server answered out of turn");
 }
 
-json ServerConnection::node_request(const json& request, const std::string& answer,
-                                    std::optional<std::chrono::milliseconds> timeout) {
+json ServerConnection::node_request(const json& request, const std::string& answer) {
   server::send_to_server(state_->socket.get(), request);
-  json reply = server::server_reply(
-      state_->socket.get(),
-      Clock::now() + (timeout ? *timeout : std::chrono::milliseconds(server::kReplyTimeout)));
+  json reply = server::server_reply(state_->socket.get(), Clock::now() + server::kReplyTimeout);
   if (reply.value("op", "") != answer)
     throw ServerRefused("internal", "the server answered out of turn");
   return reply;
@@ -63,8 +60,8 @@ json ServerConnection::ready() {
   return node_request({{"op", "ready"}}, "ready");
 }
 
-json ServerConnection::capacity(std::optional<std::chrono::milliseconds> timeout) {
-  return node_request({{"op", "capacity"}}, "capacity", timeout);
+json ServerConnection::capacity() {
+  return node_request({{"op", "capacity"}}, "capacity");
 }
 
 json ServerConnection::drain(std::optional<std::chrono::milliseconds> grace) {

@@ -4,7 +4,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "rlm_sys/sys.hpp"
 #include "server/peer.hpp"
@@ -42,16 +46,24 @@ void check_listener(int socket, const std::string& path, std::optional<uid_t> se
 
 }  // namespace
 
-host::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> server_uid) {
+host::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> server_uid,
+                                 std::optional<Clock::time_point> deadline) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof address.sun_path)
     throw ServerRefused("unavailable", "server socket '" + path + "': not a usable socket path");
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  host::UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  host::UniqueFd socket(
+      ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (deadline ? SOCK_NONBLOCK : 0), 0));
   if (!socket) throw ServerRefused("unavailable", "socket(): " + sys::errno_text(errno));
   while (connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     if (errno == EINTR) continue;
+    if (deadline && errno == EAGAIN) {  // its backlog is full: it is not accepting
+      if (Clock::now() >= *deadline)
+        throw ServerRefused("unavailable", "the server at " + path + " is not accepting");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
     if (errno == EACCES)
       throw ServerRefused(
           "unavailable",
@@ -62,14 +74,19 @@ host::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> s
               ", which grants it the socket too, or --allow-gid with one of its groups)");
     throw ServerRefused("unavailable", "no server at " + path + ": " + sys::errno_text(errno));
   }
+  if (deadline) fcntl(socket.get(), F_SETFL, fcntl(socket.get(), F_GETFL) & ~O_NONBLOCK);
   check_listener(socket.get(), path, server_uid);
   return socket;
 }
 
-json server_reply(int socket, Clock::time_point deadline) {
+namespace {
+
+// A frame once it begins must end within `frame_timeout`, and hold at most `max_bytes`.
+json reply_of(int socket, Clock::time_point deadline, std::uint64_t max_bytes,
+              std::chrono::milliseconds frame_timeout) {
   std::optional<Frame> frame;
   try {
-    frame = receive_frame(socket, deadline, kServerFrameTimeout, kMaxServerFrame);
+    frame = receive_frame(socket, deadline, frame_timeout, max_bytes);
   } catch (const WireError& error) {
     throw ConnectionLost(std::string("the server's answer broke off: ") + error.what());
   }
@@ -90,6 +107,17 @@ json server_reply(int socket, Clock::time_point deadline) {
                         "the server refused: " + text, std::move(diagnostics));
   }
   return std::move(message);
+}
+
+}  // namespace
+
+json server_reply(int socket, Clock::time_point deadline) {
+  return reply_of(socket, deadline, kMaxServerFrame, kServerFrameTimeout);
+}
+
+json server_reply_within(int socket, Clock::time_point deadline, std::uint64_t max_bytes) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return reply_of(socket, deadline, max_bytes, std::max(left, std::chrono::milliseconds(1)));
 }
 
 void send_to_server(int socket, const json& message, std::span<const int> fds) {

@@ -31,12 +31,18 @@ class ConnectionLost final : public ServerRefused {
 // Connects to the server at `path` and checks who listens there before anything is sent: the
 // listener's uid (SO_PEERCRED) must be root, this process's, or `server_uid` (default
 // $RLM_SANDBOX_SERVER_UID). Throws ServerRefused ("unavailable") naming why not.
+// With `deadline`, a listener whose backlog is full (a stopped server, or one that never accepts)
+// is waited for only until then.
 host::UniqueFd connect_to_server(const std::string& path,
-                                 std::optional<uid_t> server_uid = std::nullopt);
+                                 std::optional<uid_t> server_uid = std::nullopt,
+                                 std::optional<Clock::time_point> deadline = std::nullopt);
 
 // The next frame from the server, waiting until `deadline` for it; throws ServerRefused for an
 // error frame, and for the end of the connection (the server died or dropped us).
 nlohmann::json server_reply(int socket, Clock::time_point deadline);
+// The same with one hard deadline for the whole frame and a cap on its size: for answers from a
+// node that may be hostile or stuck (a fleet's capacity asks).
+nlohmann::json server_reply_within(int socket, Clock::time_point deadline, std::uint64_t max_bytes);
 
 // Sends, turning a failure into the server's reason when it left one (a refused peer's error
 // frame is waiting in the socket by the time our request is sent).

@@ -68,11 +68,11 @@ std::uint32_t parse_id(const Reader& reader, const std::string& text, const std:
 
 ServerConfig server_config_from_json(const json& document, std::string_view origin) {
   const Reader reader(origin);
-  reader.only_keys(
-      document, "",
-      {"socket", "socket_mode", "pools", "allow", "permit_binds", "max_clients",
-       "max_clients_per_uid", "max_context_bytes", "max_bytes_in_flight",
-       "max_bytes_in_flight_per_uid", "node_id", "max_sandboxes", "drain_grace", "register"});
+  reader.only_keys(document, "",
+                   {"socket", "socket_mode", "pools", "allow", "permit_binds", "max_clients",
+                    "max_clients_per_uid", "max_context_bytes", "max_bytes_in_flight",
+                    "max_bytes_in_flight_per_uid", "node_id", "max_sandboxes",
+                    "max_sandboxes_per_uid", "drain_grace", "register"});
   ServerConfig config;
   if (document.contains("socket")) config.socket_path = reader.text(document["socket"], "socket");
   if (document.contains("socket_mode")) {
@@ -155,6 +155,9 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
   }
   if (document.contains("register"))
     config.register_dir = reader.text(document["register"], "register");
+  if (document.contains("max_sandboxes_per_uid"))
+    config.max_sandboxes_per_uid =
+        reader.count(document["max_sandboxes_per_uid"], "max_sandboxes_per_uid", 1'000'000);
   if (document.contains("max_sandboxes"))
     config.max_sandboxes = reader.count(document["max_sandboxes"], "max_sandboxes", 1'000'000);
   if (document.contains("drain_grace")) {

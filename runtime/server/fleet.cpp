@@ -4,13 +4,18 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <numeric>
 
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "server/client_wire.hpp"
 
 namespace rlm {
 namespace {
@@ -48,9 +53,11 @@ std::optional<double> room(const json& capacity, const std::vector<std::string>&
       why = "has no " + backend + " backend";
       return std::nullopt;
     }
-  const auto count = [&](const char* key) {
+  const auto count = [&](const char* key) {  // at most a billion: room stays finite and exact
     const json value = capacity.value(key, json());
-    return value.is_number_unsigned() ? static_cast<double>(value.get<std::uint64_t>()) : 0.0;
+    return value.is_number_unsigned() ? static_cast<double>(std::min<std::uint64_t>(
+                                            value.get<std::uint64_t>(), 1'000'000'000))
+                                      : 0.0;
   };
   const double held = count("running") + count("starting");
   const double max = count("max_sandboxes");
@@ -63,9 +70,32 @@ std::optional<double> room(const json& capacity, const std::vector<std::string>&
   double warm = 0;
   const json pools = capacity.value("warm_idle", json::object());
   for (const auto& [name, pool] : pools.items())
-    if (pool.is_object()) warm += pool.value("sandboxes", 0.0) + pool.value("sessions", 0.0);
-  const double free = max > 0 ? max - held : 1e9 - held;
-  return free + std::min(warm, 1000.0) / 1e4;
+    if (pool.is_object())
+      for (const char* key : {"sandboxes", "sessions"})
+        warm += std::clamp(pool.value(key, 0.0), 0.0, 1000.0);  // NaN and -inf cannot get in
+  const double free = (max > 0 ? max - held : 1e9 - held) + std::min(warm, 1000.0) / 1e4;
+  if (!std::isfinite(free)) {
+    why = "its capacity answer is malformed";
+    return std::nullopt;
+  }
+  return free;
+}
+
+// The node's capacity, connected to, asked and answered within `timeout` all told, the answer at
+// most 64 KiB: a node that is stopped, never accepts or trickles is passed over, not waited on.
+json ask_capacity(const std::string& socket_path, std::optional<uid_t> server_uid,
+                  std::chrono::milliseconds timeout) {
+  const auto deadline = server::Clock::now() + timeout;
+  const auto socket = server::connect_to_server(socket_path, server_uid, deadline);
+  try {
+    server::send_frame(socket.get(), {{"op", "capacity"}}, deadline);
+  } catch (const server::WireError& error) {
+    throw server::ConnectionLost(std::string("the node dropped the connection: ") + error.what());
+  }
+  json reply = server::server_reply_within(socket.get(), deadline, 64u << 10);
+  if (reply.value("op", "") != "capacity")
+    throw ServerRefused("internal", "the node answered out of turn");
+  return reply;
 }
 
 }  // namespace
@@ -109,14 +139,29 @@ std::vector<std::string> read_fleet(const std::string& source) {
       throw Error("fleet " + source + ": cannot read the directory");
     }
     std::sort(names.begin(), names.end());
+    // Each file as a node wrote it: never through a symlink, never waiting on a FIFO, at most
+    // 4 KiB; one that is not a good endpoint is skipped, so a stray or hostile file in a shared
+    // directory does not take the fleet down (the registry should be writable by the nodes'
+    // operator alone: docs/fleet.md).
     for (const auto& name : names) {
       const std::string path = source + "/" + name;
+      const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) continue;
       struct stat file {};
-      if (lstat(path.c_str(), &file) != 0 || !S_ISREG(file.st_mode)) continue;
-      std::ifstream in(path);
-      std::string line;
-      if (!std::getline(in, line) || trimmed(line).empty()) continue;  // being written
-      add(line, "fleet " + path);
+      std::string text(kMaxEndpointBytes + 1, '\0');
+      ssize_t got = -1;
+      if (fstat(fd, &file) == 0 && S_ISREG(file.st_mode)) got = read(fd, text.data(), text.size());
+      close(fd);
+      if (got <= 0 || static_cast<std::size_t>(got) > kMaxEndpointBytes) continue;
+      text.resize(static_cast<std::size_t>(got));
+      std::string line = trimmed(text.substr(0, text.find('\n')));
+      if (line.empty()) continue;  // being written
+      try {
+        add(line, "fleet " + path);
+      } catch (const Error&) {
+        continue;  // not an endpoint this client can use
+      }
+      if (endpoints.size() >= kMaxEndpoints) break;
     }
   } else {
     std::ifstream in(source);
@@ -157,8 +202,8 @@ std::vector<FleetNode> Fleet::status() const {
     FleetNode node;
     node.endpoint = endpoint;
     try {
-      node.capacity = ServerConnection(endpoint_socket(endpoint), options_.server_uid)
-                          .capacity(options_.ask_timeout);
+      node.capacity =
+          ask_capacity(endpoint_socket(endpoint), options_.server_uid, options_.ask_timeout);
     } catch (const Error& error) {
       node.error = error.what();
     }
@@ -197,9 +242,8 @@ auto Fleet::place(Attempt&& attempt) {
     for (const std::size_t index : sample) {
       std::string why;
       try {
-        const json capacity =
-            ServerConnection(endpoint_socket(endpoints_[index]), options_.server_uid)
-                .capacity(options_.ask_timeout);
+        const json capacity = ask_capacity(endpoint_socket(endpoints_[index]), options_.server_uid,
+                                           options_.ask_timeout);
         try {
           if (const auto free = room(capacity, options_.backends, why)) {
             if (*free > best_room) best = index, best_room = *free;

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -103,13 +105,16 @@ json warm_idle(const std::map<std::string, Offer>& offers) {
 
 }  // namespace
 
-Node::Node(std::string id, std::size_t max_sandboxes)
-    : id_(std::move(id)), max_sandboxes_(max_sandboxes) {}
+Node::Node(std::string id, std::size_t max_sandboxes, std::size_t per_uid, uid_t owner)
+    : id_(std::move(id)), max_sandboxes_(max_sandboxes), per_uid_(per_uid), owner_(owner) {}
 
 void Node::Slot::release() {
   if (!node_) return;
   std::lock_guard lock(node_->mutex_);
   --(running_ ? node_->running_ : node_->starting_);
+  if (const auto held = node_->held_by_.find(uid_);
+      held != node_->held_by_.end() && --held->second == 0)
+    node_->held_by_.erase(held);
   node_ = nullptr;
 }
 
@@ -121,7 +126,7 @@ void Node::Slot::started() {
   running_ = true;
 }
 
-Node::Slot Node::take() {
+Node::Slot Node::take(uid_t uid) {
   if (draining_)
     throw Refusal("draining", "node " + id_ +
                                   " is draining: it takes no new runs or sessions (place this "
@@ -132,8 +137,18 @@ Node::Slot Node::take() {
                   "node " + id_ + " holds its maximum of " + std::to_string(max_sandboxes_) +
                       " runs and sessions at once (--max-sandboxes); place this one on another "
                       "node or try again when one ends");
+  std::size_t& mine = held_by_[uid];
+  if (per_uid_ && uid != owner_ && mine >= per_uid_) {
+    if (mine == 0) held_by_.erase(uid);
+    throw Refusal("resource_exhausted",
+                  "uid " + std::to_string(uid) + " holds its share of node " + id_ + ": " +
+                      std::to_string(per_uid_) +
+                      " runs and sessions at once (--max-sandboxes-per-uid); try again when one "
+                      "of them ends");
+  }
+  ++mine;
   ++starting_;
-  return Slot(this);
+  return Slot(this, uid);
 }
 
 std::size_t Node::held() const {
@@ -193,11 +208,12 @@ std::string register_endpoint(const std::string& dir, const std::string& node_id
   std::error_code error;
   const std::string socket = std::filesystem::absolute(socket_path, error).string();
   const std::string file = dir + "/" + node_id + ".endpoint";
-  const std::string aside = dir + "/." + node_id + ".endpoint.new";
-  // Created anew, never through what another user of a shared directory put at the name.
-  unlink(aside.c_str());
-  const int fd = open(aside.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("--register " + dir + ": cannot create " + aside);
+  // Created anew under a name nobody can guess ahead, never through what another user of a shared
+  // directory put there.
+  std::string aside = dir + "/." + node_id + ".endpoint.XXXXXX";
+  const int fd = mkostemp(aside.data(), O_CLOEXEC);
+  if (fd < 0) throw Error("--register " + dir + ": cannot create a file in it");
+  fchmod(fd, 0644);
   const std::string line = "unix:" + socket + "\n";
   const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   close(fd);
@@ -215,10 +231,18 @@ std::string register_endpoint(const std::string& dir, const std::string& node_id
 void unregister_endpoint(const std::string& file, const std::string& socket_path) {
   if (file.empty()) return;
   std::error_code error;
-  const std::string ours = "unix:" + std::filesystem::absolute(socket_path, error).string();
-  std::ifstream in(file);
-  std::string line;
-  if (std::getline(in, line) && line == ours) unlink(file.c_str());
+  const std::string ours = "unix:" + std::filesystem::absolute(socket_path, error).string() + "\n";
+  // Read as the directory's other users may have left it: never through a symlink, never waiting
+  // on a FIFO, never more than our own line.
+  const int fd = open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat status {};
+  std::string text(ours.size() + 1, '\0');
+  ssize_t got = -1;
+  if (fstat(fd, &status) == 0 && S_ISREG(status.st_mode)) got = read(fd, text.data(), text.size());
+  close(fd);
+  if (got == static_cast<ssize_t>(ours.size()) && text.compare(0, ours.size(), ours) == 0)
+    unlink(file.c_str());
 }
 
 std::string default_node_id() {

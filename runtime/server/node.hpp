@@ -4,6 +4,8 @@
 // answers: health, ready and capacity.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <map>
@@ -20,7 +22,8 @@ class Activities;
 class Node {
  public:
   // `max_sandboxes` 0: no cap of its own (the pools and the host's limits still bound it).
-  Node(std::string id, std::size_t max_sandboxes);
+  // `per_uid`: the most of them one uid may hold, the server's own uid (`owner`) excepted; 0: all.
+  Node(std::string id, std::size_t max_sandboxes, std::size_t per_uid = 0, uid_t owner = 0);
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
@@ -32,8 +35,8 @@ class Node {
   class Slot {
    public:
     Slot() = default;
-    explicit Slot(Node* node) : node_(node) {}
-    Slot(Slot&& other) noexcept : node_(other.node_), running_(other.running_) {
+    Slot(Node* node, uid_t uid) : node_(node), uid_(uid) {}
+    Slot(Slot&& other) noexcept : node_(other.node_), uid_(other.uid_), running_(other.running_) {
       other.node_ = nullptr;
     }
     Slot& operator=(Slot&&) = delete;
@@ -45,11 +48,13 @@ class Node {
 
    private:
     Node* node_ = nullptr;
+    uid_t uid_ = 0;
     bool running_ = false;
   };
-  // Throws Refusal("draining") while the node drains, Refusal("resource_exhausted") when
-  // max_sandboxes runs and sessions are held already.
-  Slot take();
+  // For a client of `uid`. Throws Refusal("draining") while the node drains,
+  // Refusal("resource_exhausted") when max_sandboxes runs and sessions are held already, or `uid`
+  // holds its share.
+  Slot take(uid_t uid);
 
   // Runs and sessions holding a slot now, starting or running.
   std::size_t held() const;
@@ -76,7 +81,10 @@ class Node {
   const std::size_t max_sandboxes_;
   std::atomic<bool> draining_{false}, drained_{false};
   mutable std::mutex mutex_;
+  const std::size_t per_uid_;
+  const uid_t owner_;
   std::size_t starting_ = 0, running_ = 0;  // slots held, under mutex_
+  std::map<uid_t, std::size_t> held_by_;    // and by whom
   mutable std::once_flag features_once_;
   mutable nlohmann::json features_;  // probed once, on the first capacity request
 };

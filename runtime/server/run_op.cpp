@@ -134,7 +134,7 @@ void serve_run(const Connection& connection, const json& frame, std::vector<Uniq
   request.stop_fd = connection.socket;
 
   // Past max_sandboxes, or draining: refused now, never queued.
-  Node::Slot slot = connection.node.take();
+  Node::Slot slot = connection.node.take(connection.peer.uid);
   slot.started();
   const std::string& offered = admitted.offer->offered.name;
   // A kill (status and kill ops, another connection's thread) ends the run as the client's own

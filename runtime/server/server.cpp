@@ -196,7 +196,8 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
       std::min(config.max_bytes_in_flight, config.max_bytes_in_flight_per_uid));
   if (config.node_id.empty()) config.node_id = server::default_node_id();
   if (const auto why = node_id_problem(config.node_id)) throw Error("--node-id: " + *why);
-  state_->node = std::make_unique<server::Node>(config.node_id, config.max_sandboxes);
+  state_->node = std::make_unique<server::Node>(config.node_id, config.max_sandboxes,
+                                                config.max_sandboxes_per_uid, state_->own_uid);
   state_->config = std::move(config);
 }
 

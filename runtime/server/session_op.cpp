@@ -274,7 +274,7 @@ void serve_session(const Connection& connection, const json& frame, std::vector<
   OpenOptions open = open_options(frame, fds.size());
   SessionOptions& options = open.session;
   // Past max_sandboxes, or draining: refused now, never queued. Held until the session ends.
-  Node::Slot slot = connection.node.take();
+  Node::Slot slot = connection.node.take(connection.peer.uid);
 
   const auto end_of_life = Clock::now() + options.lifetime;
   options.bind_owner = HostIds{connection.peer.uid, connection.peer.gid};  // request.hpp

@@ -18,7 +18,12 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import json
+import math
 import signal
+import socket
+import stat
+import struct
 import sys
 import tempfile
 import threading
@@ -29,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from rlm_sandbox import (Fleet, RlmSandboxError, Server, ServerError,  # noqa: E402
                          ServerSession, read_fleet)
+from rlm_sandbox._wire import Wire  # noqa: E402
 from rlm_sandbox.fleet import _room  # noqa: E402
 from serve_process import BINARY, RefusedAtOnce, ServeProcess  # noqa: E402
 
@@ -39,6 +45,9 @@ SETTLE_SECONDS = 60.0
 AT_ONCE_SECONDS = 5.0
 #: A session of a node killed with SIGKILL says node_lost within this (issue 28's acceptance).
 LOST_SECONDS = 2.0
+#: A placement among fake nodes that answer badly ends within this (each is asked once, with a
+#: deadline of ask_timeout, 2 s by default).
+PASSED_OVER_SECONDS = 15.0
 
 NODE_FLAGS = ("--max-sandboxes", "8", "--session-pool", "python-repl=0", "--pool", "default=1")
 
@@ -64,6 +73,92 @@ class Node(ServeProcess):
             return bool(self.server.ready()["ready"])
         except RlmSandboxError:
             return False
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def capacity_json(**fields: Any) -> bytes:
+    """A node's capacity answer as the wire carries it; fields given as raw JSON text (so an
+    answer can hold NaN or a 400-digit integer, which json.dumps would not write) replace the
+    plausible ones."""
+    plain = {"op": '"capacity"', "node_id": '"fake"', "max_sandboxes": "1", "running": "0",
+             "starting": "0", "draining": "false",
+             "features": '{"backends":["namespace","local"]}',
+             "warm_idle": '{"default":{"sandboxes":0,"sessions":0}}', **fields}
+    return frame(("{" + ",".join(f'"{key}":{value}' for key, value in plain.items())
+                  + "}").encode())
+
+
+class FakeNode:
+    """A unix socket in a directory of its own, answered by a thread of this process: one frame
+    per connection, `capacity` (the bytes of a whole frame) to a ``capacity`` request and
+    ``resource_exhausted`` to anything else; or, with `trickle`, a header announcing 1000 bytes
+    and then one byte a second until the client goes away."""
+
+    def __init__(self, capacity: bytes = b"", trickle: bool = False) -> None:
+        self.capacity = capacity
+        self.trickle = trickle
+        self.dir = tempfile.mkdtemp(prefix="rlm-fleet-fake-")
+        self.socket = os.path.join(self.dir, "s.sock")
+        self.endpoint = "unix:" + self.socket
+        self.asked = 0
+        self._stop = threading.Event()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.socket)
+        self._listener.listen(16)
+        self._listener.settimeout(0.1)
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._answer, args=(connection,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _read(self, connection: socket.socket, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = connection.recv(size - len(data))
+            if not chunk:
+                raise OSError("the client went away")
+            data += chunk
+        return data
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            try:
+                connection.settimeout(10.0)
+                (size,) = struct.unpack(">I", self._read(connection, 4))
+                request = json.loads(self._read(connection, size))
+                self.asked += 1
+                if request.get("op") != "capacity":
+                    connection.sendall(frame(json.dumps(
+                        {"op": "error", "kind": "resource_exhausted",
+                         "message": "a fake node takes nothing"}).encode()))
+                elif self.trickle:
+                    connection.sendall(struct.pack(">I", 1000) + b"{")
+                    while not self._stop.wait(1.0):
+                        connection.sendall(b" ")
+                else:
+                    connection.sendall(self.capacity)
+            except OSError:
+                pass  # the client gave up on it: what a trickling node is for
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(5.0)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def by_node(items: Sequence[Any]) -> Dict[str, int]:
@@ -185,13 +280,53 @@ class ReadFleetTest(unittest.TestCase):
         os.symlink(os.path.join(registry, "n2.endpoint"), os.path.join(registry, "n9.endpoint"))
         self.assertEqual(read_fleet(registry), ["/run/n1.sock", "unix:/run/n2.sock"])
 
+        # A file of another kind is skipped, not a refusal of the whole fleet.
         self.write(os.path.join("registry", "n5.endpoint"), "tls://10.0.0.5:7000\n")
-        message = self.refusal(registry)
-        self.assertIn(os.path.join(registry, "n5.endpoint"), message)
+        self.assertEqual(read_fleet(registry), ["/run/n1.sock", "unix:/run/n2.sock"])
 
         empty = os.path.join(self.dir, "empty-registry")
         os.mkdir(empty)
         self.assertIn("registered", self.refusal(empty))
+
+    def test_a_directory_skips_bad_endpoint_files(self) -> None:
+        """Anyone who can write a registry can drop a bad file there: it is skipped (a FIFO
+        without blocking), and only a registry with no good endpoint left is refused."""
+        registry = os.path.join(self.dir, "registry")
+        os.mkdir(registry)
+        outside = self.write("outside.txt", "unix:/run/outside.sock\n")
+        self.write(os.path.join("registry", "evil.endpoint"), "tcp://evil:1\n")
+        self.write(os.path.join("registry", "long.endpoint"), "/" + "x" * 5000 + "\n")
+        self.write(os.path.join("registry", "nul.endpoint"), "/run/a\0b.sock\n")
+        self.write(os.path.join("registry", "relative.endpoint"), "run/r.sock\n")
+        os.mkfifo(os.path.join(registry, "fifo.endpoint"))
+        os.symlink(outside, os.path.join(registry, "link.endpoint"))
+        os.symlink(os.path.join(self.dir, "missing"), os.path.join(registry, "dangling.endpoint"))
+        self.write(os.path.join("registry", "good.endpoint"), "unix:/run/good.sock\n")
+
+        box: Dict[str, Any] = {}
+
+        def read() -> None:
+            try:
+                box["endpoints"] = read_fleet(registry)
+            except BaseException as error:  # noqa: BLE001 - reported by the test's thread
+                box["error"] = error
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(AT_ONCE_SECONDS)
+        self.assertFalse(reader.is_alive(), "read_fleet blocked (on the FIFO?)")
+        self.assertEqual(box, {"endpoints": ["unix:/run/good.sock"]})
+        self.assertEqual(Fleet(registry).endpoints, ["unix:/run/good.sock"])
+
+        # With the good one gone, nothing is left: refused, with the hint.
+        os.unlink(os.path.join(registry, "good.endpoint"))
+        message = self.refusal(registry)
+        self.assertIn("no endpoints", message)
+        self.assertIn("registered", message)
+        # A file of endpoints stays strict: its bad line is refused, named.
+        message = self.refusal(self.write("fleet.txt", "unix:/run/a.sock\ntcp://evil:1\n"))
+        self.assertIn("line 2", message)
+        self.assertIn("tcp://evil:1", message)
 
     def test_refresh_sees_nodes_that_come_and_go(self) -> None:
         registry = os.path.join(self.dir, "registry")
@@ -265,6 +400,177 @@ class ReadFleetTest(unittest.TestCase):
         # A malformed answer is read as best it can be, never raising.
         self.assertEqual(_room({"running": "x", "warm_idle": {"p": {"sandboxes": "y"}},
                                 "features": None}, ()), (1e9, ""))
+        # Warm counts are clamped to 0..1000 (two pools of -1.7e308 made the room -inf, which
+        # placement neither picked nor passed over, forever); negative counts read as 0.
+        self.assertEqual(_room(capacity(warm_idle={"a": {"sandboxes": -1.7e308,
+                                                         "sessions": -1.7e308}}), ()),
+                         (5.0, ""))
+        self.assertEqual(_room(capacity(warm_idle={"a": {"sandboxes": 1.7e308}}), ()),
+                         (5 + 1000 / 1e4, ""))
+        self.assertEqual(_room(capacity(running=-3, starting=-1e308), ()), (8 + 3 / 1e4, ""))
+        # What no finite room comes of is malformed: the node is passed over.
+        malformed = (None, "its capacity answer is malformed")
+        for fields in ({"warm_idle": {"a": {"sandboxes": math.nan}}},
+                       {"warm_idle": {"a": {"sessions": -math.inf}}},
+                       {"running": 10 ** 400}, {"max_sandboxes": 10 ** 400},
+                       {"warm_idle": {"a": {"sandboxes": 10 ** 400}}},
+                       {"max_sandboxes": 0, "running": 10 ** 308, "starting": 10 ** 308}):
+            with self.subTest(fields=fields):
+                self.assertEqual(_room(capacity(**fields), ()), malformed)
+        for answer in (None, [1], "capacity", 7):
+            with self.subTest(answer=answer):
+                self.assertEqual(_room(answer, ()), malformed)
+
+
+#: Fake nodes that answer their capacity badly, each with the reason placement passes it over
+#: for (None: it looks fine, is picked, and refuses the request resource_exhausted).
+BAD_NODES = (
+    ("warm -1.7e308", dict(warm_idle='{"a":{"sandboxes":-1.7e308,"sessions":-1.7e308}}'),
+     None),
+    ("warm NaN", dict(warm_idle='{"a":{"sandboxes":NaN}}'), "unreachable: "),
+    ("warm -Infinity", dict(warm_idle='{"a":{"sessions":-Infinity}}'), "unreachable: "),
+    ("running Infinity", dict(running="Infinity"), "unreachable: "),
+    ("running of 400 digits", dict(running="9" * 400), "its capacity answer is malformed"),
+    ("warm of 400 digits", dict(warm_idle='{"a":{"sandboxes":' + "9" * 400 + "}}"),
+     "its capacity answer is malformed"),
+    ("held past a float", dict(max_sandboxes="0", running="1" + "0" * 308,
+                               starting="1" + "0" * 308), "its capacity answer is malformed"),
+    ("a reply of 70 KiB", dict(padding='"' + "x" * (70 << 10) + '"'),
+     "unreachable: the server sent a frame of"),
+)
+
+
+class FakeNodes(unittest.TestCase):
+    """Placement among nodes that answer their capacity badly (fake ones, threads of this
+    process): each is passed over, and the placement ends."""
+
+    def fakes(self) -> List[FakeNode]:
+        nodes = []
+        for _name, fields, _why in BAD_NODES:
+            node = FakeNode(capacity_json(**fields))
+            self.addCleanup(node.stop)
+            nodes.append(node)
+        trickling = FakeNode(trickle=True)
+        self.addCleanup(trickling.stop)
+        return nodes + [trickling]
+
+    def within(self, seconds: float, call: Any) -> Any:
+        """call() on a thread of its own; fails if it has not returned or raised in `seconds`."""
+        box: Dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["result"] = call()
+            except BaseException as error:  # noqa: BLE001 - reported by the test's thread
+                box["error"] = error
+
+        thread = threading.Thread(target=run, daemon=True)
+        began = time.monotonic()
+        thread.start()
+        thread.join(seconds)
+        self.assertFalse(thread.is_alive(), f"still placing after {seconds} s")
+        box["elapsed"] = time.monotonic() - began
+        return box
+
+    def test_the_wire_refuses_nan_and_infinity(self) -> None:
+        for constant in ("NaN", "Infinity", "-Infinity"):
+            with self.subTest(constant=constant):
+                mine, theirs = socket.socketpair()
+                wire = Wire(mine)
+                try:
+                    theirs.sendall(frame(f'{{"op":"capacity","running":{constant}}}'.encode()))
+                    with self.assertRaises(ServerError) as caught:
+                        wire.receive()
+                    self.assertEqual(caught.exception.kind, "internal")
+                    self.assertIn(f"{constant} is not JSON", str(caught.exception))
+                finally:
+                    wire.close()
+                    theirs.close()
+
+    def test_a_reply_is_bounded_in_time_and_size_as_a_whole(self) -> None:
+        mine, theirs = socket.socketpair()
+        wire = Wire(mine)
+        self.addCleanup(wire.close)
+        self.addCleanup(theirs.close)
+        theirs.sendall(struct.pack(">I", 1000) + b"{")
+        began = time.monotonic()
+        with self.assertRaises(ServerError) as caught:
+            wire.receive(deadline=time.monotonic() + 0.5)
+        self.assertEqual(caught.exception.kind, "unavailable")
+        self.assertLess(time.monotonic() - began, AT_ONCE_SECONDS)
+        other, peer = socket.socketpair()
+        self.addCleanup(other.close)
+        self.addCleanup(peer.close)
+        peer.sendall(frame(b'{"op":"capacity","x":"' + b"x" * 100 + b'"}'))
+        with self.assertRaises(ServerError) as caught:
+            Wire(other).receive(max_bytes=64)
+        self.assertIn("frame of", str(caught.exception))
+
+    def test_bad_nodes_alone_are_each_passed_over(self) -> None:
+        nodes = self.fakes()
+        endpoints = [node.endpoint for node in nodes]
+        reasons = [why for _name, _fields, why in BAD_NODES] + \
+            ["unreachable: the server did not answer in time"]
+        for choices in (1, 3, len(nodes)):
+            with self.subTest(choices=choices):
+                fleet = Fleet(endpoints, choices=choices, seed=choices)
+                box = self.within(PASSED_OVER_SECONDS, lambda: fleet.run(["true"]))
+                error = box.get("error")
+                self.assertIsInstance(error, ServerError, box)
+                self.assertEqual(error.kind, "resource_exhausted", str(error))
+                message = str(error)
+                for endpoint, why in zip(endpoints, reasons):
+                    self.assertIn(f"{endpoint}: {why or 'a fake node takes nothing'}", message)
+        # status(): each bad node's error, in ask_timeout each; the well-formed ones' capacity.
+        box = self.within(PASSED_OVER_SECONDS + 5.0, Fleet(endpoints).status)
+        status = box["result"]
+        self.assertEqual([node["endpoint"] for node in status], endpoints)
+        self.assertIn("did not answer in time", status[-1]["error"])
+        self.assertIn("NaN is not JSON", status[1]["error"])
+        self.assertIn("frame of", status[len(BAD_NODES) - 1]["error"])
+
+    def test_a_trickling_node_is_cut_off_at_the_ask_timeout(self) -> None:
+        node = FakeNode(trickle=True)
+        self.addCleanup(node.stop)
+        fleet = Fleet([node.endpoint], ask_timeout=1.0)
+        box = self.within(PASSED_OVER_SECONDS, lambda: fleet.session())
+        self.assertIsInstance(box.get("error"), ServerError, box)
+        self.assertIn(f"{node.endpoint}: unreachable: the server did not answer in time",
+                      str(box["error"]))
+        self.assertGreaterEqual(box["elapsed"], 0.9)
+        self.assertLess(box["elapsed"], 1.0 + AT_ONCE_SECONDS)
+        for timeout in (0, -1, math.nan, math.inf, "2", True):
+            with self.subTest(ask_timeout=timeout), self.assertRaises(ValueError):
+                Fleet([node.endpoint], ask_timeout=timeout)
+
+
+class BadNodesBesideAGoodOne(FleetTestCase):
+    """Bad nodes beside a real one: placement passes them over and lands on the real one."""
+
+    def test_placement_lands_on_the_healthy_node(self) -> None:
+        registry = tempfile.mkdtemp(prefix="rlm-fleet-registry-")
+        self.addCleanup(shutil.rmtree, registry, True)
+        real = Node("n1", registry, NODE_FLAGS)
+        self.addCleanup(real.stop)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not real.registered():
+            self.assertLess(time.monotonic(), deadline, real.log())
+            time.sleep(0.1)
+        fakes = FakeNodes.fakes(self)  # type: ignore[arg-type]
+        endpoints = [node.endpoint for node in fakes] + [f"unix:{real.socket}"]
+        for choices in (1, 2, len(endpoints)):
+            for seed in range(3):
+                with self.subTest(choices=choices, seed=seed):
+                    fleet = Fleet(endpoints, choices=choices, seed=seed)
+                    box = FakeNodes.within(self, PASSED_OVER_SECONDS,  # type: ignore[arg-type]
+                                           lambda: fleet.run(["/bin/echo", "hi"]))
+                    self.assertNotIn("error", box, box)
+                    self.assertEqual((box["result"].node, box["result"].stdout), ("n1", "hi\n"))
+        session = Fleet(endpoints, choices=2, seed=11).session("python-repl")
+        self.addCleanup(ServerSession._discard, session)
+        self.assertEqual(session.node, "n1")
+        self.assertEqual(session.execute("print(6 * 7)").stdout, "42\n")
+        self.assertEqual(session.close().get("status"), "ok")
 
 
 class FleetPlacementTest(FleetTestCase):

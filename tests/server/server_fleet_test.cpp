@@ -4,13 +4,18 @@
 // refuses at once.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
+#include <atomic>
+#include <cstring>
 #include <future>
 #include <map>
 #include <thread>
 
 #include "../cli/cli_test_util.hpp"
+#include "raw_client.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/fleet.hpp"
 #include "server_fixture.hpp"
@@ -77,7 +82,12 @@ TEST(Fleet, ReadsEndpointsFromAFileOrADirectoryAndRefusesOthers) {
   registry.write("n2.endpoint", "unix:/run/n2.sock\n");
   registry.write("n1.endpoint", "unix:/run/n1.sock\n");
   registry.write("notes.txt", "not an endpoint\n");
-  registry.write(".n3.endpoint.new", "unix:/run/n3.sock\n");  // being written: not yet
+  registry.write(".n3.endpoint.Ab12Cd", "unix:/run/n3.sock\n");  // being written: not yet
+  // What others may leave in a shared registry is skipped, never followed or waited on.
+  registry.write("evil.endpoint", "tcp://evil:1\n");
+  ASSERT_EQ(mkfifo(registry.file("fifo.endpoint").c_str(), 0666), 0);
+  ASSERT_EQ(symlink(dir.file("fleet.txt").c_str(), registry.file("link.endpoint").c_str()), 0);
+  registry.write("long.endpoint", "unix:/" + std::string(8192, 'a') + "\n");
   EXPECT_EQ(read_fleet(registry.path()),
             (std::vector<std::string>{"unix:/run/n1.sock", "unix:/run/n2.sock"}));
   TempDir none;
@@ -162,6 +172,133 @@ TEST(Fleet, ThirtyRunsOnTwentyFourSlotsRefuseSixCleanly) {
   }
   EXPECT_EQ(outcomes["resource_exhausted"], 6) << json(outcomes).dump();
   EXPECT_EQ(outcomes["ok:n1"] + outcomes["ok:n2"] + outcomes["ok:n3"], 24) << json(outcomes).dump();
+}
+
+// A node that answers every connection with `answer` (bytes), then `trickle` one byte a second
+// for as long as the client listens; as root, so the client's listener check lets it be asked.
+class FakeNode {
+ public:
+  FakeNode(const TempDir& dir, std::string name, std::string answer, bool trickle = false)
+      : path_(dir.file(name)), answer_(std::move(answer)), trickle_(trickle) {
+    listener_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path_.c_str(), sizeof address.sun_path - 1);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(listen(listener_, 16), 0);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int connection = accept(listener_, nullptr, nullptr);
+        if (connection < 0) return;
+        char request[256];
+        [[maybe_unused]] auto got = read(connection, request, sizeof request);
+        send(connection, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+        for (int i = 0; trickle_ && i < 30 && !stopping_; ++i) {
+          if (send(connection, "x", 1, MSG_NOSIGNAL) != 1) break;
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        close(connection);
+      }
+    });
+  }
+  ~FakeNode() {
+    stopping_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    close(listener_);
+  }
+  std::string endpoint() const { return "unix:" + path_; }
+
+ private:
+  std::string path_, answer_;
+  bool trickle_;
+  int listener_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+std::string frame_of(const std::string& body) {
+  const auto size = static_cast<std::uint32_t>(body.size());
+  return std::string{char(size >> 24), char(size >> 16), char(size >> 8), char(size)} + body;
+}
+
+// Nodes that answer capacity with what would make room infinite, with the wrong types, or a frame
+// that never ends: each is passed over in bounded time and the run lands on the real node.
+TEST(Fleet, HostileCapacityAnswersArePassedOverInBoundedTime) {
+  TempDir dir;
+  ServerUnderTest real(dir, {"--node-id", "real", "--pool", "default=1"});
+  ASSERT_TRUE(real.ready()) << real.log();
+  TempDir fakes;
+  FakeNode minus_infinity(fakes, "inf.sock",
+                          frame_of(R"({"op":"capacity","draining":false,"warm_idle":)"
+                                   R"({"p":{"sandboxes":-1.7e308,"sessions":-1.7e308}}})"));
+  FakeNode wrong_types(fakes, "types.sock",
+                       frame_of(R"({"op":"capacity","draining":"yes","features":null})"));
+  FakeNode huge(fakes, "huge.sock", std::string("\x3f\xff\xff\xff"));  // a 1 GiB frame
+  FakeNode trickling(fakes, "trickle.sock", std::string("\x00\x00\x03\xe8"), true);
+  FleetOptions options;
+  options.choices = 5;  // every node asked each round
+  options.ask_timeout = std::chrono::milliseconds(1500);
+  Fleet fleet({minus_infinity.endpoint(), wrong_types.endpoint(), huge.endpoint(),
+               trickling.endpoint(), "unix:" + real.socket()},
+              options);
+  Request request;
+  request.argv = {"/bin/true"};
+  for (int i = 0; i < 3; ++i) {
+    const auto started = std::chrono::steady_clock::now();
+    EXPECT_EQ(fleet.run(request, "default").node, "real");
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+  }
+  // The hostile ones alone: the placement ends, refused, in bounded time (it once spun for ever
+  // on a room of minus infinity).
+  options.choices = 1;
+  Fleet hostile(
+      {minus_infinity.endpoint(), wrong_types.endpoint(), huge.endpoint(), trickling.endpoint()},
+      options);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_NE(refusal_kind([&] { hostile.run(request, "default"); }), "(served)");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+}
+
+// One uid holds at most its share of a node's slots (--max-sandboxes-per-uid); the server's own
+// uid and other uids still get theirs.
+TEST(Fleet, OneUidCannotHoldEverySlotOfASharedNode) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  ServerUnderTest server(dir, {"--max-sandboxes", "4", "--max-sandboxes-per-uid", "2",
+                               "--session-pool", "python-repl=0", "--pool", "default=1",
+                               "--socket-mode", "0666", "--allow-uid", "65534"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  auto held = connections_as(65534, server.socket(), 3);
+  ASSERT_EQ(held.size(), 3u);
+  const std::string open = frame_bytes(R"({"op":"session_open","policy":"python-repl"})");
+  for (int i = 0; i < 2; ++i) {
+    send_bytes(held[i].get(), open);
+    EXPECT_EQ(answer(held[i].get(), kPatience).value("op", ""), "session_opened");
+  }
+  send_bytes(held[2].get(), open);
+  const json refused = answer(held[2].get(), kPatience);
+  EXPECT_EQ(refused.value("kind", ""), "resource_exhausted") << refused.dump();
+  EXPECT_NE(refused.value("message", "").find("share"), std::string::npos) << refused.dump();
+  // The server's own uid is not held back by the tenant.
+  Request request;
+  request.argv = {"/bin/true"};
+  EXPECT_EQ(ServerConnection(server.socket()).run(request, "default").status, Status::ok);
+}
+
+// A FIFO (or a symlink to an endless file) put in place of the node's endpoint file in a shared
+// registry does not hold the server's stop, nor make it read without end.
+TEST(Fleet, AnEndpointFileReplacedByAFifoDoesNotHoldTheStop) {
+  TempDir registry, dir;
+  ServerUnderTest server(dir,
+                         {"--node-id", "f1", "--register", registry.path(), "--pool", "default=0"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  ASSERT_EQ(unlink(registry.file("f1.endpoint").c_str()), 0);
+  ASSERT_EQ(mkfifo(registry.file("f1.endpoint").c_str(), 0666), 0);
+  EXPECT_EQ(server.stop(), 0) << "the stop did not end by itself";
+  struct stat status {};
+  EXPECT_EQ(lstat(registry.file("f1.endpoint").c_str(), &status), 0);
+  EXPECT_TRUE(S_ISFIFO(status.st_mode)) << "what was not its own was removed";
 }
 
 // A run whose node dies after it started fails node_lost and is not started again elsewhere (its

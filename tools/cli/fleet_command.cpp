@@ -35,6 +35,15 @@ std::string count_text(const nlohmann::json& value) {
   return value.is_number() ? value.dump() : "-";
 }
 
+// A node's words as a terminal may show them: printable ASCII only, at most `width` of it.
+std::string printable(const nlohmann::json& value, std::size_t width) {
+  const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  std::string out;
+  for (const char c : text)
+    if (out.size() < width) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return out;
+}
+
 void print_table(const std::vector<FleetNode>& nodes) {
   char line[512];
   std::snprintf(line, sizeof line, "%-20s %-6s %-8s %-8s %-6s %-6s %-9s %s\n", "NODE", "READY",
@@ -47,21 +56,27 @@ void print_table(const std::vector<FleetNode>& nodes) {
       std::cout << line << "  " << node.error << "\n";
       continue;
     }
-    const auto& capacity = *node.capacity;
-    std::uint64_t warm = 0;
-    const nlohmann::json pools = capacity.value("warm_idle", nlohmann::json::object());
-    for (const auto& [name, pool] : pools.items())
-      if (pool.is_object())
-        warm +=
-            pool.value("sandboxes", std::uint64_t{0}) + pool.value("sessions", std::uint64_t{0});
-    const auto max = capacity.value("max_sandboxes", std::uint64_t{0});
-    std::snprintf(line, sizeof line, "%-20s %-6s %-8s %-8s %-6s %-6llu %-9s %s\n",
-                  capacity.value("node_id", "?").substr(0, 20).c_str(),
-                  capacity.value("ready", false) ? "yes" : "no",
-                  count_text(capacity.value("running", nlohmann::json())).c_str(),
-                  count_text(capacity.value("starting", nlohmann::json())).c_str(),
-                  max ? std::to_string(max).c_str() : "-", static_cast<unsigned long long>(warm),
-                  capacity.value("draining", false) ? "yes" : "no", node.endpoint.c_str());
+    // A node's answer is another machine's: a field of another type makes that one line say so.
+    try {
+      const auto& capacity = *node.capacity;
+      std::uint64_t warm = 0;
+      const nlohmann::json pools = capacity.value("warm_idle", nlohmann::json::object());
+      for (const auto& [name, pool] : pools.items())
+        if (pool.is_object())
+          warm +=
+              pool.value("sandboxes", std::uint64_t{0}) + pool.value("sessions", std::uint64_t{0});
+      const auto max = capacity.value("max_sandboxes", std::uint64_t{0});
+      std::snprintf(line, sizeof line, "%-20s %-6s %-8s %-8s %-6s %-6llu %-9s %s\n",
+                    printable(capacity.value("node_id", nlohmann::json("?")), 20).c_str(),
+                    capacity.value("ready", false) ? "yes" : "no",
+                    count_text(capacity.value("running", nlohmann::json())).c_str(),
+                    count_text(capacity.value("starting", nlohmann::json())).c_str(),
+                    max ? std::to_string(max).c_str() : "-", static_cast<unsigned long long>(warm),
+                    capacity.value("draining", false) ? "yes" : "no", node.endpoint.c_str());
+    } catch (const std::exception&) {
+      std::snprintf(line, sizeof line, "%-20s %-6s %s\n  its capacity answer is malformed\n", "?",
+                    "?", node.endpoint.c_str());
+    }
     std::cout << line;
   }
   std::cout.flush();

@@ -196,6 +196,9 @@ int serve_command(const std::vector<std::string>& args) {
       ("register", po::value<std::string>(),
        "DIR: once listening, write DIR/NODE_ID.endpoint for a fleet's clients (--fleet DIR); "
        "removed when the server exits")  //
+      ("max-sandboxes-per-uid", po::value<std::string>(),
+       "N: of those, the most one client uid may hold at once (the server's own uid excepted); "
+       "set it on a node tenants share, so one cannot take every slot (default: no share)")  //
       ("drain-grace", po::value<std::string>(),
        "DURATION: how long a drain (SIGTERM, `rlm-sandbox server drain`) lets running runs and "
        "sessions go on before it ends them with node_drained (default 30s)");
@@ -257,6 +260,9 @@ int serve_command(const std::vector<std::string>& args) {
   }
   if (values.count("max-sandboxes"))
     config.max_sandboxes = count_flag("--max-sandboxes", values["max-sandboxes"].as<std::string>());
+  if (values.count("max-sandboxes-per-uid"))
+    config.max_sandboxes_per_uid =
+        count_flag("--max-sandboxes-per-uid", values["max-sandboxes-per-uid"].as<std::string>());
   if (values.count("register")) config.register_dir = values["register"].as<std::string>();
   if (values.count("drain-grace"))
     config.drain_grace = duration_flag("--drain-grace", values["drain-grace"].as<std::string>());

@@ -79,9 +79,8 @@ class ServerConnection {
   // {"op":"ready","node":ID,"ready":BOOL,"why":[...]}: not draining, every pool at its minimum.
   nlohmann::json ready();
   // {"op":"capacity","node_id","version","features","cores","memory_bytes","max_sandboxes",
-  //  "running","starting","warm_idle","pressure","draining","ready",...}; within `timeout` when
-  // given (ServerRefused "unavailable" past it), else the client's usual 60 s.
-  nlohmann::json capacity(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  //  "running","starting","warm_idle","pressure","draining","ready",...}
+  nlohmann::json capacity();
   // Drains the node (root and the server's uid only; ServerRefused "refused" otherwise): new work
   // is refused, what runs gets `grace` (default the server's drain_grace), then ends.
   // {"op":"draining","node":ID,"grace_ms":N}
@@ -98,8 +97,7 @@ class ServerConnection {
                                         SessionOptions options);
 
  private:
-  nlohmann::json node_request(const nlohmann::json& request, const std::string& answer,
-                              std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  nlohmann::json node_request(const nlohmann::json& request, const std::string& answer);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -51,6 +51,10 @@ struct ServerConfig {
   // running go on before it ends them (node_drained).
   std::string node_id;
   std::size_t max_sandboxes = 0;
+  // Of those, the most one client uid may hold at once (the server's own uid excepted), so one
+  // tenant cannot hold a shared node's every slot; 0: no share of its own (a node one client
+  // uses, as a fleet's nodes usually are).
+  std::size_t max_sandboxes_per_uid = 0;
   std::chrono::milliseconds drain_grace{30'000};
   // A directory where the server, once listening, writes NODE_ID.endpoint ("unix:SOCKET", the
   // socket's absolute path) for a fleet's clients to find it (read_fleet); the file is removed
