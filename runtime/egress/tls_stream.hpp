@@ -10,25 +10,15 @@
 #include <span>
 #include <string>
 
+#include "host/sigpipe_blocked.hpp"
+
 namespace rlm::egress {
 
 // The one protocol spoken where credentials are added, as ALPN writes it.
 inline constexpr unsigned char kAlpnHttp1[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 
-// OpenSSL writes to its socket with write(): to a peer that has gone, that raises SIGPIPE, whose
-// default action would end the whole runtime (a server with every tenant's runs). While one of
-// these lives, SIGPIPE is blocked for the calling thread (the signal is thread-directed); any
-// that came is taken off before the thread's mask is restored.
-class SigpipeBlocked {
- public:
-  SigpipeBlocked();
-  ~SigpipeBlocked();
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-
- private:
-  bool was_blocked_ = false;
-};
+// SIGPIPE while a stream writes: host/sigpipe_blocked.hpp.
+using host::SigpipeBlocked;
 
 class TlsStream {
  public:

@@ -15,10 +15,11 @@ using host::UniqueFd;
 using nlohmann::json;
 using server::Clock;
 
-ServerConnection::ServerConnection(const std::string& socket_path, std::optional<uid_t> server_uid)
+ServerConnection::ServerConnection(const std::string& endpoint, std::optional<uid_t> server_uid,
+                                   std::optional<TlsFiles> tls)
     : state_(std::make_unique<State>()) {
-  state_->path = socket_path;
-  state_->socket = server::connect_to_server(socket_path, server_uid);
+  state_->path = endpoint;
+  state_->socket = server::connect_to_server(endpoint, server_uid, std::nullopt, tls);
 }
 
 ServerConnection::~ServerConnection() = default;
@@ -130,8 +131,8 @@ namespace {
 
 class ServerBackend final : public Backend {
  public:
-  ServerBackend(std::string path, std::optional<uid_t> server_uid)
-      : path_(std::move(path)), server_uid_(server_uid) {}
+  ServerBackend(std::string path, std::optional<uid_t> server_uid, std::optional<TlsFiles> tls)
+      : path_(std::move(path)), server_uid_(server_uid), tls_(std::move(tls)) {}
 
   std::string_view name() const override { return "server"; }
   bool isolated() const override { return true; }
@@ -140,7 +141,7 @@ class ServerBackend final : public Backend {
     health.backend = "server";
     health.isolated = true;
     try {
-      ServerConnection connection(path_, server_uid_);
+      ServerConnection connection(path_, server_uid_, tls_);
       const json hello = connection.hello();
       health.available = true;
       health.detail = "rlm-sandbox serve at " + path_ + " (pid " +
@@ -155,31 +156,33 @@ class ServerBackend final : public Backend {
   }
   std::string unavailable_reason() const override {
     try {
-      ServerConnection connection(path_, server_uid_);
+      ServerConnection connection(path_, server_uid_, tls_);
       return "";
     } catch (const Error& error) {
       return error.what();
     }
   }
   Result run(const Request& request, const Policy& policy) override {
-    ServerConnection connection(path_, server_uid_);
+    ServerConnection connection(path_, server_uid_, tls_);
     return connection.run(request, policy.name, &policy);
   }
   std::unique_ptr<Session> open_session(const Policy& policy, SessionOptions options) override {
-    ServerConnection connection(path_, server_uid_);
+    ServerConnection connection(path_, server_uid_, tls_);
     return connection.open_session(policy.name, &policy, std::move(options));
   }
 
  private:
   std::string path_;
   std::optional<uid_t> server_uid_;
+  std::optional<TlsFiles> tls_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_server_client(std::string socket_path,
-                                            std::optional<uid_t> server_uid) {
-  return std::make_unique<ServerBackend>(std::move(socket_path), server_uid);
+                                            std::optional<uid_t> server_uid,
+                                            std::optional<TlsFiles> tls) {
+  return std::make_unique<ServerBackend>(std::move(socket_path), server_uid, std::move(tls));
 }
 
 std::optional<std::string> server_from_environment() {

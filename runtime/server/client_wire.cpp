@@ -7,11 +7,13 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "rlm_sys/sys.hpp"
 #include "server/peer.hpp"
+#include "server/tls_relay.hpp"
 
 namespace rlm {
 
@@ -20,6 +22,14 @@ using nlohmann::json;
 ServerRefused::ServerRefused(std::string kind, const std::string& message,
                              std::vector<Diagnostic> diagnostics)
     : Error(message), kind_(std::move(kind)), diagnostics_(std::move(diagnostics)) {}
+
+TlsFiles tls_files_from_environment() {
+  const auto named = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  return {named("RLM_SANDBOX_TLS_CERT"), named("RLM_SANDBOX_TLS_KEY"), named("RLM_SANDBOX_TLS_CA")};
+}
 
 namespace server {
 
@@ -47,7 +57,11 @@ void check_listener(int socket, const std::string& path, std::optional<uid_t> se
 }  // namespace
 
 host::UniqueFd connect_to_server(const std::string& path, std::optional<uid_t> server_uid,
-                                 std::optional<Clock::time_point> deadline) {
+                                 std::optional<Clock::time_point> deadline,
+                                 const std::optional<TlsFiles>& tls) {
+  if (is_tls_endpoint(path))
+    return connect_tls(path, tls ? *tls : tls_files_from_environment(),
+                       deadline.value_or(Clock::now() + std::chrono::seconds(10)));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof address.sun_path)

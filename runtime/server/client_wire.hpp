@@ -32,10 +32,12 @@ class ConnectionLost final : public ServerRefused {
 // listener's uid (SO_PEERCRED) must be root, this process's, or `server_uid` (default
 // $RLM_SANDBOX_SERVER_UID). Throws ServerRefused ("unavailable") naming why not.
 // With `deadline`, a listener whose backlog is full (a stopped server, or one that never accepts)
-// is waited for only until then.
+// is waited for only until then. A "tls://HOST:PORT" endpoint is reached over TLS (tls_relay.hpp)
+// with `tls`'s files (default tls_files_from_environment()), within `deadline` (default 10 s).
 host::UniqueFd connect_to_server(const std::string& path,
                                  std::optional<uid_t> server_uid = std::nullopt,
-                                 std::optional<Clock::time_point> deadline = std::nullopt);
+                                 std::optional<Clock::time_point> deadline = std::nullopt,
+                                 const std::optional<TlsFiles>& tls = std::nullopt);
 
 // The next frame from the server, waiting until `deadline` for it; throws ServerRefused for an
 // error frame, and for the end of the connection (the server died or dropped us).

@@ -64,6 +64,19 @@ std::uint32_t parse_id(const Reader& reader, const std::string& text, const std:
   return static_cast<std::uint32_t>(value);
 }
 
+// {IDENTITY: UID}: a certificate's name, 1 to 255 bytes, to a numeric uid.
+std::map<std::string, uid_t> identities_from_json(const Reader& reader, const json& object,
+                                                  const std::string& path) {
+  if (!object.is_object()) reader.fail(path, "must be an object of identity to uid");
+  std::map<std::string, uid_t> identities;
+  for (const auto& [name, uid] : object.items()) {
+    if (name.empty() || name.size() > 255) reader.fail(path, "an identity has 1 to 255 bytes");
+    identities[name] = static_cast<uid_t>(
+        reader.count(uid, path + "." + name, std::numeric_limits<uid_t>::max() - 1));
+  }
+  return identities;
+}
+
 }  // namespace
 
 ServerConfig server_config_from_json(const json& document, std::string_view origin) {
@@ -72,7 +85,7 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
                    {"socket", "socket_mode", "pools", "allow", "permit_binds", "max_clients",
                     "max_clients_per_uid", "max_context_bytes", "max_bytes_in_flight",
                     "max_bytes_in_flight_per_uid", "node_id", "max_sandboxes",
-                    "max_sandboxes_per_uid", "drain_grace", "register"});
+                    "max_sandboxes_per_uid", "drain_grace", "register", "tls"});
   ServerConfig config;
   if (document.contains("socket")) config.socket_path = reader.text(document["socket"], "socket");
   if (document.contains("socket_mode")) {
@@ -160,6 +173,17 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
         reader.count(document["max_sandboxes_per_uid"], "max_sandboxes_per_uid", 1'000'000);
   if (document.contains("max_sandboxes"))
     config.max_sandboxes = reader.count(document["max_sandboxes"], "max_sandboxes", 1'000'000);
+  if (document.contains("tls")) {
+    const json& tls = document["tls"];
+    reader.only_keys(tls, "tls", {"listen", "cert", "key", "client_ca", "identities"});
+    if (tls.contains("listen")) config.tls_listen = reader.text(tls["listen"], "tls.listen");
+    if (tls.contains("cert")) config.tls_cert = reader.text(tls["cert"], "tls.cert");
+    if (tls.contains("key")) config.tls_key = reader.text(tls["key"], "tls.key");
+    if (tls.contains("client_ca"))
+      config.tls_client_ca = reader.text(tls["client_ca"], "tls.client_ca");
+    if (tls.contains("identities"))
+      config.tls_identities = identities_from_json(reader, tls["identities"], "tls.identities");
+  }
   if (document.contains("drain_grace")) {
     const auto grace = document["drain_grace"].is_string()
                            ? parse_duration(document["drain_grace"].get<std::string>())
@@ -188,6 +212,18 @@ ServerConfig load_server_config(const std::string& path) {
   json document = json::parse(text.str(), nullptr, false);
   if (document.is_discarded()) throw Error("server configuration " + path + ": not valid JSON");
   return server_config_from_json(document, path);
+}
+
+std::map<std::string, uid_t> load_tls_identities(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("TLS identities " + path + ": cannot read it");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json document = json::parse(text.str(), nullptr, false);
+  if (document.is_discarded()) throw Error("TLS identities " + path + ": not valid JSON");
+  const Reader reader(path);
+  reader.only_keys(document, "", {"identities"});
+  return identities_from_json(reader, document.value("identities", json::object()), "identities");
 }
 
 int systemd_listen_fd() {

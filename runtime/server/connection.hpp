@@ -45,7 +45,11 @@ struct Connection {
   // Root or the server's own uid: the operator.
   bool operator_peer() const { return peer.uid == 0 || peer.uid == server_uid; }
   // The peer, for a log line.
-  nlohmann::json who() const { return {{"uid", peer.uid}, {"gid", peer.gid}, {"pid", peer.pid}}; }
+  nlohmann::json who() const {
+    nlohmann::json who{{"uid", peer.uid}, {"gid", peer.gid}, {"pid", peer.pid}};
+    if (!peer.identity.empty()) who["identity"] = peer.identity;
+    return who;
+  }
 
   // One frame of the client's, within the server's bounds (wire.hpp's receive_frame).
   std::optional<Frame> receive(Clock::time_point first_byte_deadline) const {

@@ -16,6 +16,8 @@
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "server/client_wire.hpp"
+#include "server/tls.hpp"
+#include "server/tls_relay.hpp"
 
 namespace rlm {
 namespace {
@@ -83,10 +85,10 @@ std::optional<double> room(const json& capacity, const std::vector<std::string>&
 
 // The node's capacity, connected to, asked and answered within `timeout` all told, the answer at
 // most 64 KiB: a node that is stopped, never accepts or trickles is passed over, not waited on.
-json ask_capacity(const std::string& socket_path, std::optional<uid_t> server_uid,
-                  std::chrono::milliseconds timeout) {
-  const auto deadline = server::Clock::now() + timeout;
-  const auto socket = server::connect_to_server(socket_path, server_uid, deadline);
+json ask_capacity(const std::string& socket_path, const FleetOptions& options) {
+  const auto deadline = server::Clock::now() + options.ask_timeout;
+  const auto socket =
+      server::connect_to_server(socket_path, options.server_uid, deadline, options.tls);
   try {
     server::send_frame(socket.get(), {{"op", "capacity"}}, deadline);
   } catch (const server::WireError& error) {
@@ -101,11 +103,16 @@ json ask_capacity(const std::string& socket_path, std::optional<uid_t> server_ui
 }  // namespace
 
 std::string endpoint_socket(const std::string& endpoint) {
+  if (server::is_tls_endpoint(endpoint)) {
+    if (!server::split_host_port(std::string_view(endpoint).substr(6)))
+      throw Error("endpoint '" + endpoint + "': expected tls://HOST:PORT");
+    return endpoint;
+  }
   std::string path = endpoint.rfind("unix:", 0) == 0 ? endpoint.substr(5) : endpoint;
   if (path.empty() || path.front() != '/')
     throw Error("endpoint '" + endpoint +
-                "': expected unix:/PATH or /PATH of a server's socket (remote endpoints, "
-                "tls://HOST:PORT, are not in this build yet)");
+                "': expected unix:/PATH or /PATH of a server's socket, or tls://HOST:PORT of "
+                "its TLS listener");
   return path;
 }
 
@@ -202,8 +209,7 @@ std::vector<FleetNode> Fleet::status() const {
     FleetNode node;
     node.endpoint = endpoint;
     try {
-      node.capacity =
-          ask_capacity(endpoint_socket(endpoint), options_.server_uid, options_.ask_timeout);
+      node.capacity = ask_capacity(endpoint_socket(endpoint), options_);
     } catch (const Error& error) {
       node.error = error.what();
     }
@@ -242,8 +248,7 @@ auto Fleet::place(Attempt&& attempt) {
     for (const std::size_t index : sample) {
       std::string why;
       try {
-        const json capacity = ask_capacity(endpoint_socket(endpoints_[index]), options_.server_uid,
-                                           options_.ask_timeout);
+        const json capacity = ask_capacity(endpoint_socket(endpoints_[index]), options_);
         try {
           if (const auto free = room(capacity, options_.backends, why)) {
             if (*free > best_room) best = index, best_room = *free;
@@ -272,7 +277,8 @@ auto Fleet::place(Attempt&& attempt) {
 
 Result Fleet::run(const Request& request, const std::string& policy_name, const Policy* overrides) {
   return place([&](const std::string& socket) {
-    return ServerConnection(socket, options_.server_uid).run(request, policy_name, overrides);
+    return ServerConnection(socket, options_.server_uid, options_.tls)
+        .run(request, policy_name, overrides);
   });
 }
 
@@ -280,7 +286,7 @@ std::unique_ptr<Session> Fleet::open_session(const std::string& policy_name,
                                              const Policy* overrides, SessionOptions options) {
   return place([&](const std::string& socket) {
     // Each attempt gets its own copy: a refused one must leave the options for the next.
-    return ServerConnection(socket, options_.server_uid)
+    return ServerConnection(socket, options_.server_uid, options_.tls)
         .open_session(policy_name, overrides, options);
   });
 }
@@ -289,7 +295,8 @@ Policy Fleet::policy(const std::string& name) const {
   std::string why;
   for (const auto& endpoint : endpoints_) {
     try {
-      return ServerConnection(endpoint_socket(endpoint), options_.server_uid).policy(name);
+      return ServerConnection(endpoint_socket(endpoint), options_.server_uid, options_.tls)
+          .policy(name);
     } catch (const ServerRefused& refused) {
       if (!passes_over(refused)) throw;
       why += (why.empty() ? "" : "; ") + endpoint + ": " + refused.what();

@@ -21,7 +21,7 @@ std::optional<ucred> peer_credentials(int socket) {
 std::optional<Peer> peer_of(int socket) {
   const auto credentials = peer_credentials(socket);
   if (!credentials) return std::nullopt;
-  Peer peer{credentials->pid, credentials->uid, credentials->gid, {}};
+  Peer peer{credentials->pid, credentials->uid, credentials->gid, {}, {}};
   // The supplementary groups: at most NGROUPS_MAX (65536); asked with room for 64 first.
   std::vector<gid_t> groups(64);
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -55,6 +55,9 @@ bool peer_allowed(const Peer& peer, uid_t server_uid, const std::vector<uid_t>& 
 }
 
 std::string describe(const Peer& peer) {
+  if (!peer.identity.empty())
+    return "uid " + std::to_string(peer.uid) + " (gid " + std::to_string(peer.gid) +
+           ", TLS identity '" + peer.identity + "')";
   return "uid " + std::to_string(peer.uid) + " (gid " + std::to_string(peer.gid) + ", pid " +
          std::to_string(peer.pid) + ")";
 }

@@ -3,6 +3,7 @@
 // connection: peer check, hello, policy, then one run or one session.
 #include "rlm_sandbox/server.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -15,11 +16,15 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
+#include <variant>
 
 #include "rlm_sys/sys.hpp"
 #include "server/connection.hpp"
 #include "server/listener.hpp"
+#include "server/tls_gateway.hpp"
+#include "server/tls_listener.hpp"
 
 namespace rlm {
 
@@ -31,7 +36,8 @@ struct Server::State {
   ServerConfig config;
   std::map<std::string, server::Offer> offers;
   server::Listener listener;
-  UniqueFd wake;  // an eventfd: stop() and drain()
+  std::optional<server::TlsListener> tls;  // --listen: TLS clients over TCP
+  UniqueFd wake;                           // an eventfd: stop() and drain()
   std::atomic<bool> stop_requested{false};
 
   uid_t own_uid = geteuid();
@@ -53,9 +59,19 @@ struct Server::State {
   std::size_t workers = 0, spares = 0;
   std::deque<int> handed;  // accepted, for a spare (each also in `connections`)
   std::condition_variable handed_over;
+  // TCP connections before their TLS client is known (at most max_clients; shut down on stop).
+  std::set<int> handshaking;
 
   void work(UniqueFd first);
   void serve_connection(UniqueFd socket);
+  // A TLS client, on a thread of its own: the handshake, its certificate's uid, then its
+  // frames relayed (tls_gateway.hpp) to dispatch() on another thread, as a unix client's.
+  void accept_remote();
+  void serve_remote(UniqueFd tcp);
+  void serve_tls_client(server::TlsStream& stream, json who);
+  void serve_ops(UniqueFd ops, server::Peer peer);
+  // A thread's end: the count the destructor waits on, given back after everything it did.
+  void leave();
   void dispatch(const server::Connection& connection);
   // The status and kill ops: answered, then the connection ends.
   void serve_status(const server::Connection& connection);
@@ -151,6 +167,7 @@ void Server::State::end_connections() {
   stopping = true;
   handed_over.notify_all();
   for (const auto& [socket, uid] : connections) shutdown(socket, SHUT_RDWR);
+  for (const int socket : handshaking) shutdown(socket, SHUT_RDWR);
   idle.wait(lock, [&] { return connections.empty() && workers == 0; });
   lock.unlock();
   server::remove_socket_file(listener);
@@ -189,6 +206,16 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
     state_->listener = server::listen_at(config.socket_path, config.socket_mode, backlog,
                                          config.allow_uids, config.allow_gids);
   }
+  if (!config.tls_listen.empty()) {
+    const int backlog = static_cast<int>(std::min<std::size_t>(config.max_clients * 2, 4096));
+    state_->tls = server::listen_tls(config.tls_listen, config.tls_cert, config.tls_key,
+                                     config.tls_client_ca, backlog);
+  } else if (!config.tls_cert.empty() || !config.tls_key.empty() || !config.tls_client_ca.empty() ||
+             !config.tls_identities.empty()) {
+    throw Error(
+        "--tls-cert, --tls-key, --client-ca and --tls-identity are for a TLS listener: "
+        "give --listen HOST:PORT too");
+  }
   // A uid's share is at most the whole (lowering max_bytes_in_flight alone lowers both).
   state_->log = std::make_unique<server::EventLog>(config.log);
   state_->frame_budget = std::make_unique<server::FrameBudget>(
@@ -208,6 +235,10 @@ Server::~Server() {
 
 const ServerConfig& Server::config() const {
   return state_->config;
+}
+
+std::string Server::tls_address() const {
+  return state_->tls ? state_->tls->address : "";
 }
 
 void Server::stop() {
@@ -248,6 +279,7 @@ void Server::serve(int stop_fd, int drain_fd) {
                                                      : json(state_->config.socket_path)},
        {"pid", getpid()},
        {"node", state_->node->id()},
+       {"tls", state_->tls ? json(state_->tls->address) : json()},
        {"max_sandboxes", state_->config.max_sandboxes},
        {"pools", offered}});
   const std::string endpoint_file = server::register_endpoint(
@@ -256,16 +288,17 @@ void Server::serve(int stop_fd, int drain_fd) {
     state_->log->record({{"event", "registered"}, {"endpoint_file", endpoint_file}});
   constexpr auto kDrainPoll = std::chrono::milliseconds(20);
   for (;;) {
-    pollfd fds[4] = {{state_->listener.fd.get(), POLLIN, 0},
+    pollfd fds[5] = {{state_->listener.fd.get(), POLLIN, 0},
                      {state_->wake.get(), POLLIN, 0},
                      {stop_fd, POLLIN, 0},
-                     {drain_fd, POLLIN, 0}};
+                     {drain_fd, POLLIN, 0},
+                     {state_->tls ? state_->tls->fd.get() : -1, POLLIN, 0}};
     std::optional<Clock::time_point> drain_deadline;
     {
       std::lock_guard lock(state_->mutex);
       drain_deadline = state_->drain_deadline;
     }
-    if (poll(fds, 4, drain_deadline ? static_cast<int>(kDrainPoll.count()) : -1) < 0) {
+    if (poll(fds, 5, drain_deadline ? static_cast<int>(kDrainPoll.count()) : -1) < 0) {
       if (errno == EINTR) continue;
       throw Error("poll: " + sys::errno_text(errno));
     }
@@ -295,6 +328,7 @@ void Server::serve(int stop_fd, int drain_fd) {
         state_->log->record({{"event", "drained"}, {"node", state_->node->id()}, {"ended", ended}});
       }
     }
+    if (fds[4].revents & POLLIN) state_->accept_remote();
     if (!(fds[0].revents & POLLIN)) continue;
     UniqueFd socket(accept4(state_->listener.fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!socket) continue;  // the peer left already, or fds ran out: go on serving the rest
@@ -389,6 +423,136 @@ void Server::State::serve_connection(UniqueFd socket) {
   socket.reset();
 }
 
+void Server::State::leave() {
+  std::unique_lock lock(mutex);
+  --workers;
+  // The destructor may free this State once it sees the count: the notification and the mutex's
+  // release happen after everything else this thread does.
+  std::notify_all_at_thread_exit(idle, std::move(lock));
+}
+
+void Server::State::accept_remote() {
+  UniqueFd socket(accept4(tls->fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!socket) return;
+  {
+    std::lock_guard lock(mutex);
+    // Before a certificate names anyone, connections are bounded as a whole: max_clients of them
+    // may be shaking hands at once, each within first_frame_timeout.
+    if (stopping || handshaking.size() >= config.max_clients) return;
+    handshaking.insert(socket.get());
+    ++workers;
+  }
+  try {
+    std::thread([this, fd = socket.get()] { serve_remote(UniqueFd(fd)); }).detach();
+    socket.release();
+  } catch (const std::system_error&) {
+    std::lock_guard lock(mutex);
+    handshaking.erase(socket.get());
+    --workers;
+  }
+}
+
+void Server::State::serve_remote(UniqueFd tcp) {
+  pthread_setname_np(pthread_self(), "rlm-tls");
+  const int fd = tcp.get();
+  json who{{"remote", server::remote_address(fd)}};
+  std::optional<server::TlsStream> stream;
+  try {
+    const auto deadline = Clock::now() + config.first_frame_timeout;
+    if (!server::speaks_tls(fd, deadline)) {
+      refuse_now(fd, who, "", "refused",
+                 "this port speaks TLS 1.3 only, with a client certificate (rlm-sandbox "
+                 "--server tls://HOST:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE)");
+    } else {
+      // On a copy of the fd: `tcp` stays open (its number ours) until it leaves `handshaking`.
+      stream.emplace(server::TlsStream::accept(tls->context,
+                                               UniqueFd(fcntl(fd, F_DUPFD_CLOEXEC, 0)), deadline));
+    }
+  } catch (const server::WireError& refused) {
+    log->record_limited(refusal_event(who, "", "refused", refused.what()), std::nullopt);
+  }
+  {
+    std::lock_guard lock(mutex);
+    handshaking.erase(fd);
+  }
+  tcp.reset();
+  if (stream) {
+    try {
+      serve_tls_client(*stream, std::move(who));
+    } catch (...) {
+    }
+  }
+  stream.reset();
+  leave();
+}
+
+void Server::State::serve_tls_client(server::TlsStream& stream, json who) {
+  const auto refuse = [&](const std::string& kind, const std::string& message) {
+    log->record_limited(refusal_event(who, "", kind, message), std::nullopt);
+    try {
+      server::send_tls_frame(stream, server::error_frame(kind, message),
+                             Clock::now() + std::chrono::seconds(1));
+    } catch (const Error&) {
+    }
+    stream.close_now();
+  };
+  auto mapped = server::peer_of_identities(stream.peer_identities(), config.tls_identities);
+  if (auto* why = std::get_if<std::string>(&mapped)) return refuse("refused", *why);
+  const server::Peer peer = std::get<server::Peer>(mapped);
+  who["uid"] = peer.uid;
+  who["gid"] = peer.gid;
+  who["identity"] = peer.identity;
+  if (!server::peer_allowed(peer, own_uid, config.allow_uids, config.allow_gids))
+    return refuse("refused", server::describe(peer) +
+                                 " is not allowed to use this server (its --allow-uid / "
+                                 "--allow-gid)");
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
+    return refuse("unavailable", "socketpair: " + sys::errno_text(errno));
+  UniqueFd ops(ends[0]), gateway(ends[1]);
+  {
+    std::unique_lock lock(mutex);
+    if (stopping) return;
+    if (const auto full = over_capacity(peer.uid)) {
+      lock.unlock();
+      return refuse("unavailable", *full);
+    }
+    add_connection(ops.get(), peer.uid);
+    ++workers;
+  }
+  try {
+    std::thread([this, fd = ops.get(), peer] { serve_ops(UniqueFd(fd), peer); }).detach();
+    ops.release();
+  } catch (const std::system_error&) {
+    std::lock_guard lock(mutex);
+    --workers;
+    remove_connection(ops.get());
+    return;
+  }
+  server::relay_tls_client(stream, std::move(gateway),
+                           {config.max_frame_bytes,
+                            config.frame_timeout,
+                            config.max_context_bytes,
+                            {frame_budget.get(), peer.uid}});
+}
+
+void Server::State::serve_ops(UniqueFd ops, server::Peer peer) {
+  pthread_setname_np(pthread_self(), "rlm-connection");
+  const int fd = ops.get();
+  try {
+    dispatch(server::Connection{fd, std::move(peer), config, offers, *frame_budget, activities,
+                                *node, *log, own_uid});
+  } catch (...) {
+  }
+  {
+    std::lock_guard lock(mutex);
+    remove_connection(fd);
+    idle.notify_all();
+  }
+  ops.reset();
+  leave();
+}
+
 // hello and policy, each within first_frame_timeout of the last, at most max_negotiation_frames
 // of them and all within negotiation_timeout of connecting (no frame moves that deadline, so
 // chatting does not hold a connection); then one run or one session; the connection then ends.
@@ -469,12 +633,9 @@ void Server::State::dispatch(const server::Connection& connection) {
 
 void Server::State::serve_status(const server::Connection& connection) {
   const bool all = connection.operator_peer();
-  log->record_limited({{"event", "request"},
-                       {"op", "status"},
-                       {"uid", connection.peer.uid},
-                       {"gid", connection.peer.gid},
-                       {"pid", connection.peer.pid}},
-                      connection.peer.uid);
+  json request{{"event", "request"}, {"op", "status"}};
+  request.update(connection.who());
+  log->record_limited(std::move(request), connection.peer.uid);
   json status{{"op", "status"},
               {"pid", getpid()},
               {"uptime_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -501,12 +662,9 @@ void Server::State::serve_node_op(const server::Connection& connection, const st
                             "drain's \"grace_ms\" is a whole number of ms, at most a day");
     grace = std::chrono::milliseconds(asked->get<std::uint64_t>());
   }
-  log->record({{"event", "request"},
-               {"op", "drain"},
-               {"grace_ms", grace.count()},
-               {"uid", connection.peer.uid},
-               {"gid", connection.peer.gid},
-               {"pid", connection.peer.pid}});
+  json request{{"event", "request"}, {"op", "drain"}, {"grace_ms", grace.count()}};
+  request.update(connection.who());
+  log->record(std::move(request));
   begin_drain(grace);
   connection.send({{"op", "draining"}, {"node", node->id()}, {"grace_ms", grace.count()}});
 }
@@ -516,13 +674,9 @@ void Server::State::serve_kill(const server::Connection& connection, const json&
   if (id == frame.end() || !id->is_number_unsigned())
     throw server::Refusal("invalid", "kill needs \"id\" (a number from status)");
   const std::uint64_t target = id->get<std::uint64_t>();
-  log->record_limited({{"event", "request"},
-                       {"op", "kill"},
-                       {"target", target},
-                       {"uid", connection.peer.uid},
-                       {"gid", connection.peer.gid},
-                       {"pid", connection.peer.pid}},
-                      connection.peer.uid);
+  json request{{"event", "request"}, {"op", "kill"}, {"target", target}};
+  request.update(connection.who());
+  log->record_limited(std::move(request), connection.peer.uid);
   if (!activities.kill(target, connection.peer, connection.operator_peer()))
     throw server::Refusal("refused", "no run or session " + std::to_string(target) +
                                          (connection.operator_peer() ? "" : " of yours") +

@@ -112,11 +112,15 @@ std::string encode_frame(const json& message) {
 
 void send_frame(int socket, const json& message, Clock::time_point deadline,
                 std::span<const int> fds) {
-  const std::string frame = encode_frame(message);
+  send_encoded(socket, encode_frame(message), deadline, fds);
+}
+
+void send_encoded(int socket, std::string_view frame, Clock::time_point deadline,
+                  std::span<const int> fds) {
   std::size_t sent = 0;
   while (sent < frame.size()) {
-    const ssize_t count = send_some(socket, std::string_view(frame).substr(sent),
-                                    sent == 0 ? fds : std::span<const int>{});
+    const ssize_t count =
+        send_some(socket, frame.substr(sent), sent == 0 ? fds : std::span<const int>{});
     if (count > 0) {
       sent += static_cast<std::size_t>(count);
       continue;

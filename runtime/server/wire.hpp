@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -101,6 +102,9 @@ std::string encode_frame(const nlohmann::json& message);
 // WireError when the peer is gone or does not read in time.
 void send_frame(int socket, const nlohmann::json& message, Clock::time_point deadline,
                 std::span<const int> fds = {});
+// The same for a frame already encoded (its header and body), passed on as it came.
+void send_encoded(int socket, std::string_view frame, Clock::time_point deadline,
+                  std::span<const int> fds = {});
 // The same, never waiting: for a refusal sent on the way to closing. False when it did not fit.
 bool send_frame_now(int socket, const nlohmann::json& message);
 

@@ -128,15 +128,29 @@ inline bool via_recycled() {
   return backend_under_test() == "recycled";
 }
 
+// RLM_SECURITY_BACKEND=tls: the same server, reached through its TLS listener
+// (tls://127.0.0.1:PORT, docs/fleet.md) with a client certificate whose identity stands for this
+// uid: every fd a run would pass is streamed instead, and the tests must hold the same.
+inline bool via_tls() {
+  return backend_under_test() == "tls";
+}
+
 inline bool via_server() {
-  return backend_under_test() == "server" || via_recycled();
+  return backend_under_test() == "server" || via_recycled() || via_tls();
 }
 
 inline const test::ServerProcess& security_server() {
   static const test::ServerProcess server(
       {"--pool", via_recycled() ? "default=1,recycle=1000000" : "default=2", "--pool",
-       "python-repl=1", "--permit-bind", std::to_string(::getuid()) + ":/tmp:rw"});
+       "python-repl=1", "--permit-bind", std::to_string(::getuid()) + ":/tmp:rw"},
+      std::chrono::seconds(60),
+      via_tls() ? std::optional(test::TlsListenerSetup{::getuid(), 65534}) : std::nullopt);
   return server;
+}
+
+// Where the tests' client connects: the socket, or the TLS listener.
+inline std::string security_endpoint() {
+  return via_tls() ? security_server().tls_endpoint() : security_server().socket();
 }
 
 #ifdef RLM_SECTEST_HAS_SERVER
@@ -203,8 +217,13 @@ class NamespaceTest : public ::testing::Test {
     if (via_server()) {
 #ifdef RLM_SECTEST_HAS_SERVER
       // The CLI-driven tests go through the same server ($RLM_SANDBOX_SERVER, as a user sets it).
-      ::setenv("RLM_SANDBOX_SERVER", security_server().socket().c_str(), 1);
-      backend_ = make_server_client(security_server().socket());
+      ::setenv("RLM_SANDBOX_SERVER", security_endpoint().c_str(), 1);
+      if (via_tls()) {
+        ::setenv("RLM_SANDBOX_TLS_CERT", security_server().tls_file("alice.pem").c_str(), 1);
+        ::setenv("RLM_SANDBOX_TLS_KEY", security_server().tls_file("alice.key").c_str(), 1);
+        ::setenv("RLM_SANDBOX_TLS_CA", security_server().tls_file("ca.pem").c_str(), 1);
+      }
+      backend_ = make_server_client(security_endpoint());
       if (via_recycled()) {
         dirty_recycled_sandbox();
         if (HasFatalFailure()) return;

@@ -44,4 +44,13 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/runtime/include/rlm_sandbox/client.hpp)
                        TEST_PREFIX via_recycled. TEST_FILTER NamespaceTest.*
                        PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE LABELS via_recycled
                                   ENVIRONMENT RLM_SECURITY_BACKEND=recycled)
+  # And through the server's TLS listener (RLM_SECURITY_BACKEND=tls: certificates made for the
+  # test, stdio streamed instead of passed), as via_tls.<Suite.Test> with the label via_tls.
+  gtest_discover_tests(namespace_security_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX via_tls.
+                       PROPERTIES TIMEOUT 300 LABELS via_tls
+                                  ENVIRONMENT RLM_SECURITY_BACKEND=tls)
+  gtest_discover_tests(namespace_security_serial_tests DISCOVERY_TIMEOUT 60
+                       TEST_PREFIX via_tls. TEST_FILTER NamespaceTest.*
+                       PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE LABELS via_tls
+                                  ENVIRONMENT RLM_SECURITY_BACKEND=tls)
 endif()

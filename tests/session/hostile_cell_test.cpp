@@ -21,11 +21,13 @@
 #include <vector>
 
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sandbox/llm.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/session.hpp"
 #include "support/host_probes.hpp"
+#include "support/server_process.hpp"
 
 namespace rlm::test {
 namespace {
@@ -167,12 +169,35 @@ class Watchdog {
   std::thread thread_;
 };
 
+// The same attacks on sessions of a real server reached through its TLS listener (a parameter
+// ending "/tls"): the cell's frames cross the server's session host and then TLS, streamed to
+// this process, whose bounds (HostMeter) are then the remote client's.
+const ServerProcess& tls_server() {
+  static const ServerProcess server(
+      {"--session-pool", "python-repl=2", "--session-pool", "strict=2"}, std::chrono::seconds(60),
+      TlsListenerSetup{::getuid(), 65534});
+  return server;
+}
+
 class HostileCell : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    policy_ = load_policy(GetParam());
-    policy_.limits.wall_time = 10s;
-    backend_ = make_backend("namespace");
+    std::string name = GetParam();
+    const bool via_tls = name.ends_with("/tls");
+    if (via_tls) name.resize(name.size() - 4);
+    policy_ = load_policy(name);
+    // Through a server the policy may only tighten the one offered (strict's is 5 s).
+    policy_.limits.wall_time =
+        via_tls ? std::min<std::chrono::milliseconds>(10s, policy_.limits.wall_time) : 10s;
+    if (via_tls) {
+      const ServerProcess& server = tls_server();
+      backend_ =
+          make_server_client(server.tls_endpoint(), std::nullopt,
+                             TlsFiles{server.tls_file("alice.pem"), server.tls_file("alice.key"),
+                                      server.tls_file("ca.pem")});
+    } else {
+      backend_ = make_backend("namespace");
+    }
     ASSERT_TRUE(backend_);
   }
 
@@ -642,11 +667,13 @@ TEST_P(HostileCell, MalformedCallFramesEndOnlyThatSession) {
   EXPECT_EQ(bystander->execute("print(alive)").stdout_data, "True\n");
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, HostileCell, ::testing::Values("python-repl", "strict"),
+INSTANTIATE_TEST_SUITE_P(Policies, HostileCell,
+                         ::testing::Values("python-repl", "strict", "python-repl/tls",
+                                           "strict/tls"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)
-                             if (c == '-') c = '_';
+                             if (c == '-' || c == '/') c = '_';
                            return name;
                          });
 

@@ -30,11 +30,22 @@ bool accepts(const std::string& path) {
 }  // namespace
 
 ServerProcess::ServerProcess(const std::vector<std::string>& args,
-                             std::chrono::milliseconds ready_within) {
+                             std::chrono::milliseconds ready_within,
+                             std::optional<TlsListenerSetup> tls) {
   ::chmod(dir_.path().c_str(), 0755);
   socket_ = dir_.file("server.sock");
   std::vector<std::string> argv = {bin_path("rlm-sandbox"), "serve", "--socket", socket_};
   argv.insert(argv.end(), args.begin(), args.end());
+  if (tls) {
+    const ProcessOutcome outcome =
+        run_process({"/bin/sh", source_path("tests/server/make_tls_certs.sh"), dir_.file("tls")});
+    if (outcome.exit_code != 0)
+      throw std::runtime_error("make_tls_certs.sh failed: " + outcome.err);
+    argv.insert(argv.end(), {"--listen", "127.0.0.1:0", "--tls-cert", tls_file("node.pem"),
+                             "--tls-key", tls_file("node.key"), "--client-ca", tls_file("ca.pem"),
+                             "--tls-identity", "alice=" + std::to_string(tls->alice_uid),
+                             "--tls-identity", "bob=" + std::to_string(tls->bob_uid)});
+  }
   std::vector<char*> pointers;
   for (auto& arg : argv) pointers.push_back(arg.data());
   pointers.push_back(nullptr);
@@ -68,6 +79,21 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args,
       throw std::runtime_error("rlm-sandbox serve did not listen in time: " + text);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The listener's port, from the server's "listening" line (written once it serves).
+  while (tls && tls_endpoint_.empty()) {
+    const std::string text = log();
+    constexpr std::string_view kKey = "\"tls\":\"";
+    if (const auto at = text.find(kKey); at != std::string::npos) {
+      const auto end = text.find('"', at + kKey.size());
+      if (end != std::string::npos)
+        tls_endpoint_ = "tls://" + text.substr(at + kKey.size(), end - at - kKey.size());
+    } else if (std::chrono::steady_clock::now() > deadline) {
+      stop();
+      throw std::runtime_error("rlm-sandbox serve did not say its TLS address: " + text);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
 }
 

@@ -92,6 +92,7 @@ int fleet_command(const std::vector<std::string>& args) {
       ("json", po::bool_switch(),
        "print a JSON array of the nodes' capacities (each with \"endpoint\"; a node that did not "
        "answer: {\"endpoint\", \"error\"})");
+  add_tls_flags(options);
   po::options_description all;
   all.add(options).add_options()("args", po::value<std::vector<std::string>>(), "");
   auto values = parse_options(args, all, "fleet", "args");
@@ -109,6 +110,7 @@ int fleet_command(const std::vector<std::string>& args) {
                      "fleet");
   FleetOptions fleet_options;
   fleet_options.server_uid = server_uid(values);
+  fleet_options.tls = tls_files(values);
   const Fleet fleet(read_fleet(words[1]), fleet_options);
   const auto nodes = fleet.status();
   if (values["json"].as<bool>()) {

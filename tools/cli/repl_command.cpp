@@ -148,6 +148,7 @@ int repl_command(const std::vector<std::string>& args) {
       ("server", po::value<std::string>(), kServerFlagHelp)  //
       ("fleet", po::value<std::string>(), kFleetFlagHelp)    //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
+  add_tls_flags(options);
   add_mount_and_env_options(options);
 
   std::vector<po::option> in_order;
@@ -199,7 +200,7 @@ int repl_command(const std::vector<std::string>& args) {
   if (fleet) {
     policy = fleet->policy(policy_name);
   } else if (auto socket = server_socket(values)) {
-    server = std::make_unique<ServerConnection>(*socket, server_uid(values));
+    server = std::make_unique<ServerConnection>(*socket, server_uid(values), tls_files(values));
     policy = server->policy(policy_name);
   } else {
     policy = load_policy(policy_name);

@@ -265,7 +265,8 @@ std::optional<int> run_plainly_on_server(const std::vector<std::string>& args) {
   request.on_stderr = [](std::string_view data) { write_all(STDERR_FILENO, data); };
   const Interrupts interrupts;
   request.stop_fd = interrupts.stop_fd();
-  Result result = run_on_server(*socket, std::nullopt, policy.value_or("default"), request, {});
+  Result result =
+      run_on_server(*socket, std::nullopt, std::nullopt, policy.value_or("default"), request, {});
   interrupts.explain(result);
   report_outcome(result);
   report_stand_ins(result, false);
@@ -314,6 +315,7 @@ po::options_description run_options() {
       ("server", po::value<std::string>(), kServerFlagHelp)              //
       ("fleet", po::value<std::string>(), kFleetFlagHelp)                //
       ("server-uid", po::value<std::string>(), kServerUidFlagHelp);
+  add_tls_flags(options);
   add_mount_and_env_options(options);
   return options;
 }
@@ -398,7 +400,7 @@ int run_parsed(const CommandLine& line, const po::options_description& options,
       };
     if (terminal) terminal->start();
     result = fleet ? run_on_fleet(*fleet, values["policy"].as<std::string>(), request, change)
-                   : run_on_server(*server_socket(values), server_uid(values),
+                   : run_on_server(*server_socket(values), server_uid(values), tls_files(values),
                                    values["policy"].as<std::string>(), request, change);
   } else {
     Policy policy = load_policy(values["policy"].as<std::string>());

@@ -53,6 +53,12 @@ run and session it holds is stopped and the socket file removed. Killed with
 SIGKILL, it leaves no sandbox behind (they die with it), and a restart replaces the stale socket.
 Under systemd, socket activation (LISTEN_FDS) replaces --socket: packaging/systemd/.
 
+Remote clients (another host, a fleet across machines) come in through --listen HOST:PORT: TLS 1.3
+only, a client certificate issued by --client-ca required. The certificate's identity (its common
+name or a subject alternative name) stands for the uid --tls-identity NAME=UID gives it, with
+exactly that uid's permits and shares; an identity not given is refused. Over TLS the payload's
+stdio is streamed, with the same output cap; everything else is as on the socket.
+
 It says what it does on stderr, one JSON object per line: {"event":"request"} for each run,
 session, status and kill (its id, op, policy and the client's uid, gid and pid), "refusal" for
 each request refused (kind and message), and "end" for each run (status, exit code, wall and CPU
@@ -66,9 +72,14 @@ examples:
   rlm-sandbox serve --socket /tmp/s.sock --pool default=8 --session-pool python-repl=2 \
       --allow-gid 100 --permit-bind 1000:/srv/data --permit-bind 1000:/home/ci/out:rw
   rlm-sandbox serve --config /etc/rlm-sandbox/server.json
+  rlm-sandbox serve --socket /run/rlm-sandbox.sock --pool default=8 --allow-uid 1000 \
+      --listen 0.0.0.0:7443 --tls-cert node.pem --tls-key node.key --client-ca ca.pem \
+      --tls-identity ci-runner=1000
 then:
   rlm-sandbox run --server /run/rlm-sandbox.sock --policy default -- /bin/true
   RLM_SANDBOX_SERVER=/run/rlm-sandbox.sock rlm-sandbox repl --policy python-repl --lm echo
+  rlm-sandbox run --server tls://node1:7443 --tls-cert ci.pem --tls-key ci.key --tls-ca ca.pem \
+      -- /bin/true
 )";
 
 // `text` as a whole number in `base`, at most `max`; throws Error naming `flag` otherwise.
@@ -201,7 +212,21 @@ int serve_command(const std::vector<std::string>& args) {
        "set it on a node tenants share, so one cannot take every slot (default: no share)")  //
       ("drain-grace", po::value<std::string>(),
        "DURATION: how long a drain (SIGTERM, `rlm-sandbox server drain`) lets running runs and "
-       "sessions go on before it ends them with node_drained (default 30s)");
+       "sessions go on before it ends them with node_drained (default 30s)")  //
+      ("listen", po::value<std::string>(),
+       "HOST:PORT: also serve TLS clients on this TCP address (TLS 1.3, a client certificate "
+       "required; plain TCP refused). Needs --tls-cert, --tls-key, --client-ca and identities "
+       "(docs/fleet.md#remote-access)")                                                       //
+      ("tls-cert", po::value<std::string>(), "FILE: the listener's certificate chain (PEM)")  //
+      ("tls-key", po::value<std::string>(), "FILE: its private key (PEM)")                    //
+      ("client-ca", po::value<std::string>(),
+       "FILE: the CA (PEM) client certificates must be issued by")  //
+      ("tls-identity", po::value<std::vector<std::string>>()->composing(),
+       "NAME=UID: a client certificate whose common name or subject alternative name is NAME "
+       "acts as uid UID, with that uid's permits (--allow-uid, --permit-bind, shares); "
+       "repeatable. A certificate no identity names is refused")  //
+      ("tls-identity-file", po::value<std::string>(),
+       "FILE: identities as JSON, {\"identities\": {NAME: UID}} (e.g. a mounted Secret)");
 
   auto values = parse_options(args, options, "serve");
   if (values.count("help")) {
@@ -266,6 +291,26 @@ int serve_command(const std::vector<std::string>& args) {
   if (values.count("register")) config.register_dir = values["register"].as<std::string>();
   if (values.count("drain-grace"))
     config.drain_grace = duration_flag("--drain-grace", values["drain-grace"].as<std::string>());
+  if (values.count("listen")) config.tls_listen = values["listen"].as<std::string>();
+  if (values.count("tls-cert")) config.tls_cert = values["tls-cert"].as<std::string>();
+  if (values.count("tls-key")) config.tls_key = values["tls-key"].as<std::string>();
+  if (values.count("client-ca")) config.tls_client_ca = values["client-ca"].as<std::string>();
+  if (values.count("tls-identity-file"))
+    for (const auto& [name, uid] :
+         load_tls_identities(values["tls-identity-file"].as<std::string>()))
+      config.tls_identities[name] = uid;
+  each("tls-identity", [&](const std::string& v) {
+    const auto equals = v.rfind('=');
+    if (equals == std::string::npos || equals == 0)
+      throw UsageError("--tls-identity " + v + ": expected NAME=UID", "serve");
+    config.tls_identities[v.substr(0, equals)] = id_flag("--tls-identity", v.substr(equals + 1));
+  });
+  if (!config.tls_listen.empty() &&
+      (config.tls_cert.empty() || config.tls_key.empty() || config.tls_client_ca.empty()))
+    throw UsageError(
+        "--listen needs --tls-cert, --tls-key and --client-ca (a TLS listener "
+        "only; plain TCP is not offered)",
+        "serve");
   config.listen_fd = systemd_listen_fd();
   if (config.listen_fd < 0 && config.socket_path.empty())
     throw UsageError("no socket: give --socket PATH (or start it by systemd socket activation)",

@@ -42,6 +42,7 @@ std::shared_ptr<Fleet> fleet_of(const boost::program_options::variables_map& val
                 " cannot be used with a fleet: each node's policy chooses its backend");
   FleetOptions options;
   options.server_uid = server_uid(values);
+  options.tls = tls_files(values);
   return std::make_shared<Fleet>(read_fleet(source), options);
 }
 
@@ -57,10 +58,32 @@ std::optional<uid_t> server_uid(const boost::program_options::variables_map& val
   return parse_server_uid(values["server-uid"].as<std::string>(), "--server-uid");
 }
 
+void add_tls_flags(boost::program_options::options_description& options) {
+  options.add_options()  //
+      ("tls-cert", boost::program_options::value<std::string>(),
+       "FILE: this client's certificate (PEM) for tls:// servers; its identity is what the "
+       "server maps to a uid (also $RLM_SANDBOX_TLS_CERT)")  //
+      ("tls-key", boost::program_options::value<std::string>(),
+       "FILE: the certificate's private key (also $RLM_SANDBOX_TLS_KEY)")  //
+      ("tls-ca", boost::program_options::value<std::string>(),
+       "FILE: the CA (PEM) a tls:// server's certificate must be issued by; it must also name the "
+       "host dialled (also $RLM_SANDBOX_TLS_CA)");
+}
+
+std::optional<TlsFiles> tls_files(const boost::program_options::variables_map& values) {
+  if (!values.count("tls-cert") && !values.count("tls-key") && !values.count("tls-ca"))
+    return std::nullopt;
+  TlsFiles files = tls_files_from_environment();
+  if (values.count("tls-cert")) files.cert = values["tls-cert"].as<std::string>();
+  if (values.count("tls-key")) files.key = values["tls-key"].as<std::string>();
+  if (values.count("tls-ca")) files.ca = values["tls-ca"].as<std::string>();
+  return files;
+}
+
 Result run_on_server(const std::string& socket, std::optional<uid_t> server_uid,
-                     const std::string& policy_name, const Request& request,
-                     const std::function<Policy(Policy)>& change) {
-  ServerConnection connection(socket, server_uid);
+                     const std::optional<TlsFiles>& tls, const std::string& policy_name,
+                     const Request& request, const std::function<Policy(Policy)>& change) {
+  ServerConnection connection(socket, server_uid, tls);
   if (!change) return connection.run(request, policy_name);
   const Policy policy = change(connection.policy(policy_name));
   return connection.run(request, policy_name, &policy);

@@ -12,6 +12,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/fleet.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
@@ -21,8 +22,16 @@ namespace rlm::cli {
 
 // The --server flag's description, for run and repl.
 inline constexpr const char* kServerFlagHelp =
-    "PATH: run in the warm sandboxes of `rlm-sandbox serve` at this socket (also "
-    "$RLM_SANDBOX_SERVER); if it cannot serve, fail with exit 125, never run elsewhere";
+    "PATH or tls://HOST:PORT: run in the warm sandboxes of `rlm-sandbox serve` at this socket, "
+    "or at its TLS listener (with --tls-cert, --tls-key, --tls-ca) (also $RLM_SANDBOX_SERVER); "
+    "if it cannot serve, fail with exit 125, never run elsewhere";
+
+// The client's TLS files, for tls:// servers and fleet nodes: added to `options` by
+// add_tls_flags, read by tls_files.
+void add_tls_flags(boost::program_options::options_description& options);
+// The files the --tls-* flags name, each unset one from $RLM_SANDBOX_TLS_*; nullopt with no flag
+// (the client library then reads the environment itself).
+std::optional<TlsFiles> tls_files(const boost::program_options::variables_map& values);
 
 // The --server-uid flag's description, for run and repl.
 inline constexpr const char* kServerUidFlagHelp =
@@ -32,7 +41,8 @@ inline constexpr const char* kServerUidFlagHelp =
 // The --fleet flag's description, for run and repl.
 inline constexpr const char* kFleetFlagHelp =
     "SOURCE: place the run or session on one node of a fleet of `rlm-sandbox serve` nodes: a "
-    "file of endpoints (unix:PATH, one per line) or a directory of NODE.endpoint files (serve "
+    "file of endpoints (unix:PATH or tls://HOST:PORT, one per line) or a directory of "
+    "NODE.endpoint files (serve "
     "--register DIR); also $RLM_SANDBOX_FLEET. The best of 3 random nodes by free room; a full, "
     "draining or dead node is passed over (docs/fleet.md)";
 
@@ -52,8 +62,8 @@ std::optional<uid_t> server_uid(const boost::program_options::variables_map& val
 // changed the policy), it is applied to the server's own copy of that policy and the result sent
 // as the tightened candidate; otherwise nothing about the policy is sent, loaded or checked here.
 Result run_on_server(const std::string& socket, std::optional<uid_t> server_uid,
-                     const std::string& policy_name, const Request& request,
-                     const std::function<Policy(Policy)>& change);
+                     const std::optional<TlsFiles>& tls, const std::string& policy_name,
+                     const Request& request, const std::function<Policy(Policy)>& change);
 // The same on a node of `fleet` (the policy to change is the first answering node's copy).
 Result run_on_fleet(Fleet& fleet, const std::string& policy_name, const Request& request,
                     const std::function<Policy(Policy)>& change);

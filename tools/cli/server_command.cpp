@@ -152,6 +152,7 @@ int server_command(const std::vector<std::string>& args) {
        "status, health, ready, capacity: print the server's answer as one JSON object")  //
       ("grace", po::value<std::string>(),
        "drain: how long running work may go on (default the server's --drain-grace)");
+  add_tls_flags(options);
   po::options_description all;
   all.add(options).add_options()("args", po::value<std::vector<std::string>>(), "");
   auto values = parse_options(args, all, "server", "args");
@@ -169,7 +170,7 @@ int server_command(const std::vector<std::string>& args) {
   const std::string& action = words.front();
   if (action == "status") {
     if (words.size() != 1) throw UsageError("status takes no argument", "server");
-    ServerConnection connection(*socket, server_uid(values));
+    ServerConnection connection(*socket, server_uid(values), tls_files(values));
     const auto status = connection.status();
     if (values["json"].as<bool>())
       std::cout << status.dump() << std::endl;
@@ -183,7 +184,7 @@ int server_command(const std::vector<std::string>& args) {
     if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
         text.size() > 19)
       throw BadFlagValue("kill " + text + ": an ID is a number from `rlm-sandbox server status`");
-    ServerConnection connection(*socket, server_uid(values));
+    ServerConnection connection(*socket, server_uid(values), tls_files(values));
     connection.kill(std::stoull(text));
     std::cout << "killed " << text << std::endl;
     return 0;
@@ -192,7 +193,7 @@ int server_command(const std::vector<std::string>& args) {
     if (words.size() != 1) throw UsageError(action + " takes no argument", "server");
     if (values.count("grace") && action != "drain")
       throw UsageError("--grace goes with drain only", "server");
-    ServerConnection connection(*socket, server_uid(values));
+    ServerConnection connection(*socket, server_uid(values), tls_files(values));
     const bool json_out = values["json"].as<bool>();
     if (action == "health") {
       const auto health = connection.health();

@@ -42,18 +42,35 @@ class ServerRefused : public Error {
   std::vector<Diagnostic> diagnostics_;
 };
 
+// What a client presents to a server it reaches over TLS (an endpoint "tls://HOST:PORT";
+// docs/fleet.md): its certificate and key (the identity the server maps to a uid's permits), and
+// the CA the server's certificate must chain to, which must also name HOST.
+struct TlsFiles {
+  std::string cert;
+  std::string key;
+  std::string ca;
+};
+// $RLM_SANDBOX_TLS_CERT, $RLM_SANDBOX_TLS_KEY and $RLM_SANDBOX_TLS_CA ("" for each unset).
+TlsFiles tls_files_from_environment();
+
 // One connection to a server. Each run or session takes a connection of its own.
 //
 // Whoever binds a socket path first listens there, so before anything is sent the client checks
 // the listener's uid (SO_PEERCRED): root, this process's own uid, or `server_uid` (default
 // $RLM_SANDBOX_SERVER_UID, server_uid_from_environment()). Any other uid is refused: it could be
 // another tenant waiting for the payload's stdin fd, answering with forged output.
+//
+// `endpoint` is a socket path, or "tls://HOST:PORT" for a server's TLS listener: then the server's
+// certificate is checked instead (against `tls`'s CA, default tls_files_from_environment()), and
+// the payload's stdio is streamed over the connection rather than passed as fds; everything else
+// is the same.
 class ServerConnection {
  public:
-  // Connects; throws ServerRefused when nobody listens at `socket_path`, or when the listener runs
-  // as a uid not accepted above.
-  explicit ServerConnection(const std::string& socket_path,
-                            std::optional<uid_t> server_uid = std::nullopt);
+  // Connects; throws ServerRefused when nobody listens at `endpoint`, when the listener runs as a
+  // uid not accepted above, or when the TLS handshake fails (saying why).
+  explicit ServerConnection(const std::string& endpoint,
+                            std::optional<uid_t> server_uid = std::nullopt,
+                            std::optional<TlsFiles> tls = std::nullopt);
   ~ServerConnection();
   ServerConnection(const ServerConnection&) = delete;
   ServerConnection& operator=(const ServerConnection&) = delete;
@@ -106,7 +123,8 @@ class ServerConnection {
 // for policy.name with `policy` as the tightened candidate (the server refuses anything looser
 // than what it offers), and open_session likewise. `server_uid` as for ServerConnection.
 std::unique_ptr<Backend> make_server_client(std::string socket_path,
-                                            std::optional<uid_t> server_uid = std::nullopt);
+                                            std::optional<uid_t> server_uid = std::nullopt,
+                                            std::optional<TlsFiles> tls = std::nullopt);
 
 // The socket named by $RLM_SANDBOX_SERVER, or nullopt when it is unset or empty.
 std::optional<std::string> server_from_environment();

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rlm_sandbox/backend.hpp"
+#include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/policy.hpp"
 #include "rlm_sandbox/request.hpp"
 #include "rlm_sandbox/result.hpp"
@@ -32,12 +33,13 @@ namespace rlm {
 //  - a directory: every regular file named *.endpoint in it holds one endpoint (what
 //    `rlm-sandbox serve --register DIR` writes; a node removes its file when it exits);
 //  - a file: one endpoint per line; blank lines and '#' comments are skipped.
-// An endpoint is "unix:PATH" or an absolute PATH of a server's socket. Throws Error naming the
+// An endpoint is "unix:PATH" or an absolute PATH of a server's socket, or "tls://HOST:PORT" of a
+// server's TLS listener. Throws Error naming the
 // source (and line) for one that cannot be read, holds none, or names an endpoint of another kind.
 std::vector<std::string> read_fleet(const std::string& source);
 
-// The socket path of endpoint `endpoint` ("unix:/run/a.sock" or "/run/a.sock"); throws Error for
-// any other kind.
+// What ServerConnection takes for `endpoint`: the socket path of "unix:/run/a.sock" or
+// "/run/a.sock", or "tls://HOST:PORT" itself; throws Error for any other kind.
 std::string endpoint_socket(const std::string& endpoint);
 
 struct FleetOptions {
@@ -45,6 +47,7 @@ struct FleetOptions {
   // Backends a node must offer (its capacity's features.backends), e.g. {"namespace"}.
   std::vector<std::string> backends;
   std::optional<uid_t> server_uid;  // as for ServerConnection
+  std::optional<TlsFiles> tls;      // for tls:// nodes, as for ServerConnection
   // How long a node may take to answer `capacity` before it is passed over (one stopped but
   // still accepting must not stall every placement that samples it).
   std::chrono::milliseconds ask_timeout{2000};

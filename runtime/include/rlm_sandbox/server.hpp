@@ -61,6 +61,17 @@ struct ServerConfig {
   // when serve() returns. "": none.
   std::string register_dir;
 
+  // A TLS listener beside the socket (docs/fleet.md, "Remote access"): "HOST:PORT" ("": none;
+  // port 0 picks a free one, Server::tls_address() says which), the server's certificate and
+  // key, the CA client certificates must chain to, and the uid each client identity (a
+  // certificate's common name or subject alternative name) stands for, with that uid's permits;
+  // an identity not listed is refused. TLS 1.3 only; a client certificate is required.
+  std::string tls_listen;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  std::map<std::string, uid_t> tls_identities;
+
   // Who may connect, besides the server's own uid: a peer whose uid is listed, or whose primary
   // or supplementary group is.
   std::vector<uid_t> allow_uids;
@@ -109,10 +120,15 @@ struct ServerConfig {
 //    "permit_binds": {"UID": [{"beneath": DIR, "writable": BOOL}]},
 //    "max_clients": N, "max_clients_per_uid": N, "max_context_bytes": SIZE,
 //    "max_bytes_in_flight": SIZE, "max_bytes_in_flight_per_uid": SIZE,
-//    "node_id": ID, "max_sandboxes": N, "drain_grace": DURATION}
+//    "node_id": ID, "max_sandboxes": N, "drain_grace": DURATION,
+//    "tls": {"listen": "HOST:PORT", "cert": FILE, "key": FILE, "client_ca": FILE,
+//            "identities": {IDENTITY: UID}}}
 // Throws Error naming the key that is wrong.
 ServerConfig server_config_from_json(const nlohmann::json& document, std::string_view origin);
 ServerConfig load_server_config(const std::string& path);
+// A file of TLS identities, {"identities": {IDENTITY: UID}} (a Secret or ConfigMap mounted into a
+// pod, say); throws Error naming what is wrong.
+std::map<std::string, uid_t> load_tls_identities(const std::string& path);
 
 // Why `id` cannot be a node id (1 to 64 of letters, digits, '.', '-', '_'), or nullopt.
 std::optional<std::string> node_id_problem(std::string_view id);
@@ -146,6 +162,8 @@ class Server {
   void drain(std::optional<std::chrono::milliseconds> grace = std::nullopt);
 
   const ServerConfig& config() const;
+  // The TLS listener's address as bound ("127.0.0.1:40123"), "" without one.
+  std::string tls_address() const;
 
  private:
   struct State;

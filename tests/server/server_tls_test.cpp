@@ -1,0 +1,320 @@
+// The server's TLS listener (docs/fleet.md, "Remote access"): runs and sessions through
+// tls://127.0.0.1:PORT with their stdio streamed, each client certificate's identity a tenant
+// with its uid's permits, and every way in refused that should be: no certificate, another CA's,
+// an identity with no permits, plain TCP, a loosening request, hostile stream frames.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "rlm_sandbox/client.hpp"
+#include "rlm_sandbox/llm.hpp"
+#include "rlm_sandbox/session.hpp"
+#include "server/remote_wire.hpp"
+#include "server/tls.hpp"
+#include "server/wire.hpp"
+#include "server_fixture.hpp"
+#include "support/server_process.hpp"
+
+namespace rlm::test {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using server::Clock;
+
+constexpr uid_t kBob = 65534;
+
+class ServerTls : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--pool", "default=2", "--session-pool", "python-repl=1",
+                                 "--allow-uid", std::to_string(kBob)},
+                                60s, TlsListenerSetup{::getuid(), kBob});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  static TlsFiles files(const std::string& who, const std::string& ca = "ca.pem") {
+    return {who.empty() ? "" : server_->tls_file(who + ".pem"),
+            who.empty() ? "" : server_->tls_file(who + ".key"), server_->tls_file(ca)};
+  }
+  static const std::string& endpoint() { return server_->tls_endpoint(); }
+
+  // The kind and message of what connecting as `who` and asking hello brings.
+  static std::pair<std::string, std::string> refusal_of(const TlsFiles& tls) {
+    try {
+      ServerConnection(endpoint(), std::nullopt, tls).hello();
+    } catch (const ServerRefused& refused) {
+      return {refused.kind(), refused.what()};
+    }
+    return {"(served)", ""};
+  }
+
+  // A TLS connection of our own, to send what no client would.
+  static server::TlsStream raw(const std::string& who = "alice") {
+    const TlsFiles tls = files(who);
+    auto context = server::TlsContext::for_client(tls.cert, tls.key, tls.ca);
+    const auto where = server::split_host_port(endpoint().substr(6));
+    const auto deadline = Clock::now() + 10s;
+    return server::TlsStream::connect(context, server::connect_tcp(*where, deadline), where->host,
+                                      endpoint(), deadline);
+  }
+  // The next frame on `stream` within 10 s; nullopt when the server closed it.
+  static std::optional<json> reply(server::TlsStream& stream) {
+    server::TlsFrameReader reader(1u << 20);
+    const auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline) {
+      if (auto frame = reader.next()) return frame;
+      try {
+        if (!reader.fill(stream)) return std::nullopt;
+      } catch (const server::WireError&) {
+        return std::nullopt;
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+    return std::nullopt;
+  }
+
+  // Whether the server's log gets a line with `fields` within 10 s (it is written after the
+  // client has its answer).
+  static bool logged(const json& fields) {
+    for (int i = 0; i < 1000; ++i) {
+      if (find_line(log_lines(server_->log()), fields)) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+
+  static ServerProcess* server_;
+};
+ServerProcess* ServerTls::server_ = nullptr;
+
+TEST_F(ServerTls, ARunStreamsItsStdinInAndItsOutputOutInOrder) {
+  Request request;
+  request.argv = {"sh", "-c",
+                  "cat; echo err >&2; head -c 300000 /dev/zero | tr '\\0' a; echo; exit 7"};
+  request.stdin_data = "hello through TLS\n";
+  const Result result =
+      ServerConnection(endpoint(), std::nullopt, files("alice")).run(request, "default");
+  EXPECT_EQ(result.status, Status::exit_nonzero) << result.to_json().dump();
+  EXPECT_EQ(result.exit_code, 7);
+  EXPECT_EQ(result.stdout_data, "hello through TLS\n" + std::string(300000, 'a') + "\n");
+  EXPECT_EQ(result.stderr_data, "err\n");
+  EXPECT_FALSE(result.node.empty());
+  EXPECT_TRUE(logged({{"event", "end"}, {"op", "run"}, {"identity", "alice"}, {"exit_code", 7}}))
+      << server_->log();
+}
+
+TEST_F(ServerTls, OutputPastTheCapEndsTheRunWithExactlyTheCap) {
+  ServerConnection ask(endpoint(), std::nullopt, files("alice"));
+  const std::uint64_t cap = ask.policy("default").limits.output_bytes;
+  Request request;
+  request.argv = {"sh", "-c", "head -c " + std::to_string(cap * 3) + " /dev/zero; sleep 20"};
+  const Result result =
+      ServerConnection(endpoint(), std::nullopt, files("alice")).run(request, "default");
+  EXPECT_EQ(result.status, Status::output_limit) << result.to_json().dump();
+  EXPECT_EQ(result.stdout_data.size(), cap);
+  EXPECT_LT(result.wall, 15s) << "the cap stopped the run; it did not sleep its 20 s";
+}
+
+TEST_F(ServerTls, ASessionRunsCellsAnswersItsLmAndSavesAndLoadsThroughTheConnection) {
+  SessionOptions options;
+  options.context = "the context, streamed";
+  options.llm = make_llm_handler("echo");
+  auto session = ServerConnection(endpoint(), std::nullopt, files("alice"))
+                     .open_session("python-repl", nullptr, std::move(options));
+  EXPECT_FALSE(session->node().empty());
+  auto cell = session->execute("print(context)\nprint(llm_query('over TLS'))\nx = 41");
+  EXPECT_EQ(cell.status, CellStatus::ok) << cell.error;
+  EXPECT_EQ(cell.stdout_data, "the context, streamed\necho: over TLS\n");
+  auto added = session->add_context(ContextKind::context, {"more", false, ""}, {});
+  EXPECT_EQ(added.status, CellStatus::ok) << added.error;
+  EXPECT_EQ(session->execute("print(context_1)").stdout_data, "more\n");
+
+  const TempDir dir;
+  const std::string file = dir.file("state.save");
+  auto saved = session->save(file);
+  ASSERT_EQ(saved.status, CellStatus::ok) << saved.error;
+  ASSERT_TRUE(saved.saved.has_value());
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  EXPECT_EQ(static_cast<std::uint64_t>(in.tellg()), saved.saved->value("bytes", 0u))
+      << "the save file arrived whole before the answer";
+  EXPECT_EQ(session->execute("x = 0").status, CellStatus::ok);
+  auto loaded = session->load(file);
+  ASSERT_EQ(loaded.status, CellStatus::ok) << loaded.error;
+  EXPECT_EQ(session->execute("print(x + 1)").stdout_data, "42\n");
+  EXPECT_EQ(session->close().status, Status::ok);
+}
+
+TEST_F(ServerTls, AClientWithoutACertificateIsRefusedSayingWhy) {
+  const auto [kind, message] = refusal_of(files(""));
+  EXPECT_EQ(kind, "unavailable");
+  EXPECT_NE(message.find("requires a client certificate"), std::string::npos) << message;
+}
+
+TEST_F(ServerTls, ACertificateOfAnotherCaIsRefusedThoughItsNameIsAllowed) {
+  // stranger.pem says CN=alice, but another CA issued it.
+  const auto [kind, message] = refusal_of(files("stranger"));
+  EXPECT_EQ(kind, "unavailable");
+  EXPECT_NE(message.find("does not accept this client certificate"), std::string::npos) << message;
+  EXPECT_TRUE(logged({{"event", "refusal"}})) << server_->log();
+}
+
+TEST_F(ServerTls, AnIdentityWithoutPermitsIsRefused) {
+  const auto [kind, message] = refusal_of(files("nobody"));
+  EXPECT_EQ(kind, "refused");
+  EXPECT_NE(message.find("'nobody'"), std::string::npos) << message;
+  EXPECT_NE(message.find("no permits"), std::string::npos) << message;
+}
+
+TEST_F(ServerTls, AServerWhoseCertificateTheClientsCaDidNotIssueGetsNothing) {
+  const auto [kind, message] = refusal_of(files("alice", "other-ca.pem"));
+  EXPECT_EQ(kind, "unavailable");
+  EXPECT_NE(message.find("does not verify"), std::string::npos) << message;
+}
+
+TEST_F(ServerTls, ALooseningRequestIsRefusedAsOnTheSocket) {
+  ServerConnection connection(endpoint(), std::nullopt, files("alice"));
+  Policy loose = connection.policy("default");
+  loose.limits.memory_bytes *= 64;
+  Request request;
+  request.argv = {"true"};
+  const auto kind = refusal_kind([&] { connection.run(request, "default", &loose); });
+  EXPECT_EQ(kind, "refused");
+}
+
+TEST_F(ServerTls, PlainTcpIsAnsweredWithARefusalAndClosed) {
+  const auto where = server::split_host_port(endpoint().substr(6));
+  const auto socket = server::connect_tcp(*where, Clock::now() + 10s);
+  fcntl(socket.get(), F_SETFL, fcntl(socket.get(), F_GETFL) & ~O_NONBLOCK);
+  server::send_frame(socket.get(), {{"op", "hello"}, {"version", 1}}, Clock::now() + 10s);
+  const auto frame = server::receive_frame(socket.get(), Clock::now() + 10s, 10s, 1u << 20);
+  ASSERT_TRUE(frame);
+  EXPECT_EQ(frame->message.value("op", ""), "error");
+  EXPECT_NE(frame->message.value("message", "").find("TLS 1.3 only"), std::string::npos)
+      << frame->message.dump();
+}
+
+// Each identity is a tenant with its uid's rights: bob (uid 65534) sees only his own, cannot end
+// alice's run; the server's log names the identity.
+TEST_F(ServerTls, AnIdentityIsATenantWithItsUidsRights) {
+  std::optional<Result> long_run;
+  std::thread alice([&] {
+    Request request;
+    request.argv = {"sleep", "8"};
+    long_run = ServerConnection(endpoint(), std::nullopt, files("alice")).run(request, "default");
+  });
+  std::uint64_t id = 0;
+  for (int i = 0; i < 500 && id == 0; ++i) {
+    const json status = ServerConnection(server_->socket()).status();
+    for (const auto& entry : status["running"])
+      if (entry.value("op", "") == "run" && entry.value("uid", 0u) == ::getuid())
+        id = entry.value("id", std::uint64_t{0});
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_NE(id, 0u);
+  const json seen = ServerConnection(endpoint(), std::nullopt, files("bob")).status();
+  EXPECT_EQ(seen.value("scope", ""), "own");
+  EXPECT_TRUE(seen["running"].empty()) << seen.dump();
+  EXPECT_EQ(
+      refusal_kind([&] { ServerConnection(endpoint(), std::nullopt, files("bob")).kill(id); }),
+      "refused");
+  ServerConnection(endpoint(), std::nullopt, files("alice")).kill(id);
+  alice.join();
+  ASSERT_TRUE(long_run);
+  EXPECT_EQ(long_run->status, Status::interrupted);
+  EXPECT_TRUE(logged({{"event", "request"}, {"op", "status"}, {"identity", "bob"}}))
+      << server_->log();
+}
+
+// Stream frames a real client never sends end that connection with an error frame; the server
+// serves the next client as before.
+TEST_F(ServerTls, HostileStreamFramesEndOnlyThatConnection) {
+  const std::vector<std::pair<std::vector<json>, std::string>> attacks = {
+      {{server::data_frame(99, "x")}, "not an open stream"},
+      {{{{"op", "run"},
+         {"policy", "default"},
+         {"request", {{"argv", {"true"}}}},
+         {"streams", json::array({{{"id", 1}, {"kind", "out"}},
+                                  {{"id", 2}, {"kind", "out"}},
+                                  {{"id", 3}, {"kind", "out"}}})}}},
+       "must be of kind in"},
+      {{{{"op", "run"},
+         {"policy", "default"},
+         {"request", {{"argv", {"cat"}}}},
+         {"streams", json::array({{{"id", 1}, {"kind", "in"}},
+                                  {{"id", 1}, {"kind", "out"}},
+                                  {{"id", 2}, {"kind", "out"}}})}}},
+       "already open"},
+      {{{{"op", "hello"}, {"streams", json::array({{{"id", 1}, {"kind", "in"}}})}}},
+       "does not take"},
+      {{{{"op", "run"},
+         {"policy", "default"},
+         {"request", {{"argv", {"cat"}}}},
+         {"streams", json::array({{{"id", 1}, {"kind", "in"}},
+                                  {{"id", 2}, {"kind", "out"}},
+                                  {{"id", 3}, {"kind", "out"}}})}},
+        {{"op", "data"}, {"stream", 1}, {"data", "%%%%"}}},
+       "not base64"},
+  };
+  for (const auto& [frames, expected] : attacks) {
+    server::TlsStream stream = raw();
+    for (const auto& frame : frames) server::send_tls_frame(stream, frame, Clock::now() + 10s);
+    std::optional<json> answer;
+    while ((answer = reply(stream)) && answer->value("op", "") != "error") {
+    }
+    ASSERT_TRUE(answer) << "no error frame for " << frames.front().dump();
+    EXPECT_NE(answer->value("message", "").find(expected), std::string::npos) << answer->dump();
+    EXPECT_FALSE(reply(stream)) << "the connection stays open after " << frames.front().dump();
+  }
+  Request request;
+  request.argv = {"echo", "still serving"};
+  EXPECT_EQ(ServerConnection(endpoint(), std::nullopt, files("alice"))
+                .run(request, "default")
+                .stdout_data,
+            "still serving\n");
+}
+
+// A client that goes away (its TLS connection closes) stops its run, as a unix client's hangup
+// does.
+TEST_F(ServerTls, AClientThatLeavesStopsItsRun) {
+  const auto interrupted = [] {
+    std::size_t count = 0;
+    for (const auto& line : log_lines(server_->log()))
+      count += line.value("event", "") == "end" && line.value("status", "") == "interrupted";
+    return count;
+  };
+  const std::size_t before = interrupted();
+  {
+    server::TlsStream stream = raw();
+    server::send_tls_frame(stream,
+                           {{"op", "run"},
+                            {"policy", "default"},
+                            {"request", {{"argv", {"sleep", "60"}}}},
+                            {"streams", json::array({{{"id", 1}, {"kind", "in"}},
+                                                     {{"id", 2}, {"kind", "out"}},
+                                                     {{"id", 3}, {"kind", "out"}}})}},
+                           Clock::now() + 10s);
+    const auto started = reply(stream);
+    ASSERT_TRUE(started);
+    EXPECT_EQ(started->value("op", ""), "started");
+  }
+  bool ended = false;
+  for (int i = 0; i < 1000 && !ended; ++i) {
+    ended = interrupted() > before;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(ended) << server_->log();
+}
+
+}  // namespace
+}  // namespace rlm::test
