@@ -19,6 +19,7 @@
 #include "host/unique_fd.hpp"
 #include "repl/request.hpp"
 #include "rlm_sandbox/error.hpp"
+#include "server/remote_wire.hpp"
 #include "server/wire.hpp"
 #include "session/frame_decoder.hpp"
 
@@ -184,6 +185,33 @@ TEST(GoldenFrames, ServerWireValidFramesRoundTrip) {
         return std::move(frame->message);
       },
       [](const json& message) { return server::encode_frame(message); });
+}
+
+// The wire over TLS (remote_wire.hpp): a data frame's bytes decode to what the corpus says, and
+// those bytes encode to the very frame; each "streams" entry names a kind.
+TEST(GoldenFrames, ServerWireStreamFramesCarryTheirBytes) {
+  const json doc = corpus("server_wire");
+  std::size_t data_frames = 0, stream_lists = 0;
+  for (const auto& entry : doc["valid"]) {
+    const json& message = entry["message"];
+    if (entry.contains("stream_bytes_hex")) {
+      ++data_frames;
+      const std::string bytes = from_hex(entry["stream_bytes_hex"].get<std::string>());
+      EXPECT_EQ(server::data_of(message), bytes) << entry["name"];
+      EXPECT_EQ(server::data_frame(server::stream_of(message), bytes), message) << entry["name"];
+    }
+    if (message.contains("streams")) {
+      ++stream_lists;
+      const auto kinds =
+          server::stream_kinds_of(message["op"].get<std::string>(), message["streams"].size());
+      ASSERT_TRUE(kinds) << entry["name"];
+      for (std::size_t i = 0; i < kinds->size(); ++i)
+        EXPECT_EQ(message["streams"][i]["kind"], std::string(server::to_string((*kinds)[i])))
+            << entry["name"];
+    }
+  }
+  EXPECT_GE(data_frames, 2u);
+  EXPECT_GE(stream_lists, 2u);
 }
 
 TEST(GoldenFrames, ServerWireInvalidFramesAreRefused) {

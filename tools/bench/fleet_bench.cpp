@@ -17,6 +17,11 @@
 // this machine share its cores, so three are not three machines), and a session opened and its
 // first cell run through the fleet against the same on the one node (median ms).
 //
+// And remote access: the lone node also listens for TLS (--listen 127.0.0.1:0, certificates made
+// by tests/server/make_tls_certs.sh); /bin/true run through tls://127.0.0.1:PORT and through the
+// unix socket, alternating, one at a time: the median of each and their difference (what TLS, its
+// handshake -- resumed after the first -- and the streamed stdio add to a run).
+//
 //   rlm-fleet-bench [--nodes=N] [--seconds=S] [--rounds=R] [Google Benchmark flags...]
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -273,7 +278,16 @@ class RealNodes {
       start((directory_ / ("n" + std::to_string(i) + ".sock")).string(), "n" + std::to_string(i),
             true);
     alone_ = (directory_ / "alone.sock").string();
-    start(alone_, "alone", false);
+    const std::string certs = (directory_ / "tls").string();
+    const std::string script = std::string(RLM_SOURCE_DIR) + "/tests/server/make_tls_certs.sh";
+    tls_ = std::system(("/bin/sh '" + script + "' '" + certs + "'").c_str()) == 0;
+    if (tls_) tls_files_ = {certs + "/alice.pem", certs + "/alice.key", certs + "/ca.pem"};
+    start(alone_, "alone", false,
+          tls_ ? std::vector<std::string>{"--listen", "127.0.0.1:0", "--tls-cert",
+                                          certs + "/node.pem", "--tls-key", certs + "/node.key",
+                                          "--client-ca", certs + "/ca.pem", "--tls-identity",
+                                          "alice=" + std::to_string(getuid())}
+               : std::vector<std::string>{});
   }
   ~RealNodes() {
     for (const pid_t pid : pids_) kill(pid, SIGINT);
@@ -283,19 +297,25 @@ class RealNodes {
   bool usable() const { return usable_; }
   std::string registry() const { return (directory_ / "fleet").string(); }
   const std::string& alone() const { return alone_; }
+  // The lone node's TLS endpoint ("" when the certificates could not be made) and our files.
+  const std::string& alone_tls() const { return alone_tls_; }
+  const rlm::TlsFiles& tls_files() const { return tls_files_; }
 
  private:
-  void start(const std::string& socket, const std::string& id, bool registered) {
+  void start(const std::string& socket, const std::string& id, bool registered,
+             const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {
         binary_.string(), "serve",     "--socket",       socket,         "--node-id", id,
         "--pool",         "default=4", "--session-pool", "python-repl=2"};
     if (registered) args.insert(args.end(), {"--register", registry()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string log = (directory_ / (id + ".log")).string();
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     pid_t pid = -1;
     if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) usable_ = false;
     posix_spawn_file_actions_destroy(&actions);
@@ -304,7 +324,10 @@ class RealNodes {
     const auto deadline = Clock::now() + std::chrono::seconds(60);
     for (;;) {
       try {
-        if (rlm::ServerConnection(socket).ready().value("ready", false)) return;
+        if (rlm::ServerConnection(socket).ready().value("ready", false)) {
+          if (!extra.empty()) alone_tls_ = tls_address(log);
+          return;
+        }
       } catch (const rlm::Error&) {
       }
       if (Clock::now() > deadline) {
@@ -314,8 +337,21 @@ class RealNodes {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  // "tls://ADDRESS" from the server's "listening" line.
+  static std::string tls_address(const std::string& log) {
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      const json event = json::parse(line, nullptr, false);
+      if (!event.is_discarded() && event.value("event", "") == "listening" &&
+          event.value("tls", json()).is_string())
+        return "tls://" + event["tls"].get<std::string>();
+    }
+    return "";
+  }
   std::filesystem::path binary_, directory_;
-  std::string alone_;
+  std::string alone_, alone_tls_;
+  bool tls_ = false;
+  rlm::TlsFiles tls_files_;
   std::vector<pid_t> pids_;
   bool usable_ = true;
 };
@@ -379,6 +415,36 @@ void real_nodes() {
         session_first_cell_ms([&] { return fleet.open_session("python-repl", nullptr, {}); });
     std::printf("%-8d %-22.0f %-22.0f %-10.2f %-18.1f %-18.1f\n", round, one, three, three / one,
                 one_open, fleet_open);
+  }
+  if (nodes.alone_tls().empty()) {
+    std::printf(
+        "\nremote access: skipped (no TLS listener: the certificates or --listen failed)\n");
+    return;
+  }
+  // One run at a time, alternating, so both see the same machine.
+  std::printf("\nremote access: /bin/true, one at a time, alternating (%d rounds of 200 each)\n",
+              g_rounds);
+  std::printf("%-8s %-16s %-16s %-12s\n", "round", "unix median ms", "tls median ms", "tls - unix");
+  const auto timed = [](const std::function<void()>& run) {
+    const auto start = Clock::now();
+    run();
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+  for (int round = 1; round <= g_rounds; ++round) {
+    std::vector<double> unix_ms, tls_ms;
+    for (int i = 0; i < 200; ++i) {
+      unix_ms.push_back(timed([&] {
+        benchmark::DoNotOptimize(rlm::ServerConnection(nodes.alone()).run(request, "default"));
+      }));
+      tls_ms.push_back(timed([&] {
+        benchmark::DoNotOptimize(
+            rlm::ServerConnection(nodes.alone_tls(), std::nullopt, nodes.tls_files())
+                .run(request, "default"));
+      }));
+    }
+    const double unix_median = median(unix_ms), tls_median = median(tls_ms);
+    std::printf("%-8d %-16.2f %-16.2f %+.2f ms\n", round, unix_median, tls_median,
+                tls_median - unix_median);
   }
 }
 
