@@ -48,6 +48,7 @@ struct Connection {
   nlohmann::json who() const {
     nlohmann::json who{{"uid", peer.uid}, {"gid", peer.gid}, {"pid", peer.pid}};
     if (!peer.identity.empty()) who["identity"] = peer.identity;
+    if (!peer.remote.empty()) who["remote"] = peer.remote;
     return who;
   }
 

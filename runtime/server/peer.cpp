@@ -21,7 +21,7 @@ std::optional<ucred> peer_credentials(int socket) {
 std::optional<Peer> peer_of(int socket) {
   const auto credentials = peer_credentials(socket);
   if (!credentials) return std::nullopt;
-  Peer peer{credentials->pid, credentials->uid, credentials->gid, {}, {}};
+  Peer peer{credentials->pid, credentials->uid, credentials->gid, {}, {}, {}};
   // The supplementary groups: at most NGROUPS_MAX (65536); asked with room for 64 first.
   std::vector<gid_t> groups(64);
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -17,9 +17,10 @@ struct Peer {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;  // supplementary groups
-  // A TLS client's: the certificate identity that named its uid (pid is then 0); "" for a unix
-  // socket's peer.
+  // A TLS client's: the certificate identity that named its uid (pid is then 0), and its address
+  // ("HOST:PORT"); "" for a unix socket's peer.
   std::string identity;
+  std::string remote;
 };
 
 // The kernel's SO_PEERCRED of a connected unix socket (pid, uid, gid at connect or listen time);

@@ -147,6 +147,7 @@ std::optional<json> TlsFrameReader::next() {
   start_ += 4 + length;
   reservation_ = FrameBudget::Reservation();
   reserved_ = false;
+  if (start_ == buffer_.size() && buffer_.capacity() > (1u << 20)) compact();  // its memory back
   const auto op = message.find("op");
   if (op == message.end() || !op->is_string()) throw WireError("a frame without a string \"op\"");
   return message;
@@ -163,6 +164,32 @@ void TlsFrameReader::compact() {
 
 void send_tls_frame(TlsStream& stream, const json& message, Clock::time_point deadline) {
   stream.write_all(encode_frame(message), deadline);
+}
+
+}  // namespace rlm::server
+
+namespace rlm::server {
+
+void FrameOutbox::add(TlsStream& stream, const json& message, Clock::time_point deadline) {
+  held_ += encode_frame(message);
+  if (held_.size() > (256u << 10)) flush(stream, deadline);
+}
+
+void FrameOutbox::flush(TlsStream& stream, Clock::time_point deadline) {
+  if (held_.empty()) return;
+  std::string bytes;
+  bytes.swap(held_);
+  stream.write_all(bytes, deadline);
+}
+
+int poll_after_flush(std::vector<pollfd>& fds, int timeout_ms, FrameOutbox& outbox,
+                     TlsStream& stream, Clock::time_point flush_deadline) {
+  if (!outbox.empty()) {
+    const int ready = poll(fds.data(), fds.size(), 0);
+    if (ready != 0) return ready;
+    outbox.flush(stream, flush_deadline);
+  }
+  return poll(fds.data(), fds.size(), timeout_ms);
 }
 
 }  // namespace rlm::server

@@ -6,6 +6,7 @@
 // the two, so the ops themselves never know which listener a client came through.
 #pragma once
 
+#include <poll.h>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -67,6 +68,8 @@ class TlsFrameReader {
   std::optional<nlohmann::json> next();
   // Bytes held (the frame being gathered).
   std::size_t held() const { return buffer_.size() - start_; }
+  // Whether a large frame is being passed on (fill's `pass` has had part of it).
+  bool passing() const { return passing_ != 0; }
 
  private:
   void compact();  // drops the bytes of frames taken
@@ -81,5 +84,24 @@ class TlsFrameReader {
 
 // Sends one frame whole on `stream` by `deadline` (WireError otherwise).
 void send_tls_frame(TlsStream& stream, const nlohmann::json& message, Clock::time_point deadline);
+
+// Frames gathered while their sender has more to do, written in one go when it would wait (one
+// TLS record and one wake-up of the peer instead of one per frame: a run's started, eofs, result
+// and idle). Past 256 KiB held it writes at once.
+class FrameOutbox {
+ public:
+  void add(TlsStream& stream, const nlohmann::json& message, Clock::time_point deadline);
+  // Writes what is held by `deadline` (WireError otherwise).
+  void flush(TlsStream& stream, Clock::time_point deadline);
+  bool empty() const { return held_.empty(); }
+
+ private:
+  std::string held_;
+};
+
+// poll() for a relay with frames held: at once if something is ready; otherwise they are written
+// first, then it waits `timeout_ms`.
+int poll_after_flush(std::vector<pollfd>& fds, int timeout_ms, FrameOutbox& outbox,
+                     TlsStream& stream, Clock::time_point flush_deadline);
 
 }  // namespace rlm::server

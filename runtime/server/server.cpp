@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -59,14 +60,17 @@ struct Server::State {
   std::size_t workers = 0, spares = 0;
   std::deque<int> handed;  // accepted, for a spare (each also in `connections`)
   std::condition_variable handed_over;
-  // TCP connections before their TLS client is known (at most max_clients; shut down on stop).
-  std::set<int> handshaking;
+  // TCP connections before their TLS client is known (shut down on stop), by their source
+  // address: at most max_clients in all, and an eighth of them from any one address.
+  std::map<int, std::string> handshaking;
+  std::map<std::string, std::size_t> handshakes_from;
 
   void work(UniqueFd first);
   void serve_connection(UniqueFd socket);
   // A TLS client, on a thread of its own: the handshake, its certificate's uid, then its
   // frames relayed (tls_gateway.hpp) to dispatch() on another thread, as a unix client's.
   void accept_remote();
+  void forget_handshake(int socket);  // with `mutex` held
   void serve_remote(UniqueFd tcp);
   void serve_tls_client(server::TlsStream& stream, json who);
   void serve_ops(UniqueFd ops, server::Peer peer);
@@ -167,7 +171,7 @@ void Server::State::end_connections() {
   stopping = true;
   handed_over.notify_all();
   for (const auto& [socket, uid] : connections) shutdown(socket, SHUT_RDWR);
-  for (const int socket : handshaking) shutdown(socket, SHUT_RDWR);
+  for (const auto& [socket, source] : handshaking) shutdown(socket, SHUT_RDWR);
   idle.wait(lock, [&] { return connections.empty() && workers == 0; });
   lock.unlock();
   server::remove_socket_file(listener);
@@ -434,12 +438,21 @@ void Server::State::leave() {
 void Server::State::accept_remote() {
   UniqueFd socket(accept4(tls->fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
   if (!socket) return;
+  std::string source = server::remote_address(socket.get());
+  source = source.substr(0, source.rfind(':'));  // the address, whatever its port
   {
     std::lock_guard lock(mutex);
-    // Before a certificate names anyone, connections are bounded as a whole: max_clients of them
-    // may be shaking hands at once, each within first_frame_timeout.
-    if (stopping || handshaking.size() >= config.max_clients) return;
-    handshaking.insert(socket.get());
+    // Before a certificate names anyone, connections are bounded as a whole (max_clients of
+    // them shaking hands at once, each for a few seconds) and per source address (an eighth), so
+    // one host holding connections open does not shut every other out.
+    const std::size_t per_source = std::max<std::size_t>(1, config.max_clients / 8);
+    if (stopping || handshaking.size() >= config.max_clients ||
+        handshakes_from[source] >= per_source) {
+      if (handshakes_from[source] == 0) handshakes_from.erase(source);
+      return;
+    }
+    handshaking.emplace(socket.get(), source);
+    ++handshakes_from[source];
     ++workers;
   }
   try {
@@ -447,9 +460,17 @@ void Server::State::accept_remote() {
     socket.release();
   } catch (const std::system_error&) {
     std::lock_guard lock(mutex);
-    handshaking.erase(socket.get());
+    forget_handshake(socket.get());
     --workers;
   }
+}
+
+void Server::State::forget_handshake(int socket) {
+  const auto found = handshaking.find(socket);
+  if (found == handshaking.end()) return;
+  const auto from = handshakes_from.find(found->second);
+  if (from != handshakes_from.end() && --from->second == 0) handshakes_from.erase(from);
+  handshaking.erase(found);
 }
 
 void Server::State::serve_remote(UniqueFd tcp) {
@@ -458,7 +479,9 @@ void Server::State::serve_remote(UniqueFd tcp) {
   json who{{"remote", server::remote_address(fd)}};
   std::optional<server::TlsStream> stream;
   try {
-    const auto deadline = Clock::now() + config.first_frame_timeout;
+    // A handshake is a few round trips: 3 s at most (first_frame_timeout, if shorter).
+    const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(
+                                             config.first_frame_timeout, std::chrono::seconds(3));
     if (!server::speaks_tls(fd, deadline)) {
       refuse_now(fd, who, "", "refused",
                  "this port speaks TLS 1.3 only, with a client certificate (rlm-sandbox "
@@ -473,7 +496,7 @@ void Server::State::serve_remote(UniqueFd tcp) {
   }
   {
     std::lock_guard lock(mutex);
-    handshaking.erase(fd);
+    forget_handshake(fd);
   }
   tcp.reset();
   if (stream) {
@@ -498,7 +521,8 @@ void Server::State::serve_tls_client(server::TlsStream& stream, json who) {
   };
   auto mapped = server::peer_of_identities(stream.peer_identities(), config.tls_identities);
   if (auto* why = std::get_if<std::string>(&mapped)) return refuse("refused", *why);
-  const server::Peer peer = std::get<server::Peer>(mapped);
+  server::Peer peer = std::get<server::Peer>(mapped);
+  peer.remote = who.value("remote", "");
   who["uid"] = peer.uid;
   who["gid"] = peer.gid;
   who["identity"] = peer.identity;
@@ -506,10 +530,9 @@ void Server::State::serve_tls_client(server::TlsStream& stream, json who) {
     return refuse("refused", server::describe(peer) +
                                  " is not allowed to use this server (its --allow-uid / "
                                  "--allow-gid)");
-  int ends[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
-    return refuse("unavailable", "socketpair: " + sys::errno_text(errno));
-  UniqueFd ops(ends[0]), gateway(ends[1]);
+  // The TLS connection is one of its uid's connections for as long as it lasts, op after op;
+  // the stop shuts it down, which ends the op in progress.
+  const int tcp = stream.fd();
   {
     std::unique_lock lock(mutex);
     if (stopping) return;
@@ -517,23 +540,38 @@ void Server::State::serve_tls_client(server::TlsStream& stream, json who) {
       lock.unlock();
       return refuse("unavailable", *full);
     }
-    add_connection(ops.get(), peer.uid);
-    ++workers;
+    add_connection(tcp, peer.uid);
   }
-  try {
-    std::thread([this, fd = ops.get(), peer] { serve_ops(UniqueFd(fd), peer); }).detach();
-    ops.release();
-  } catch (const std::system_error&) {
-    std::lock_guard lock(mutex);
-    --workers;
-    remove_connection(ops.get());
-    return;
-  }
-  server::relay_tls_client(stream, std::move(gateway),
+  // Each op gets a socket pair: its far end is served by dispatch() on a thread of its own, as a
+  // unix client's connection is.
+  const std::function<UniqueFd()> open_ops = [&]() -> UniqueFd {
+    int ends[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
+      throw server::Refused("unavailable", "socketpair: " + sys::errno_text(errno));
+    UniqueFd ops(ends[0]), gateway(ends[1]);
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) throw server::Refused("unavailable", "the server is stopping");
+      ++workers;
+    }
+    try {
+      std::thread([this, fd = ops.get(), peer] { serve_ops(UniqueFd(fd), peer); }).detach();
+      ops.release();
+    } catch (const std::system_error&) {
+      std::lock_guard lock(mutex);
+      --workers;
+      throw server::Refused("unavailable", "no thread to serve the request");
+    }
+    return gateway;
+  };
+  server::relay_tls_client(stream, open_ops,
                            {config.max_frame_bytes,
                             config.frame_timeout,
                             config.max_context_bytes,
                             {frame_budget.get(), peer.uid}});
+  std::lock_guard lock(mutex);
+  remove_connection(tcp);
+  idle.notify_all();
 }
 
 void Server::State::serve_ops(UniqueFd ops, server::Peer peer) {
@@ -543,11 +581,6 @@ void Server::State::serve_ops(UniqueFd ops, server::Peer peer) {
     dispatch(server::Connection{fd, std::move(peer), config, offers, *frame_budget, activities,
                                 *node, *log, own_uid});
   } catch (...) {
-  }
-  {
-    std::lock_guard lock(mutex);
-    remove_connection(fd);
-    idle.notify_all();
   }
   ops.reset();
   leave();

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -66,6 +67,10 @@ std::string explain(const std::string& reasons) {
 
 SSL_CTX* make_context(const SSL_METHOD* method, const std::string& cert, const std::string& key,
                       const std::string& ca) {
+  // A file that cannot be read is said so plainly (OpenSSL's own words are "system lib").
+  for (const auto& [what, path] : {std::pair{"certificate", &cert}, {"key", &key}, {"CA", &ca}})
+    if (!path->empty() && access(path->c_str(), R_OK) != 0)
+      throw Error(std::string("TLS ") + what + " " + *path + ": " + sys::errno_text(errno));
   SSL_CTX* context = SSL_CTX_new(method);
   if (!context) throw Error("TLS: " + openssl_reasons());
   SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION);
@@ -299,6 +304,13 @@ std::optional<std::size_t> TlsStream::read_some(char* buffer, std::size_t size) 
   if (would_block(error)) return std::size_t{0};
   if (error == SSL_ERROR_ZERO_RETURN) return std::nullopt;
   if (error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) return std::nullopt;  // plain EOF
+  // A peer that died (kill -9) closes without close_notify: OpenSSL 3 says "unexpected eof".
+  // That is the connection's end, as a unix socket's EOF (a run's node_lost), not a refusal.
+  if (error == SSL_ERROR_SSL &&
+      ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+    ERR_clear_error();
+    return std::nullopt;
+  }
   throw WireError("TLS: " + explain(openssl_reasons()));
 }
 
@@ -328,9 +340,11 @@ std::vector<std::string> TlsStream::peer_identities() const {
   std::vector<std::string> names;
   X509* certificate = SSL_get1_peer_certificate(ssl_);
   if (!certificate) return names;
+  // Every common name (a subject may hold several: each is an identity, and two that map to
+  // different uids are refused, whichever order they come in).
   if (X509_NAME* subject = X509_get_subject_name(certificate)) {
-    const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
-    if (index >= 0) {
+    for (int index = -1;
+         (index = X509_NAME_get_index_by_NID(subject, NID_commonName, index)) >= 0;) {
       ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index));
       unsigned char* text = nullptr;
       const int length = ASN1_STRING_to_UTF8(&text, data);

@@ -3,15 +3,18 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <vector>
 
 #include "host/sigpipe_blocked.hpp"
 #include "host/stdio_pipe.hpp"
+#include "rlm_sandbox/units.hpp"
 #include "rlm_sys/sys.hpp"
 #include "server/client_wire.hpp"
 
@@ -26,6 +29,10 @@ constexpr std::size_t kMaxPendingInput = 1u << 20;
 // After a run's result, how long its output pipes get to reach their end (the sandbox is gone:
 // only a descendant that escaped its kill could hold them).
 constexpr auto kOutputDrain = std::chrono::seconds(5);
+// How long a connection may wait between ops (clients keep it for 20 s at most).
+constexpr auto kIdleConnection = std::chrono::seconds(30);
+// How long the file of a load may take to arrive (as a session's context: 60 s).
+constexpr auto kFileDeadline = std::chrono::seconds(60);
 
 struct Stream {
   StreamKind kind;
@@ -48,19 +55,21 @@ std::pair<UniqueFd, UniqueFd> make_pipe() {
 
 class Gateway {
  public:
-  Gateway(TlsStream& tls, UniqueFd ops, const GatewayLimits& limits)
+  Gateway(TlsStream& tls, const std::function<UniqueFd()>& open_ops, const GatewayLimits& limits)
       : tls_(tls),
-        ops_(std::move(ops)),
+        open_ops_(open_ops),
         limits_(limits),
         reader_(limits.max_frame_bytes, limits.account) {}
 
   void run() {
+    // The first op must come within the frame deadline; each later one within the idle time.
+    Clock::time_point idle_until = Clock::now() + limits_.frame_timeout;
     for (;;) {
       std::vector<pollfd> polled;
       std::vector<std::uint32_t> ids;
       const bool paused = pending_input() > kMaxPendingInput;
       polled.push_back({tls_.fd(), static_cast<short>(paused ? 0 : POLLIN), 0});
-      polled.push_back({ops_.get(), POLLIN, 0});
+      polled.push_back({ops_ ? ops_.get() : -1, POLLIN, 0});
       for (auto& [id, stream] : streams_) {
         short events = 0;
         if (stream.kind == StreamKind::out) events = POLLIN;
@@ -69,8 +78,26 @@ class Gateway {
         polled.push_back({stream.fd.get(), events, 0});
         ids.push_back(id);
       }
-      const int timeout = !paused && tls_.buffered() ? 0 : -1;
-      if (poll(polled.data(), polled.size(), timeout) < 0) {
+      int timeout = !paused && tls_.buffered() ? 0 : -1;
+      if (!ops_ && timeout != 0) {
+        timeout = sys::poll_timeout_ms(idle_until);
+        if (Clock::now() >= idle_until) return;  // idle too long: the connection is closed
+      }
+      // A frame begun must end within the frame deadline, a file sent for a load within its
+      // own, as on the unix socket: a client trickling one holds budget and memory.
+      if (reader_.held() == 0) {
+        frame_until_.reset();
+      } else if (!frame_until_) {
+        frame_until_ = Clock::now() + limits_.frame_timeout;
+      }
+      for (const auto& until : {frame_until_, held_until_}) {
+        if (!until) continue;
+        if (Clock::now() >= *until) broken("a frame or a file did not arrive in time");
+        const int left = sys::poll_timeout_ms(*until);
+        if (timeout < 0 || left < timeout) timeout = left;
+      }
+      if (poll_after_flush(polled, timeout, outbox_, tls_, Clock::now() + limits_.frame_timeout) <
+          0) {
         if (errno == EINTR) continue;
         return;
       }
@@ -83,18 +110,32 @@ class Gateway {
       if (polled[1].revents) {
         auto frame = receive_frame(ops_.get(), Clock::now() + limits_.frame_timeout,
                                    limits_.frame_timeout, kMaxServerFrame);
-        if (!frame) {  // the op is over: what the payload wrote goes first
+        if (!frame) {
+          // The op is over: what the payload wrote goes first, then "idle": the connection may
+          // carry the client's next op (a client keeps it for its next run: no handshake).
           drain_outputs(Clock::now() + kOutputDrain);
-          return;
+          if (!streams_.empty() || held_) return;  // a stream left open: not reusable
+          ops_.reset();
+          output_cap_.reset();
+          stopped_for_output_ = false;
+          cut_stream_.clear();
+          in_session_ = false;
+          to_client({{"op", "idle"}});
+          idle_until = Clock::now() + kIdleConnection;
+          continue;
         }
         on_ops_frame(std::move(frame->message));
       }
     }
   }
 
+  // What is held for the client, written.
+  void flush() { outbox_.flush(tls_, Clock::now() + limits_.frame_timeout); }
+
   void refuse(const std::string& kind, const std::string& message) {
     try {
-      send_tls_frame(tls_, error_frame(kind, message), Clock::now() + std::chrono::seconds(1));
+      outbox_.add(tls_, error_frame(kind, message), Clock::now() + std::chrono::seconds(1));
+      outbox_.flush(tls_, Clock::now() + std::chrono::seconds(1));
     } catch (const Error&) {
     }
   }
@@ -107,13 +148,30 @@ class Gateway {
   }
 
   void to_client(const json& frame) {
-    send_tls_frame(tls_, frame, Clock::now() + limits_.frame_timeout);
+    outbox_.add(tls_, frame, Clock::now() + limits_.frame_timeout);
   }
 
   void on_client_frame(json frame) {
     const std::string op = frame["op"].get<std::string>();
     if (op == "data" || op == "eof") return on_client_stream(op, frame);
+    if (op == "hangup") {  // the client is done with the op: as a unix client closing its socket
+      if (ops_) shutdown(ops_.get(), SHUT_WR);
+      for (auto& [id, stream] : streams_)
+        if (stream.kind == StreamKind::in || stream.kind == StreamKind::file_in)
+          stream.ended = true;
+      std::erase_if(streams_, [](const auto& entry) {
+        return entry.second.kind == StreamKind::in || entry.second.kind == StreamKind::file_in;
+      });
+      held_.reset();
+      held_fds_.clear();
+      return;
+    }
     if (held_) broken("a frame came before the file its last frame carries had ended");
+    if (!ops_) {
+      ops_ = open_ops_();  // the connection's next op: the ops serve it afresh
+      in_session_ = op == "session_open";
+    }
+    if (op == "load" && !in_session_) broken("load is an op of a session");
     std::vector<UniqueFd> passed;
     if (const auto declared = frame.find("streams"); declared != frame.end()) {
       passed = open_streams(op, *declared);
@@ -123,15 +181,22 @@ class Gateway {
       if (stream.kind == StreamKind::file_in && !stream.ended) {
         held_ = std::move(frame);
         held_fds_ = std::move(passed);
+        held_until_ = Clock::now() + kFileDeadline;
         return;
       }
     to_ops(frame, passed);
   }
 
+  // A frame of the client's to the op in progress. One the op no longer reads (a stop that
+  // crossed the run's end: the client counts the cap too) is dropped; the op's end follows.
   void to_ops(const json& frame, const std::vector<UniqueFd>& passed) {
     std::vector<int> fds;
     for (const auto& fd : passed) fds.push_back(fd.get());
-    send_frame(ops_.get(), frame, Clock::now() + limits_.frame_timeout, fds);
+    try {
+      send_frame(ops_.get(), frame, Clock::now() + limits_.frame_timeout, fds);
+    } catch (const WireError&) {
+      if (!passed.empty() || frame.value("op", "") != "stop") throw;
+    }
   }
 
   // The fds the op gets for a frame's "streams"; ours are kept in streams_.
@@ -214,6 +279,7 @@ class Gateway {
     if (held_) {
       json frame_held = std::move(*held_);
       held_.reset();
+      held_until_.reset();
       to_ops(frame_held, held_fds_);
       held_fds_.clear();
     }
@@ -260,11 +326,17 @@ class Gateway {
     if (output_cap_ && stream.bytes > *output_cap_) {
       bytes = bytes.substr(0, before < *output_cap_ ? *output_cap_ - before : 0);
       if (!stopped_for_output_) {
-        // As a unix client does when a stream passes the cap: the run stops, output_limit.
+        // As a unix client does when a stream passes the cap: the run stops, output_limit. The
+        // run may have ended already (its result on the way): then the stop is not needed, and
+        // the result is corrected when it comes (on_ops_frame).
         stopped_for_output_ = true;
-        send_frame(ops_.get(),
-                   {{"op", "stop"}, {"reason", "output_limit"}, {"stream", stream.role}},
-                   Clock::now() + limits_.frame_timeout);
+        cut_stream_ = stream.role;
+        try {
+          send_frame(ops_.get(),
+                     {{"op", "stop"}, {"reason", "output_limit"}, {"stream", stream.role}},
+                     Clock::now() + limits_.frame_timeout);
+        } catch (const WireError&) {
+        }
       }
     }
     if (!bytes.empty()) to_client(data_frame(id, bytes));
@@ -317,28 +389,49 @@ class Gateway {
         frame["output_bytes"].is_number_unsigned())
       output_cap_ = frame["output_bytes"].get<std::uint64_t>();
     if (op != "llm_call" && op != "started") send_files();
-    if (op == "result") drain_outputs(Clock::now() + kOutputDrain);
+    if (op == "result") {
+      drain_outputs(Clock::now() + kOutputDrain);
+      // The client got the cap's bytes and no more: the result says so even when the run ended
+      // before the stop reached it.
+      if (!cut_stream_.empty() && frame["result"].is_object()) {
+        json& result = frame["result"];
+        result["status"] = "output_limit";
+        result[cut_stream_ + "_truncated"] = true;
+        result["detail"] =
+            cut_stream_ + " exceeded the output limit of " + format_size(output_cap_.value_or(0));
+      }
+    }
     to_client(frame);
   }
 
   TlsStream& tls_;
-  UniqueFd ops_;
+  const std::function<UniqueFd()>& open_ops_;
+  UniqueFd ops_;  // the op in progress's connection to the ops; empty between ops
   const GatewayLimits& limits_;
   TlsFrameReader reader_;
+  FrameOutbox outbox_;  // frames for the client, written when the gateway would wait
   std::map<std::uint32_t, Stream> streams_;
   std::optional<json> held_;  // a frame waiting for the file it carries
   std::vector<UniqueFd> held_fds_;
   std::optional<std::uint64_t> output_cap_;
   bool stopped_for_output_ = false;
+  std::string cut_stream_;   // the out stream cut at the cap ("stdout", "stderr")
+  bool in_session_ = false;  // the op in progress is a session (load's file_in is for one only)
+  std::optional<Clock::time_point> held_until_;   // a file_in must be whole by then
+  std::optional<Clock::time_point> frame_until_;  // a frame begun must end by then
 };
 
 }  // namespace
 
-void relay_tls_client(TlsStream& tls, UniqueFd ops, const GatewayLimits& limits) {
+void relay_tls_client(TlsStream& tls, const std::function<UniqueFd()>& open_ops,
+                      const GatewayLimits& limits) {
   const host::SigpipeBlocked quiet_pipe;  // a payload that closed its stdin: EPIPE, not death
-  Gateway gateway(tls, std::move(ops), limits);
+  Gateway gateway(tls, open_ops, limits);
   try {
     gateway.run();
+    gateway.flush();
+  } catch (const Refused& refused) {
+    gateway.refuse(refused.kind, refused.what());
   } catch (const FrameRefused& refused) {
     gateway.refuse("unavailable", refused.what());
   } catch (const WireError& error) {

@@ -2,11 +2,14 @@
 // certificate has named a uid, its frames go to the same ops as a unix client's, over a socket
 // pair, with pipes and memfds made here where the unix client would pass fds; the streams the
 // client sends are written into them, and what the payload writes is read out and sent back in
-// order, within the run's output cap, before the answer that ends the op.
+// order, within the run's output cap, before the answer that ends the op. One TLS connection may
+// carry op after op, each in a connection of its own to the ops.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "host/unique_fd.hpp"
 #include "server/remote_wire.hpp"
@@ -22,8 +25,19 @@ struct GatewayLimits {
   FrameAccount account;                     // the client's frames count in the server's budget
 };
 
-// Relays between `tls` and `ops` (the socket the ops serve) until either side ends; a client that
-// breaks this protocol is sent an error frame and dropped. Never throws.
-void relay_tls_client(TlsStream& tls, host::UniqueFd ops, const GatewayLimits& limits);
+// What `open_ops` throws when the server will not take the connection's next op (its uid's share
+// of connections is used up, the server stops): sent to the client as an error frame.
+struct Refused : Error {
+  Refused(std::string kind, const std::string& message) : Error(message), kind(std::move(kind)) {}
+  std::string kind;
+};
+
+// Relays between `tls` and the ops until the client leaves, breaks this protocol (it is sent an
+// error frame and dropped) or idles 30 s between ops. Each op -- a run, a session, a status... --
+// gets a connection of its own to the ops from `open_ops` (the socket's far end is served as a
+// unix client's is); when the ops close it, the client is told {"op":"idle"} and may send its next
+// op on the same TLS connection. Never throws.
+void relay_tls_client(TlsStream& tls, const std::function<host::UniqueFd()>& open_ops,
+                      const GatewayLimits& limits);
 
 }  // namespace rlm::server

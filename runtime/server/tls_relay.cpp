@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -53,11 +55,98 @@ bool write_whole(int fd, std::string_view bytes) {
   return true;
 }
 
-// The relay of one connection; lives on its own thread until either side ends.
+// Connections the server said were idle between ops, kept for this process's next op on the same
+// endpoint (a handshake, a TCP connection and the server's thread for it saved): at most 8 per
+// endpoint, each for 20 s (the server keeps one 30 s). And the relays running, by endpoint, so
+// that a connection about to be parked (its client's code done with it) is waited for rather
+// than a new one made.
+class IdleConnections {
+ public:
+  static IdleConnections& instance() {
+    static IdleConnections* pool = new IdleConnections;  // never destroyed: relays may outlive main
+    return *pool;
+  }
+
+  // A parked connection to `endpoint` the server has not closed, or nullopt.
+  std::optional<TlsStream> take(const std::string& endpoint) {
+    std::unique_lock lock(mutex_);
+    const auto give_up = Clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+      const auto found = idle_.find(endpoint);
+      while (found != idle_.end() && !found->second.empty()) {
+        auto& parked = found->second;
+        Parked last = std::move(parked.back());
+        parked.pop_back();
+        pollfd entry{last.stream.fd(), POLLIN, 0};
+        // Readable while idle means the server closed it (or broke the protocol).
+        if (Clock::now() - last.since < kKeep && poll(&entry, 1, 0) == 0)
+          return std::move(last.stream);
+      }
+      if (!finishing(endpoint) || Clock::now() >= give_up) return std::nullopt;
+      parked_.wait_until(lock, give_up);
+    }
+  }
+  // Parks `stream` and forgets the relay whose client end is `app`, at once: a take() between the
+  // two would find neither.
+  void park(const std::string& endpoint, TlsStream stream, int app) {
+    std::lock_guard lock(mutex_);
+    forget(endpoint, app);
+    if (idle_.size() < kEndpoints || idle_.count(endpoint)) {
+      auto& parked = idle_[endpoint];
+      if (parked.size() < kPerEndpoint) parked.push_back({std::move(stream), Clock::now()});
+    }
+    parked_.notify_all();
+  }
+  void enter(const std::string& endpoint, int app) {
+    std::lock_guard lock(mutex_);
+    live_.emplace(endpoint, app);
+  }
+  void leave(const std::string& endpoint, int app) {
+    std::lock_guard lock(mutex_);
+    forget(endpoint, app);
+    parked_.notify_all();
+  }
+
+ private:
+  static constexpr auto kKeep = std::chrono::seconds(20);
+  static constexpr std::size_t kPerEndpoint = 8, kEndpoints = 4096;
+  struct Parked {
+    TlsStream stream;
+    Clock::time_point since;
+  };
+  void forget(const std::string& endpoint, int app) {
+    for (auto [at, end] = live_.equal_range(endpoint); at != end; ++at)
+      if (at->second == app) {
+        live_.erase(at);
+        break;
+      }
+  }
+  // Whether a relay of `endpoint` has its client's code gone (its end hung up): it parks soon.
+  bool finishing(const std::string& endpoint) const {
+    for (auto [at, end] = live_.equal_range(endpoint); at != end; ++at) {
+      pollfd entry{at->second, POLLIN, 0};
+      if (poll(&entry, 1, 0) > 0 && (entry.revents & POLLHUP)) return true;
+    }
+    return false;
+  }
+  std::mutex mutex_;
+  std::condition_variable parked_;
+  std::map<std::string, std::vector<Parked>> idle_;
+  std::multimap<std::string, int> live_;
+};
+
+// The relay of one connection; lives on its own thread until either side ends, or until the
+// server says the op is over ("idle") and the connection is parked for the next one.
 class Relay {
  public:
-  Relay(TlsStream tls, UniqueFd app, std::string endpoint)
-      : tls_(std::move(tls)), app_(std::move(app)), endpoint_(std::move(endpoint)) {}
+  // `key`: the endpoint and the client's files, under which the connection may be parked.
+  Relay(TlsStream tls, UniqueFd app, std::string endpoint, std::string key)
+      : tls_(std::move(tls)),
+        app_(std::move(app)),
+        endpoint_(std::move(endpoint)),
+        key_(std::move(key)) {
+    IdleConnections::instance().enter(key_, app_.get());
+  }
 
   void run() {
     const host::SigpipeBlocked quiet_pipe;  // a client pipe whose reader left: EPIPE, not death
@@ -66,22 +155,42 @@ class Relay {
     } catch (const std::exception& error) {
       // The client's code reads why, as the server's own refusal: with TLS 1.3 a certificate
       // the server rejects is told (an alert) only after the handshake, on the first read.
-      send_frame_now(app_.get(), error_frame("unavailable", "TLS connection to " + endpoint_ +
-                                                                ": " + error.what()));
+      if (app_ && !reader_.passing())  // never inside a frame half passed on
+        send_frame_now(app_.get(), error_frame("unavailable", "TLS connection to " + endpoint_ +
+                                                                  ": " + error.what()));
     }
-    tls_.close_now();
+    if (app_) IdleConnections::instance().leave(key_, app_.get());
+    if (!parked_) tls_.close_now();
   }
 
  private:
+  // The server ended the op and nothing of it is open: the client's code gets its EOF (as from
+  // the unix socket), and the connection waits for the next op.
+  bool park() {
+    if (!sources_.empty() || !file_sources_.empty() || !sinks_.empty() || reader_.held() != 0 ||
+        !outbox_.empty())
+      return false;
+    IdleConnections::instance().park(key_, std::move(tls_), app_.get());
+    app_.reset();
+    parked_ = true;
+    return true;
+  }
+
   void loop() {
+    // Once the client's code hung up before the server said "idle", the op's end is waited for
+    // this long; anything else ends the connection (the server then stops what it ran).
+    std::optional<Clock::time_point> app_gone;
     for (;;) {
-      std::vector<pollfd> polled{{tls_.fd(), POLLIN, 0}, {app_.get(), POLLIN, 0}};
+      if (app_gone && Clock::now() >= *app_gone) return;
+      std::vector<pollfd> polled{{tls_.fd(), POLLIN, 0}, {app_gone ? -1 : app_.get(), POLLIN, 0}};
       std::vector<std::uint32_t> ids;
       for (auto& [id, fd] : sources_) {
         polled.push_back({fd.get(), POLLIN, 0});
         ids.push_back(id);
       }
-      if (poll(polled.data(), polled.size(), tls_.buffered() ? 0 : -1) < 0) {
+      const int timeout = tls_.buffered() ? 0 : app_gone ? sys::poll_timeout_ms(*app_gone) : -1;
+      if (poll_after_flush(polled, timeout, outbox_, tls_, Clock::now() + kServerFrameTimeout) <
+          0) {
         if (errno == EINTR) continue;
         return;
       }
@@ -91,12 +200,29 @@ class Relay {
           send_encoded(app_.get(), bytes, Clock::now() + kServerFrameTimeout);
         };
         if (!reader_.fill(tls_, pass)) return;  // the server ended: the client's code sees EOF
-        while (auto frame = reader_.next()) from_server(std::move(*frame));
+        while (auto frame = reader_.next()) {
+          if (frame->value("op", "") == "idle") {
+            park();
+            return;
+          }
+          if (app_gone) continue;  // the end of an op nobody reads any more
+          from_server(std::move(*frame));
+        }
       }
       if (polled[1].revents) {
         auto frame = receive_frame(app_.get(), Clock::now() + kServerFrameTimeout,
                                    kServerFrameTimeout, kMaxServerFrame);
-        if (!frame) return;  // the client's code is done with the connection
+        if (!frame) {                        // the client's code is done
+          if (!op_begun_ && park()) return;  // it asked nothing: the connection is idle as it was
+          // As a unix client's hangup: the server ends the op (a run stops), then says "idle".
+          to_server({{"op", "hangup"}});
+          sources_.clear();
+          file_sources_.clear();
+          sinks_.clear();
+          app_gone = Clock::now() + std::chrono::seconds(1);
+          continue;
+        }
+        op_begun_ = true;
         from_app(std::move(*frame));
       }
       for (std::size_t i = 0; i < ids.size(); ++i)
@@ -105,7 +231,7 @@ class Relay {
   }
 
   void to_server(const json& frame) {
-    send_tls_frame(tls_, frame, Clock::now() + kServerFrameTimeout);
+    outbox_.add(tls_, frame, Clock::now() + kServerFrameTimeout);
   }
 
   // A frame of the client's code: its fds become streams.
@@ -194,8 +320,11 @@ class Relay {
 
   TlsStream tls_;
   UniqueFd app_;
-  std::string endpoint_;
+  std::string endpoint_, key_;
+  bool parked_ = false;    // tls_ went to the idle connections
+  bool op_begun_ = false;  // the client's code sent the server something
   TlsFrameReader reader_{kMaxServerFrame};
+  FrameOutbox outbox_;  // frames for the server, written when the relay would wait
   std::uint32_t next_id_ = 1;
   std::map<std::uint32_t, UniqueFd> sources_;       // in: what we read and send
   std::map<std::uint32_t, UniqueFd> file_sources_;  // file_in: sent whole after its frame
@@ -220,18 +349,22 @@ UniqueFd connect_tls(const std::string& endpoint, const TlsFiles& files,
                                            " (--tls-cert, --tls-key, --tls-ca or "
                                            "RLM_SANDBOX_TLS_CERT, _KEY, _CA)");
   }
-  UniqueFd socket = connect_tcp(*where, deadline);
-  std::optional<TlsStream> tls;
-  try {
-    tls.emplace(TlsStream::connect(context, std::move(socket), where->host, endpoint, deadline));
-  } catch (const WireError& error) {
-    throw ServerRefused("unavailable", error.what());
+  // An idle connection of this process's to the same server with the same files, or a new one.
+  const std::string key = endpoint + "\n" + files.cert + "\n" + files.key + "\n" + files.ca;
+  std::optional<TlsStream> tls = IdleConnections::instance().take(key);
+  if (!tls) {
+    UniqueFd socket = connect_tcp(*where, deadline);
+    try {
+      tls.emplace(TlsStream::connect(context, std::move(socket), where->host, endpoint, deadline));
+    } catch (const WireError& error) {
+      throw ServerRefused("unavailable", error.what());
+    }
   }
   int ends[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
     throw ServerRefused("unavailable", "socketpair: " + sys::errno_text(errno));
   UniqueFd app(ends[0]), relay_end(ends[1]);
-  auto relay = std::make_unique<Relay>(std::move(*tls), std::move(relay_end), endpoint);
+  auto relay = std::make_unique<Relay>(std::move(*tls), std::move(relay_end), endpoint, key);
   try {
     std::thread([relay = std::move(relay)] {
       pthread_setname_np(pthread_self(), "rlm-tls-relay");

@@ -2,9 +2,11 @@
 # Certificates for the TLS listener's tests and benchmark, made fresh in DIR (ECDSA P-256, valid
 # one day): ca.pem and other-ca.pem (two CAs), node.pem/node.key (the server: SANs 127.0.0.1,
 # ::1 and localhost, by ca), and client certificates by ca: alice, bob and nobody (CN and a DNS
-# SAN NAME.clients.test), plus stranger (CN alice, but issued by other-ca).
+# SAN NAME.clients.test), plus stranger (CN alice, but issued by other-ca). NAME... after DIR
+# adds client certificates of those names.
 set -eu
 dir=$1
+shift
 mkdir -p "$dir"
 cd "$dir"
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
@@ -24,7 +26,7 @@ leaf() {  # NAME CA SUBJECT_CN SAN USAGE
 ca ca "rlm-sandbox test CA"
 ca other-ca "another CA"
 leaf node ca node1 "IP:127.0.0.1,IP:::1,DNS:localhost" serverAuth
-for name in alice bob nobody; do
+for name in alice bob nobody "$@"; do
   leaf "$name" ca "$name" "DNS:$name.clients.test" clientAuth
 done
 leaf stranger other-ca alice "DNS:alice.clients.test" clientAuth

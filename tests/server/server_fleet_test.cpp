@@ -67,10 +67,14 @@ TEST(Fleet, ReadsEndpointsFromAFileOrADirectoryAndRefusesOthers) {
             "# three nodes\nunix:/run/a.sock\n\n  /run/b.sock  # b\nunix:/run/c.sock\n");
   EXPECT_EQ(read_fleet(dir.file("fleet.txt")),
             (std::vector<std::string>{"unix:/run/a.sock", "/run/b.sock", "unix:/run/c.sock"}));
-  dir.write("bad.txt", "unix:/run/a.sock\ntls://10.0.0.1:7000\n");
+  dir.write("remote.txt", "unix:/run/a.sock\ntls://10.0.0.1:7000\ntls://[::1]:7443\n");
+  EXPECT_EQ(
+      read_fleet(dir.file("remote.txt")),
+      (std::vector<std::string>{"unix:/run/a.sock", "tls://10.0.0.1:7000", "tls://[::1]:7443"}));
+  dir.write("bad.txt", "unix:/run/a.sock\ntls://10.0.0.1\n");
   try {
     read_fleet(dir.file("bad.txt"));
-    ADD_FAILURE() << "a tls endpoint was taken";
+    ADD_FAILURE() << "a tls endpoint without a port was taken";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("line 2"), std::string::npos) << error.what();
   }

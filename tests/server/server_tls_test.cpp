@@ -2,17 +2,21 @@
 // tls://127.0.0.1:PORT with their stdio streamed, each client certificate's identity a tenant
 // with its uid's permits, and every way in refused that should be: no certificate, another CA's,
 // an identity with no permits, plain TCP, a loosening request, hostile stream frames.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "host/unique_fd.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/llm.hpp"
 #include "rlm_sandbox/session.hpp"
@@ -59,23 +63,29 @@ class ServerTls : public ::testing::Test {
     return {"(served)", ""};
   }
 
-  // A TLS connection of our own, to send what no client would.
-  static server::TlsStream raw(const std::string& who = "alice") {
+  // A TLS connection of our own, to send what no client would, and the frames it reads.
+  struct Raw {
+    server::TlsStream stream;
+    server::TlsFrameReader reader{1u << 20};
+  };
+  static std::unique_ptr<Raw> raw(const std::string& who = "alice") {
     const TlsFiles tls = files(who);
     auto context = server::TlsContext::for_client(tls.cert, tls.key, tls.ca);
     const auto where = server::split_host_port(endpoint().substr(6));
     const auto deadline = Clock::now() + 10s;
-    return server::TlsStream::connect(context, server::connect_tcp(*where, deadline), where->host,
-                                      endpoint(), deadline);
+    return std::make_unique<Raw>(Raw{server::TlsStream::connect(
+        context, server::connect_tcp(*where, deadline), where->host, endpoint(), deadline)});
   }
-  // The next frame on `stream` within 10 s; nullopt when the server closed it.
-  static std::optional<json> reply(server::TlsStream& stream) {
-    server::TlsFrameReader reader(1u << 20);
+  static void send(Raw& raw, const json& frame) {
+    server::send_tls_frame(raw.stream, frame, Clock::now() + 10s);
+  }
+  // The next frame within 10 s; nullopt when the server closed the connection.
+  static std::optional<json> reply(Raw& raw) {
     const auto deadline = Clock::now() + 10s;
     while (Clock::now() < deadline) {
-      if (auto frame = reader.next()) return frame;
+      if (auto frame = raw.reader.next()) return frame;
       try {
-        if (!reader.fill(stream)) return std::nullopt;
+        if (!raw.reader.fill(raw.stream)) return std::nullopt;
       } catch (const server::WireError&) {
         return std::nullopt;
       }
@@ -267,14 +277,14 @@ TEST_F(ServerTls, HostileStreamFramesEndOnlyThatConnection) {
        "not base64"},
   };
   for (const auto& [frames, expected] : attacks) {
-    server::TlsStream stream = raw();
-    for (const auto& frame : frames) server::send_tls_frame(stream, frame, Clock::now() + 10s);
+    auto client = raw();
+    for (const auto& frame : frames) send(*client, frame);
     std::optional<json> answer;
-    while ((answer = reply(stream)) && answer->value("op", "") != "error") {
+    while ((answer = reply(*client)) && answer->value("op", "") != "error") {
     }
     ASSERT_TRUE(answer) << "no error frame for " << frames.front().dump();
     EXPECT_NE(answer->value("message", "").find(expected), std::string::npos) << answer->dump();
-    EXPECT_FALSE(reply(stream)) << "the connection stays open after " << frames.front().dump();
+    EXPECT_FALSE(reply(*client)) << "the connection stays open after " << frames.front().dump();
   }
   Request request;
   request.argv = {"echo", "still serving"};
@@ -295,16 +305,14 @@ TEST_F(ServerTls, AClientThatLeavesStopsItsRun) {
   };
   const std::size_t before = interrupted();
   {
-    server::TlsStream stream = raw();
-    server::send_tls_frame(stream,
-                           {{"op", "run"},
-                            {"policy", "default"},
-                            {"request", {{"argv", {"sleep", "60"}}}},
-                            {"streams", json::array({{{"id", 1}, {"kind", "in"}},
-                                                     {{"id", 2}, {"kind", "out"}},
-                                                     {{"id", 3}, {"kind", "out"}}})}},
-                           Clock::now() + 10s);
-    const auto started = reply(stream);
+    auto client = raw();
+    send(*client, {{"op", "run"},
+                   {"policy", "default"},
+                   {"request", {{"argv", {"sleep", "60"}}}},
+                   {"streams", json::array({{{"id", 1}, {"kind", "in"}},
+                                            {{"id", 2}, {"kind", "out"}},
+                                            {{"id", 3}, {"kind", "out"}}})}});
+    const auto started = reply(*client);
     ASSERT_TRUE(started);
     EXPECT_EQ(started->value("op", ""), "started");
   }
@@ -314,6 +322,117 @@ TEST_F(ServerTls, AClientThatLeavesStopsItsRun) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_TRUE(ended) << server_->log();
+}
+
+// Op after op on one TLS connection: the server says "idle" when an op ends and the client keeps
+// the connection for its next one (no handshake, no new TCP connection): every request of five
+// runs in a row comes from the same address.
+TEST_F(ServerTls, ConsecutiveRunsShareOneConnection) {
+  // bob's certificate under paths of its own: no connection another test parked is taken.
+  const TempDir dir;
+  std::filesystem::copy_file(server_->tls_file("bob.pem"), dir.file("bob.pem"));
+  std::filesystem::copy_file(server_->tls_file("bob.key"), dir.file("bob.key"));
+  const TlsFiles own{dir.file("bob.pem"), dir.file("bob.key"), server_->tls_file("ca.pem")};
+  const std::string marker = "keep-alive-" + std::to_string(::getpid());
+  for (int i = 0; i < 5; ++i) {
+    Request request;
+    request.argv = {"echo", marker};
+    EXPECT_EQ(ServerConnection(endpoint(), std::nullopt, own).run(request, "default").stdout_data,
+              marker + "\n");
+  }
+  std::set<std::string> remotes;
+  std::size_t runs = 0;
+  for (const auto& line : log_lines(server_->log()))
+    if (line.value("event", "") == "request" && line.value("op", "") == "run" &&
+        line.value("identity", "") == "bob" && line.value("uid", 0u) == kBob) {
+      ++runs;
+      remotes.insert(line.value("remote", ""));
+    }
+  EXPECT_EQ(runs, 5u) << server_->log();
+  std::string seen;
+  for (const auto& remote : remotes) seen += remote + " ";
+  EXPECT_EQ(remotes.size(), 1u) << "the runs came from " << seen;
+}
+
+// A client that hangs up on its op ("hangup", as a unix client closing its socket) stops the run;
+// the server then says "idle" and the same connection serves the next op.
+TEST_F(ServerTls, AHangupStopsTheRunAndTheConnectionServesTheNextOp) {
+  auto client = raw();
+  const json streams = json::array(
+      {{{"id", 1}, {"kind", "in"}}, {{"id", 2}, {"kind", "out"}}, {{"id", 3}, {"kind", "out"}}});
+  send(*client, {{"op", "run"},
+                 {"policy", "default"},
+                 {"request", {{"argv", {"sleep", "60"}}}},
+                 {"streams", streams}});
+  auto frame = reply(*client);
+  ASSERT_TRUE(frame);
+  EXPECT_EQ(frame->value("op", ""), "started");
+  const auto start = Clock::now();
+  send(*client, {{"op", "hangup"}});
+  std::optional<json> result;
+  while ((frame = reply(*client)) && frame->value("op", "") != "idle")
+    if (frame->value("op", "") == "result") result = frame;
+  ASSERT_TRUE(frame) << "no idle after the hangup";
+  ASSERT_TRUE(result);
+  EXPECT_EQ((*result)["result"].value("status", ""), "interrupted") << result->dump();
+  EXPECT_LT(Clock::now() - start, 20s);
+
+  send(*client, {{"op", "hello"}, {"version", 1}});
+  frame = reply(*client);
+  ASSERT_TRUE(frame);
+  EXPECT_EQ(frame->value("op", ""), "hello") << frame->dump();
+}
+
+// One byte past the cap, many times over: whether the run ends before or after the gateway's stop
+// reaches it, the result says output_limit and the client got exactly the cap.
+TEST_F(ServerTls, OutputOneBytePastTheCapIsAlwaysOutputLimit) {
+  ServerConnection ask(endpoint(), std::nullopt, files("alice"));
+  const std::uint64_t cap = ask.policy("default").limits.output_bytes;
+  for (int i = 0; i < 10; ++i) {
+    Request request;
+    request.argv = {"head", "-c", std::to_string(cap + 1), "/dev/zero"};
+    const Result result =
+        ServerConnection(endpoint(), std::nullopt, files("alice")).run(request, "default");
+    EXPECT_EQ(result.status, Status::output_limit) << result.to_json().dump().substr(0, 400);
+    EXPECT_TRUE(result.stdout_truncated);
+    EXPECT_EQ(result.stdout_data.size(), cap);
+  }
+}
+
+// Connections that never finish a handshake, all from one address, do not shut out a client
+// from another: each address may hold an eighth of the server's handshakes.
+TEST_F(ServerTls, StalledHandshakesFromOneAddressDoNotShutOutAnother) {
+  const auto where = server::split_host_port(endpoint().substr(6));
+  std::vector<host::UniqueFd> stalled;
+  for (int i = 0; i < 80; ++i) {
+    host::UniqueFd socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
+    ASSERT_EQ(bind(socket.get(), reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(where->port)));
+    to.sin_addr.s_addr = htonl(0x7f000001);
+    ASSERT_EQ(connect(socket.get(), reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    ::send(socket.get(), "\x16\x03\x01", 3, MSG_NOSIGNAL);  // a ClientHello that never ends
+    stalled.push_back(std::move(socket));
+  }
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(ServerConnection(endpoint(), std::nullopt, files("alice")).hello().value("op", ""),
+            "hello");
+}
+
+// A load's file is for a session: sent as a connection's first op it is refused at once, never
+// gathered into memory.
+TEST_F(ServerTls, ALoadOutsideASessionIsRefused) {
+  auto client = raw();
+  send(*client, {{"op", "load"}, {"streams", json::array({{{"id", 1}, {"kind", "file_in"}}})}});
+  const auto answer = reply(*client);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->value("op", ""), "error");
+  EXPECT_NE(answer->value("message", "").find("load is an op of a session"), std::string::npos)
+      << answer->dump();
 }
 
 }  // namespace

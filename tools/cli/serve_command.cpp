@@ -72,14 +72,14 @@ examples:
   rlm-sandbox serve --socket /tmp/s.sock --pool default=8 --session-pool python-repl=2 \
       --allow-gid 100 --permit-bind 1000:/srv/data --permit-bind 1000:/home/ci/out:rw
   rlm-sandbox serve --config /etc/rlm-sandbox/server.json
-  rlm-sandbox serve --socket /run/rlm-sandbox.sock --pool default=8 --allow-uid 1000 \
-      --listen 0.0.0.0:7443 --tls-cert node.pem --tls-key node.key --client-ca ca.pem \
-      --tls-identity ci-runner=1000
+  rlm-sandbox serve --socket /run/rlm-sandbox.sock --pool default=2 --session-pool python-repl=1 \
+      --allow-uid 1000 --listen 127.0.0.1:7443 --tls-cert node.pem --tls-key node.key \
+      --client-ca ca.pem --tls-identity ci=1000
 then:
   rlm-sandbox run --server /run/rlm-sandbox.sock --policy default -- /bin/true
   RLM_SANDBOX_SERVER=/run/rlm-sandbox.sock rlm-sandbox repl --policy python-repl --lm echo
-  rlm-sandbox run --server tls://node1:7443 --tls-cert ci.pem --tls-key ci.key --tls-ca ca.pem \
-      -- /bin/true
+  rlm-sandbox run --server tls://127.0.0.1:7443 --tls-cert ci.pem --tls-key ci.key \
+      --tls-ca ca.pem -- /bin/true
 )";
 
 // `text` as a whole number in `base`, at most `max`; throws Error naming `flag` otherwise.
