@@ -16,7 +16,9 @@ With a server (``rlm-sandbox serve``): ``RlmSandbox(server=PATH)`` (or ``$RLM_SA
 opens the session from the server's warm sessions over its socket, with no process started
 here; ``Server(PATH).run(["cmd", ...])`` runs a command there and returns a :class:`RunResult`.
 With several servers (a fleet's nodes): ``Fleet(SOURCE)`` (or ``$RLM_SANDBOX_FLEET``) places each
-``run`` and ``session`` on the best of 3 random nodes by free room (docs/fleet.md).
+``run`` and ``session`` on the best of 3 random nodes by free room (docs/fleet.md). A server's TLS
+listener is reached at ``tls://HOST:PORT`` wherever a socket path is taken, with ``tls_cert=``,
+``tls_key=`` and ``tls_ca=`` (or ``$RLM_SANDBOX_TLS_CERT``, ``_KEY``, ``_CA``).
 
 A minimal RLM loop (``ask_model(messages) -> str`` is your LM call)::
 

@@ -10,9 +10,12 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from .result import RlmSandboxError
+
+if TYPE_CHECKING:
+    from ._tls_relay import TlsFiles
 
 #: The largest frame this client sends (the server refuses more) and takes from the server (a
 #: cell result carries a cell's output, capped by the policy).
@@ -83,10 +86,18 @@ def _check_listener(sock: socket.socket, path: str, server_uid: Optional[int]) -
                       f"is yours)")
 
 
-def connect(path: str, timeout: Optional[float], server_uid: Optional[int] = None
-            ) -> socket.socket:
+def connect(path: str, timeout: Optional[float], server_uid: Optional[int] = None,
+            tls: Optional["TlsFiles"] = None) -> socket.socket:
     """A connection to the server at `path`; ServerError(``unavailable``) when none answers, or
-    when the listener runs as a uid other than root, this process's or `server_uid`."""
+    when the listener runs as a uid other than root, this process's or `server_uid`.
+
+    A `path` of ``tls://HOST:PORT`` is the server's TLS listener, reached with `tls` (default:
+    ``$RLM_SANDBOX_TLS_CERT``, ``_KEY``, ``_CA``): the connection is then one end of a
+    socketpair whose other end a relay thread serves (_tls_relay.py), used as a unix one is; the
+    server's certificate, not its uid, is what is checked."""
+    if isinstance(path, str) and path.startswith("tls://"):
+        from ._tls_relay import connect_tls, tls_files  # noqa: PLC0415 - it imports this module
+        return connect_tls(path, tls if tls is not None else tls_files(), timeout)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     try:

@@ -18,6 +18,7 @@ import stat
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
+from ._tls_relay import TlsFiles, is_tls_endpoint, split_endpoint, tls_files
 from ._wire import ServerError
 from .result import RlmSandboxError, RunResult
 from .server import Server, ServerSession
@@ -45,14 +46,21 @@ def fleet_from_environment() -> Optional[str]:
 
 
 def endpoint_socket(endpoint: str) -> str:
-    """The socket path of `endpoint` (``"unix:/run/a.sock"`` or ``"/run/a.sock"``); ValueError
-    for any other kind."""
+    """What :class:`Server` connects to for `endpoint`: the socket path of ``"unix:/run/a.sock"``
+    or ``"/run/a.sock"``, or ``"tls://HOST:PORT"`` (``tls://[V6]:PORT``) itself, a server's TLS
+    listener; ValueError for any other kind."""
+    if is_tls_endpoint(endpoint):
+        try:
+            split_endpoint(endpoint)
+        except ValueError:
+            raise ValueError(f"endpoint '{endpoint}': expected tls://HOST:PORT") from None
+        return endpoint
     path = endpoint[5:] if endpoint.startswith("unix:") else endpoint
     if "\0" in path:
         raise ValueError(f"endpoint {endpoint!r}: a NUL byte in the path")
     if not path.startswith("/"):
         raise ValueError(f"endpoint '{endpoint}': expected unix:/PATH or /PATH of a server's "
-                         f"socket (remote endpoints, tls://HOST:PORT, are not in this build yet)")
+                         f"socket, or tls://HOST:PORT of its TLS listener")
     return path
 
 
@@ -71,7 +79,8 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
       kind): anyone who can write there must not break every placement;
     - a file: one endpoint per line; blank lines and ``#`` comments are skipped.
 
-    An endpoint is ``unix:PATH`` or an absolute ``PATH`` of a server's socket.
+    An endpoint is ``unix:PATH`` or an absolute ``PATH`` of a server's socket, or
+    ``tls://HOST:PORT`` (``tls://[V6]:PORT``) of a server's TLS listener.
 
     Raises:
         RlmSandboxError: the source cannot be read or holds no (good) endpoint; a file that
@@ -234,12 +243,15 @@ class Fleet:
 
     Args:
         fleet: a source (a file of endpoints or a directory of ``*.endpoint`` files, as
-            :func:`read_fleet` reads it), or a list of endpoints (``"unix:/PATH"`` or
-            ``"/PATH"``); default ``$RLM_SANDBOX_FLEET``.
+            :func:`read_fleet` reads it), or a list of endpoints (``"unix:/PATH"``, ``"/PATH"``
+            or ``"tls://HOST:PORT"``); default ``$RLM_SANDBOX_FLEET``.
         choices: K, the nodes asked for their capacity per placement (at least 1).
         backends: backends a node must offer (its capacity's ``features.backends``), e.g.
             ``("namespace",)``.
         server_uid: as for :class:`Server` (default ``$RLM_SANDBOX_SERVER_UID``).
+        tls_cert, tls_key, tls_ca: as for :class:`Server`, for the ``tls://`` endpoints
+            (default ``$RLM_SANDBOX_TLS_CERT``, ``_KEY``, ``_CA``): one client certificate and
+            one CA for the whole fleet.
         seed: of the random choice of nodes (None: from the OS).
         connect_timeout: as for :class:`Server`, for the request on the node placed.
         ask_timeout: seconds for each node's capacity answer in placement and :meth:`status`,
@@ -255,7 +267,10 @@ class Fleet:
     def __init__(self, fleet: Union[str, os.PathLike, Iterable[str], None] = None, *,
                  choices: int = 3, backends: Iterable[str] = (),
                  server_uid: Optional[int] = None, seed: Optional[int] = None,
-                 connect_timeout: float = 10.0, ask_timeout: float = _ASK_TIMEOUT) -> None:
+                 connect_timeout: float = 10.0, ask_timeout: float = _ASK_TIMEOUT,
+                 tls_cert: Optional[Union[str, os.PathLike]] = None,
+                 tls_key: Optional[Union[str, os.PathLike]] = None,
+                 tls_ca: Optional[Union[str, os.PathLike]] = None) -> None:
         if fleet is None:
             fleet = fleet_from_environment()
             if fleet is None:
@@ -284,6 +299,8 @@ class Fleet:
         self.choices = choices
         self.backends: Tuple[str, ...] = tuple(str(backend) for backend in backends)
         self.server_uid = server_uid
+        #: The TLS files for the ``tls://`` endpoints (empty strings for none given).
+        self.tls: TlsFiles = tls_files(tls_cert, tls_key, tls_ca)
         self.connect_timeout = connect_timeout
         self.ask_timeout = float(ask_timeout)
         self._endpoints: Tuple[str, ...] = tuple(endpoints)
@@ -306,7 +323,8 @@ class Fleet:
     def server(self, endpoint: str) -> Server:
         """The :class:`Server` at `endpoint` (one of the fleet's, or any other)."""
         return Server(endpoint_socket(endpoint), connect_timeout=self.connect_timeout,
-                      server_uid=self.server_uid)
+                      server_uid=self.server_uid, tls_cert=self.tls.cert,
+                      tls_key=self.tls.key, tls_ca=self.tls.ca)
 
     def _capacity(self, endpoint: str) -> Any:
         """The capacity of the node at `endpoint`, within ask_timeout for the connect and the

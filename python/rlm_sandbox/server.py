@@ -24,6 +24,7 @@ from ._calls import Calls, Dispatcher, split_tools, unencodable
 from ._fork import BranchOptions, checked_count, fork_branches
 from ._requests import added_index, checked_allow, checked_index, execute_request, loaded
 from ._requests import milliseconds as _milliseconds
+from ._tls_relay import tls_files
 from ._wire import ConnectionLost, ServerError, Wire, connect, raise_if_error
 from .result import CellResult, LlmCallback, RlmSandboxError, RunResult
 
@@ -54,15 +55,32 @@ def _bytes(value: Union[int, str], what: str) -> int:
 
 
 class Server:
-    """A ``rlm-sandbox serve`` at a unix socket. Each run or session takes a connection of its
-    own, so one Server object serves any number of threads.
+    """A ``rlm-sandbox serve`` at a unix socket, or at its TLS listener (``serve --listen``).
+    Each run or session takes a connection of its own, so one Server object serves any number
+    of threads.
 
     Args:
-        path: the server's socket; default ``$RLM_SANDBOX_SERVER``.
-        connect_timeout: seconds to wait for the server to accept and answer a short request.
+        path: the server's socket, or ``"tls://HOST:PORT"`` (``tls://[V6]:PORT``) of its TLS
+            listener; default ``$RLM_SANDBOX_SERVER``.
+        connect_timeout: seconds to wait for the server to accept and answer a short request
+            (over TLS: the TCP connect and the handshake).
         server_uid: a uid the server may run as besides root and this process's own; default
             ``$RLM_SANDBOX_SERVER_UID``. A listener of any other uid (another tenant who bound
             the path first) is refused with :class:`ServerError` before anything is sent.
+            Not used over TLS, where the server's certificate is checked instead.
+        tls_cert, tls_key: this client's certificate and its key (PEM files), which the
+            server maps to a uid (``serve --tls-identity``); default ``$RLM_SANDBOX_TLS_CERT``
+            and ``$RLM_SANDBOX_TLS_KEY``. Only for a ``tls://`` path.
+        tls_ca: the CA the server's certificate must chain to, which must also name the host
+            dialled (an IP address SAN for an address); default ``$RLM_SANDBOX_TLS_CA``. A
+            server whose certificate does not verify is sent nothing.
+
+    Over TLS (1.3 only) the protocol is the unix socket's: a relay thread per connection turns
+    the fds a request hands the server (stdin, stdout, stderr, a context, a save file) into
+    streams of the connection, so runs and sessions work the same. A server that rejects the
+    client's certificate (none, another CA's) says so at the first answer: :class:`ServerError`
+    ``unavailable`` ("the server requires a client certificate", "the server does not accept
+    this client certificate"); an identity the server grants nothing is ``refused``.
 
     A server that cannot serve (none at the socket, a peer it does not allow, a policy it does
     not offer, a loosened policy, a bind it does not permit) raises :class:`ServerError`; nothing
@@ -70,7 +88,10 @@ class Server:
     """
 
     def __init__(self, path: Optional[Union[str, os.PathLike]] = None, *,
-                 connect_timeout: float = 10.0, server_uid: Optional[int] = None) -> None:
+                 connect_timeout: float = 10.0, server_uid: Optional[int] = None,
+                 tls_cert: Optional[Union[str, os.PathLike]] = None,
+                 tls_key: Optional[Union[str, os.PathLike]] = None,
+                 tls_ca: Optional[Union[str, os.PathLike]] = None) -> None:
         if path is None:
             path = server_from_environment()
         if not path:
@@ -78,9 +99,11 @@ class Server:
         self.path = os.fspath(path)
         self.connect_timeout = connect_timeout
         self.server_uid = server_uid
+        #: The TLS files (empty strings for none given), for a ``tls://`` path.
+        self.tls = tls_files(tls_cert, tls_key, tls_ca)
 
     def _connect(self) -> Wire:
-        return Wire(connect(self.path, self.connect_timeout, self.server_uid))
+        return Wire(connect(self.path, self.connect_timeout, self.server_uid, self.tls))
 
     def _ask(self, frame: Dict[str, Any], answer_op: str) -> Dict[str, Any]:
         """One frame on a connection of its own and the server's one answer (`answer_op`); an
@@ -99,7 +122,7 @@ class Server:
         most `max_bytes`; past either, :class:`ServerError` (``unavailable`` or
         ``internal``)."""
         deadline = time.monotonic() + timeout
-        wire = Wire(connect(self.path, timeout, self.server_uid))
+        wire = Wire(connect(self.path, timeout, self.server_uid, self.tls))
         try:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -244,9 +267,11 @@ class _Run:
         self.output: Dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.truncated = {"stdout": False, "stderr": False}
         self.stopped = False
+        #: The fds result() closes on its way out (one closed earlier leaves the list first).
+        self._to_close: List[int] = []
 
     def result(self) -> RunResult:
-        to_close = []
+        to_close = self._to_close
         try:
             if self.stdin is None:
                 in_read = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -320,6 +345,8 @@ class _Run:
                             pending = pending[len(pending):]
                         if not pending:
                             selector.unregister(in_write)
+                            # Closed once: the number may be another thread's fd after this.
+                            self._to_close.remove(in_write)
                             os.close(in_write)  # the payload sees end of input
                     else:
                         self._read(selector, key.fd, key.data)

@@ -1,7 +1,8 @@
 """One ``rlm-sandbox serve`` of a test's own, for the tests that start servers of their own
-(test_node_contract, test_fleet): its directory, socket, process and log, waiting for it to
-listen, its exit status, and stopping it (SIGINT, then SIGKILL) with its directory removed; and
-RefusedAtOnce, the assertion both make of a server's refusals.
+(test_node_contract, test_fleet, test_tls): its directory, socket, process and log, waiting for
+it to listen, its exit status, and stopping it (SIGINT, then SIGKILL) with its directory removed;
+optionally a TLS listener beside the socket, with certificates of its own; and RefusedAtOnce,
+the assertion they make of a server's refusals.
 
 Not a test module: imported by the tests beside it (ctest runs them from this directory, and a
 test file run as a script has its own directory on ``sys.path``).
@@ -26,6 +27,11 @@ if _PACKAGE not in sys.path:
 from rlm_sandbox import Server, ServerError  # noqa: E402
 
 BINARY = os.environ.get("RLM_SANDBOX_BIN") or shutil.which("rlm-sandbox")
+#: Makes a TLS listener's certificates (ca, other-ca, node, alice, bob, nobody, stranger).
+MAKE_TLS_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server",
+                              "make_tls_certs.sh")
+#: The uid the certificate "bob" stands for (alice: this process's own).
+BOB_UID = 65534
 
 #: How long exit_code() waits by default (generous: the tests share a loaded machine).
 EXIT_SECONDS = 60.0
@@ -34,14 +40,24 @@ EXIT_SECONDS = 60.0
 class ServeProcess:
     """``rlm-sandbox serve --socket DIR/SOCKET_NAME *args`` (then ``--node-id``, ``--register``
     when given) in a fresh directory ``prefix*``; stderr is kept in DIR/serve.log so a chatty
-    server never blocks on a pipe. ``name`` is how messages call the server."""
+    server never blocks on a pipe. ``name`` is how messages call the server.
+
+    With ``tls=True``, a TLS listener too, as the C++ tests' ServerProcess makes one:
+    certificates made fresh in DIR/tls by tests/server/make_tls_certs.sh (:meth:`tls_file`),
+    ``--listen 127.0.0.1:0`` with the node's certificate, ``--client-ca ca.pem`` and the
+    identities alice (this process's uid) and bob (BOB_UID); :meth:`wait_for_socket` then waits
+    for the listener's address too (:attr:`tls_endpoint`, ``"tls://127.0.0.1:PORT"``)."""
 
     def __init__(self, args: Sequence[str] = (), *, node_id: Optional[str] = None,
                  register: Optional[str] = None, prefix: str = "rlm-serve-",
-                 socket_name: str = "s.sock", name: str = "the server") -> None:
+                 socket_name: str = "s.sock", name: str = "the server",
+                 tls: bool = False) -> None:
         self.node_id = node_id
         self.registry = register
         self.name = name
+        self.tls = tls
+        #: With ``tls``: ``"tls://127.0.0.1:PORT"`` once wait_for_socket returned.
+        self.tls_endpoint = ""
         self.dir = tempfile.mkdtemp(prefix=prefix)
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, socket_name)
@@ -51,6 +67,19 @@ class ServeProcess:
             command += ["--node-id", node_id]
         if register is not None:
             command += ["--register", register]
+        if tls:
+            made = subprocess.run(["/bin/sh", MAKE_TLS_CERTS, os.path.join(self.dir, "tls")],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, check=False)
+            if made.returncode != 0:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise RuntimeError("make_tls_certs.sh failed: "
+                                   + made.stdout.decode(errors="replace"))
+            command += ["--listen", "127.0.0.1:0", "--tls-cert", self.tls_file("node.pem"),
+                        "--tls-key", self.tls_file("node.key"),
+                        "--client-ca", self.tls_file("ca.pem"),
+                        "--tls-identity", f"alice={os.getuid()}",
+                        "--tls-identity", f"bob={BOB_UID}"]
         try:
             with open(self.log_path, "wb") as log:
                 self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
@@ -59,6 +88,12 @@ class ServeProcess:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
         self.server = Server(self.socket, connect_timeout=30.0)
+
+    def tls_file(self, name: str) -> str:
+        """A file make_tls_certs.sh made for this server: ``ca.pem``, ``other-ca.pem``,
+        ``alice.pem``/``alice.key``, ``bob``, ``nobody``, ``stranger`` (CN alice, by
+        other-ca)."""
+        return os.path.join(self.dir, "tls", name)
 
     @property
     def endpoint_file(self) -> str:
@@ -72,21 +107,40 @@ class ServeProcess:
             raise RuntimeError(f"{what} exited with {self.proc.returncode}: {self.log()}")
 
     def wait_for_socket(self, seconds: float) -> None:
-        """Returns once the socket accepts a connection; RuntimeError if the server exits or
-        does not listen within `seconds`."""
+        """Returns once the socket accepts a connection (and, with ``tls``, the server's
+        "listening" line named its TLS address); RuntimeError if the server exits or does not
+        listen within `seconds`."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self.raise_if_exited()
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(self.socket)
-                return
+                break
             except OSError:
                 time.sleep(0.05)
             finally:
                 probe.close()
-        raise RuntimeError(f"rlm-sandbox serve did not listen on {self.socket} within "
-                           f"{seconds} s")
+        else:
+            raise RuntimeError(f"rlm-sandbox serve did not listen on {self.socket} within "
+                               f"{seconds} s")
+        key = '"tls":"'
+        while self.tls and not self.tls_endpoint:
+            try:
+                with open(self.log_path, "rb") as log:  # the line is among the first
+                    text = log.read(1 << 16).decode(errors="replace")
+            except OSError:
+                text = ""
+            at = text.find(key)
+            end = text.find('"', at + len(key)) if at >= 0 else -1
+            if end >= 0:
+                self.tls_endpoint = "tls://" + text[at + len(key):end]
+            elif time.monotonic() > deadline:
+                raise RuntimeError(f"rlm-sandbox serve did not say its TLS address: "
+                                   f"{self.log()}")
+            else:
+                self.raise_if_exited()
+                time.sleep(0.02)
 
     def log(self) -> str:
         """The last 4000 characters of the server's stderr."""

@@ -250,7 +250,8 @@ class ReadFleetTest(unittest.TestCase):
         self.assertEqual(Fleet(path).endpoints, expected)
 
     def test_a_file_refuses_other_endpoints_naming_the_line(self) -> None:
-        for line in ("tls://10.0.0.1:7000", "run/relative.sock", "unix:relative.sock", "unix:"):
+        for line in ("tls://10.0.0.1", "tcp://10.0.0.1:7000", "run/relative.sock",
+                     "unix:relative.sock", "unix:"):
             with self.subTest(endpoint=line):
                 path = self.write("bad.txt", f"unix:/run/a.sock\n# c\n{line}\n")
                 message = self.refusal(path)
@@ -280,9 +281,13 @@ class ReadFleetTest(unittest.TestCase):
         os.symlink(os.path.join(registry, "n2.endpoint"), os.path.join(registry, "n9.endpoint"))
         self.assertEqual(read_fleet(registry), ["/run/n1.sock", "unix:/run/n2.sock"])
 
-        # A file of another kind is skipped, not a refusal of the whole fleet.
-        self.write(os.path.join("registry", "n5.endpoint"), "tls://10.0.0.5:7000\n")
+        # A file of another kind is skipped, not a refusal of the whole fleet; a TLS
+        # listener's is an endpoint like the others.
+        self.write(os.path.join("registry", "n5.endpoint"), "tcp://10.0.0.5:7000\n")
         self.assertEqual(read_fleet(registry), ["/run/n1.sock", "unix:/run/n2.sock"])
+        self.write(os.path.join("registry", "n6.endpoint"), "tls://10.0.0.6:7000\n")
+        self.assertEqual(read_fleet(registry),
+                         ["/run/n1.sock", "unix:/run/n2.sock", "tls://10.0.0.6:7000"])
 
         empty = os.path.join(self.dir, "empty-registry")
         os.mkdir(empty)
@@ -344,8 +349,10 @@ class ReadFleetTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             Fleet([])
         with self.assertRaises(ValueError) as caught:
-            Fleet(["unix:/run/a.sock", "tls://10.0.0.1:7000"])
-        self.assertIn("tls://10.0.0.1:7000", str(caught.exception))
+            Fleet(["unix:/run/a.sock", "tls://10.0.0.1"])
+        self.assertIn("tls://10.0.0.1", str(caught.exception))
+        self.assertEqual(Fleet(["unix:/run/a.sock", "tls://10.0.0.1:7000"]).endpoints,
+                         ["unix:/run/a.sock", "tls://10.0.0.1:7000"])
         for choices in (0, -1, True, 1.5):
             with self.subTest(choices=choices), self.assertRaises(ValueError):
                 Fleet(["/run/a.sock"], choices=choices)
