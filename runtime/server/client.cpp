@@ -120,8 +120,8 @@ std::unique_ptr<Session> ServerConnection::open_session(const std::string& polic
   const auto deadline = Clock::now() + std::max<std::chrono::milliseconds>(options.start_timeout,
                                                                            server::kReplyTimeout);
   const json reply = server::server_reply(state_->socket.get(), deadline);
-  if (reply["op"] != "session_opened")
-    throw ServerRefused("internal", "the server answered out of turn");
+  if (reply["op"] != "session_opened")  // nothing opened: as for a run before "started"
+    throw ServerRefused("unavailable", "the server answered out of turn (no session opened)");
   const json node = reply.value("node", json());
   return server::make_relayed_session(std::move(state_->socket), std::move(options),
                                       node.is_string() ? node.get<std::string>() : std::string());

@@ -101,8 +101,10 @@ Result ServerConnection::run(const Request& request, const std::string& policy_n
   devnull.reset();
 
   const json started = server::server_reply(socket, Clock::now() + server::kReplyTimeout);
+  // Before "started" nothing ran: a node that answers out of turn is one not to use (a fleet
+  // passes it over, as one that does not answer), never a reason to give up the run.
   if (started["op"] != "started")
-    throw ServerRefused("internal", "the server answered out of turn");
+    throw ServerRefused("unavailable", "the server answered out of turn (nothing ran)");
   const json cap_json = started.value("output_bytes", json());
   const std::uint64_t cap = cap_json.is_number_unsigned() ? cap_json.get<std::uint64_t>() : 0;
 

@@ -4,6 +4,7 @@
 #include "rlm_sandbox/server.hpp"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -506,6 +507,7 @@ void Server::State::serve_remote(UniqueFd tcp) {
     }
   }
   stream.reset();
+  OPENSSL_thread_stop();  // the error queue OpenSSL keeps for this thread
   leave();
 }
 

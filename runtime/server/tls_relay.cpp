@@ -5,8 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include <array>
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -65,6 +68,27 @@ class IdleConnections {
   static IdleConnections& instance() {
     static IdleConnections* pool = new IdleConnections;  // never destroyed: relays may outlive main
     return *pool;
+  }
+
+  // Relay threads running. At the process's exit they get a moment (1 s at most) to end the op
+  // they relay -- the server's "idle" is usually microseconds away -- and to free what OpenSSL
+  // keeps for each thread; a thread still running at exit would leave its state behind.
+  void thread_started() {
+    std::lock_guard lock(mutex_);
+    if (!exit_wait_registered_) {
+      exit_wait_registered_ = true;
+      std::atexit([] { instance().wait_for_threads(std::chrono::seconds(1)); });
+    }
+    ++threads_;
+  }
+  void thread_ended() {
+    std::lock_guard lock(mutex_);
+    --threads_;
+    parked_.notify_all();
+  }
+  void wait_for_threads(std::chrono::milliseconds patience) {
+    std::unique_lock lock(mutex_);
+    parked_.wait_for(lock, patience, [this] { return threads_ == 0; });
   }
 
   // A parked connection to `endpoint` the server has not closed, or nullopt.
@@ -131,6 +155,8 @@ class IdleConnections {
   }
   std::mutex mutex_;
   std::condition_variable parked_;
+  std::size_t threads_ = 0;
+  bool exit_wait_registered_ = false;
   std::map<std::string, std::vector<Parked>> idle_;
   std::multimap<std::string, int> live_;
 };
@@ -365,12 +391,17 @@ UniqueFd connect_tls(const std::string& endpoint, const TlsFiles& files,
     throw ServerRefused("unavailable", "socketpair: " + sys::errno_text(errno));
   UniqueFd app(ends[0]), relay_end(ends[1]);
   auto relay = std::make_unique<Relay>(std::move(*tls), std::move(relay_end), endpoint, key);
+  IdleConnections::instance().thread_started();
   try {
-    std::thread([relay = std::move(relay)] {
+    std::thread([relay = std::move(relay)]() mutable {
       pthread_setname_np(pthread_self(), "rlm-tls-relay");
       relay->run();
+      relay.reset();
+      OPENSSL_thread_stop();  // this thread's error queue and the like, freed now
+      IdleConnections::instance().thread_ended();
     }).detach();
   } catch (const std::system_error& error) {
+    IdleConnections::instance().thread_ended();
     throw ServerRefused("unavailable", std::string("no thread for the TLS relay: ") + error.what());
   }
   return app;
