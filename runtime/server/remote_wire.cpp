@@ -86,17 +86,22 @@ std::string data_of(const json& frame) {
   return bytes;
 }
 
+std::uint64_t TlsFrameReader::announced_length() const {
+  const auto* header = reinterpret_cast<const unsigned char*>(buffer_.data() + start_);
+  const std::uint64_t length =
+      (std::uint64_t{header[0]} << 24) | (header[1] << 16) | (header[2] << 8) | header[3];
+  if (length > max_bytes_)
+    throw WireError("a frame of " + std::to_string(length) + " bytes is over the limit of " +
+                    std::to_string(max_bytes_));
+  return length;
+}
+
 bool TlsFrameReader::fill(TlsStream& stream, const std::function<void(std::string_view)>& pass) {
   compact();
   std::array<char, 64u << 10> chunk;
   for (;;) {
     if (passing_ == 0 && held() >= 4) {
-      const auto* header = reinterpret_cast<const unsigned char*>(buffer_.data() + start_);
-      const std::uint64_t length =
-          (std::uint64_t{header[0]} << 24) | (header[1] << 16) | (header[2] << 8) | header[3];
-      if (length > max_bytes_)
-        throw WireError("a frame of " + std::to_string(length) + " bytes is over the limit of " +
-                        std::to_string(max_bytes_));
+      const std::uint64_t length = announced_length();
       if (pass && length > kMaxStreamFrame) {  // passed on as it comes, never held whole
         const auto have = static_cast<std::size_t>(std::min<std::uint64_t>(held(), 4 + length));
         pass(std::string_view(buffer_.data() + start_, have));
@@ -131,12 +136,7 @@ bool TlsFrameReader::fill(TlsStream& stream, const std::function<void(std::strin
 
 std::optional<json> TlsFrameReader::next() {
   if (held() < 4) return std::nullopt;
-  const auto* header = reinterpret_cast<const unsigned char*>(buffer_.data() + start_);
-  const std::uint64_t length =
-      (std::uint64_t{header[0]} << 24) | (header[1] << 16) | (header[2] << 8) | header[3];
-  if (length > max_bytes_)
-    throw WireError("a frame of " + std::to_string(length) + " bytes is over the limit of " +
-                    std::to_string(max_bytes_));
+  const std::uint64_t length = announced_length();
   if (held() < 4 + length) return std::nullopt;
   json message;
   try {

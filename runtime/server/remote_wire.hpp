@@ -73,6 +73,8 @@ class TlsFrameReader {
 
  private:
   void compact();  // drops the bytes of frames taken
+  // The length the next frame's header announces (4 bytes held); WireError past max_bytes.
+  std::uint64_t announced_length() const;
   std::uint64_t max_bytes_;
   FrameAccount account_;
   FrameBudget::Reservation reservation_;  // for the frame being gathered
