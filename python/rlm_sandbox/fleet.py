@@ -7,6 +7,9 @@ is passed over, and so is one that refuses the request ``resource_exhausted``, `
 ``unavailable``; the request then goes back to the nodes left. A session stays on its node
 (``ServerSession.node``); when that node dies, its calls fail with :class:`ServerError`
 ``node_lost``. Nothing is shared between clients or nodes: a session's id names its node.
+
+The nodes come from a source (:func:`read_fleet`): a file of endpoints, a directory where nodes
+register themselves, or ``slurm:PORT``, the TLS listeners on PORT of the Slurm job's nodes.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import stat
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
+from ._slurm_hostlist import MAX_HOSTS, expand_slurm_hostlist
 from ._tls_relay import TlsFiles, is_tls_endpoint, split_endpoint, tls_files
 from ._wire import ServerError
 from .result import RlmSandboxError, RunResult
 from .server import Server, ServerSession
 
-_MAX_ENDPOINTS = 100_000
+_MAX_ENDPOINTS = MAX_HOSTS
 _MAX_ENDPOINT_BYTES = 4096
 _SUFFIX = ".endpoint"
 #: The capacity answer placement and status() take: one deadline for the connect and the whole
@@ -68,6 +72,25 @@ def _trimmed(line: bytes) -> bytes:
     return line.strip(b" \t\r")
 
 
+def _slurm_job_endpoints(source: str) -> List[str]:
+    """``"slurm:PORT"``: the TLS listener on PORT of every host of the Slurm job this client runs
+    in (the pilot's nodes, packaging/slurm), from ``$SLURM_JOB_NODELIST`` (``$SLURM_NODELIST``
+    when that is unset), as the C++ client's read_fleet reads it."""
+    port = source[len("slurm:"):]
+    if not 0 < len(port) <= 5 or not all("0" <= c <= "9" for c in port) or \
+            not 0 < int(port) <= 65535:
+        raise RlmSandboxError(f"fleet {source}: expected slurm:PORT, the port of the nodes' TLS "
+                              f"listeners")
+    hosts = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not hosts:
+        raise RlmSandboxError(f"fleet {source}: SLURM_JOB_NODELIST is not set (is this inside a "
+                              f"Slurm job's allocation?)")
+    try:
+        return [f"tls://{host}:{port}" for host in expand_slurm_hostlist(hosts, _MAX_ENDPOINTS)]
+    except RlmSandboxError as error:
+        raise RlmSandboxError(f"fleet {source}: {error}") from None
+
+
 def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
     """A fleet's endpoints from `source`:
 
@@ -77,16 +100,24 @@ def read_fleet(source: Union[str, os.PathLike]) -> List[str]:
       (one being written) is skipped, and so is a bad one (a symlink, a FIFO or other
       non-regular file, one that cannot be read, one whose endpoint is malformed or of another
       kind): anyone who can write there must not break every placement;
-    - a file: one endpoint per line; blank lines and ``#`` comments are skipped.
+    - a file: one endpoint per line; blank lines and ``#`` comments are skipped;
+    - ``"slurm:PORT"``: ``tls://HOST:PORT`` for every host of the Slurm job this runs in
+      (``$SLURM_JOB_NODELIST``, e.g. ``"node[01-03]"``, expanded as
+      :func:`expand_slurm_hostlist` does), the TLS listeners the pilot's nodes open (a
+      name, not a path: a file called ``slurm:...`` is read as ``./slurm:...``).
 
     An endpoint is ``unix:PATH`` or an absolute ``PATH`` of a server's socket, or
     ``tls://HOST:PORT`` (``tls://[V6]:PORT``) of a server's TLS listener.
 
     Raises:
         RlmSandboxError: the source cannot be read or holds no (good) endpoint; a file that
-            names one of another kind (the message names the source and the line).
+            names one of another kind (the message names the source and the line); a
+            ``slurm:`` source with a bad port, outside a Slurm job, or with a malformed node
+            list.
     """
     source = os.fsdecode(os.fspath(source))
+    if source.startswith("slurm:"):  # before the stat: it names no file
+        return _slurm_job_endpoints(source)
     endpoints: List[str] = []
     try:
         is_dir = stat.S_ISDIR(os.stat(source).st_mode)
@@ -242,9 +273,10 @@ class Fleet:
     threads: each placement and each request takes connections of its own.
 
     Args:
-        fleet: a source (a file of endpoints or a directory of ``*.endpoint`` files, as
-            :func:`read_fleet` reads it), or a list of endpoints (``"unix:/PATH"``, ``"/PATH"``
-            or ``"tls://HOST:PORT"``); default ``$RLM_SANDBOX_FLEET``.
+        fleet: a source (a file of endpoints, a directory of ``*.endpoint`` files or
+            ``"slurm:PORT"`` inside a Slurm job, as :func:`read_fleet` reads it), or a list of
+            endpoints (``"unix:/PATH"``, ``"/PATH"`` or ``"tls://HOST:PORT"``); default
+            ``$RLM_SANDBOX_FLEET``.
         choices: K, the nodes asked for their capacity per placement (at least 1).
         backends: backends a node must offer (its capacity's ``features.backends``), e.g.
             ``("namespace",)``.
@@ -276,7 +308,8 @@ class Fleet:
             if fleet is None:
                 raise RlmSandboxError("no fleet: pass a source or endpoints, or set "
                                       "RLM_SANDBOX_FLEET")
-        #: The file or directory the endpoints were read from (None for a list).
+        #: The source the endpoints were read from, a file, a directory or ``slurm:PORT`` (None
+        #: for a list); refresh() reads it again.
         self.source: Optional[str] = None
         if isinstance(fleet, (str, bytes, os.PathLike)):
             self.source = os.fsdecode(os.fspath(fleet))

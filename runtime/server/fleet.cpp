@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/error.hpp"
 #include "server/client_wire.hpp"
+#include "server/slurm_hostlist.hpp"
 #include "server/tls.hpp"
 #include "server/tls_relay.hpp"
 
@@ -100,6 +102,30 @@ json ask_capacity(const std::string& socket_path, const FleetOptions& options) {
   return reply;
 }
 
+// "slurm:PORT": a node's TLS listener on PORT of every host of the Slurm job this client runs in
+// (the pilot's nodes, packaging/slurm), from SLURM_JOB_NODELIST.
+std::vector<std::string> slurm_job_endpoints(const std::string& source) {
+  const std::string port = source.substr(6);
+  const bool digits =
+      !port.empty() && port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoul(port) == 0 || std::stoul(port) > 65535)
+    throw Error("fleet " + source + ": expected slurm:PORT, the port of the nodes' TLS listeners");
+  const char* list = std::getenv("SLURM_JOB_NODELIST");
+  if (list == nullptr || *list == '\0') list = std::getenv("SLURM_NODELIST");
+  if (list == nullptr || *list == '\0')
+    throw Error("fleet " + source +
+                ": SLURM_JOB_NODELIST is not set (is this inside a Slurm job's allocation?)");
+  std::vector<std::string> endpoints;
+  try {
+    for (auto& host : server::expand_slurm_hostlist(list, kMaxEndpoints))
+      endpoints.push_back("tls://" + host + ":" + port);
+  } catch (const Error& error) {
+    throw Error("fleet " + source + ": " + error.what());
+  }
+  return endpoints;
+}
+
 }  // namespace
 
 std::string endpoint_socket(const std::string& endpoint) {
@@ -117,6 +143,7 @@ std::string endpoint_socket(const std::string& endpoint) {
 }
 
 std::vector<std::string> read_fleet(const std::string& source) {
+  if (source.rfind("slurm:", 0) == 0) return slurm_job_endpoints(source);
   std::vector<std::string> endpoints;
   struct stat status {};
   if (stat(source.c_str(), &status) != 0)

@@ -30,12 +30,13 @@ import threading
 import time
 import unittest
 from typing import Any, Dict, List, Optional, Sequence
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from rlm_sandbox import (Fleet, RlmSandboxError, Server, ServerError,  # noqa: E402
                          ServerSession, read_fleet)
 from rlm_sandbox._wire import Wire  # noqa: E402
-from rlm_sandbox.fleet import _room  # noqa: E402
+from rlm_sandbox.fleet import _room, expand_slurm_hostlist  # noqa: E402
 from serve_process import BINARY, RefusedAtOnce, ServeProcess  # noqa: E402
 
 #: Deadlines, generous: the tests share a loaded 2-CPU machine with other suites.
@@ -427,6 +428,83 @@ class ReadFleetTest(unittest.TestCase):
         for answer in (None, [1], "capacity", 7):
             with self.subTest(answer=answer):
                 self.assertEqual(_room(answer, ()), malformed)
+
+
+class SlurmFleetTest(unittest.TestCase):
+    """``slurm:PORT``: the nodes of the Slurm job this runs in, from its node list expanded as
+    Slurm writes it (the C++ client's Fleet.ASlurmNodeListExpandsAsSlurmWritesIt and
+    Fleet.ASlurmJobsNodesAreAFleet); no server needed."""
+
+    def test_a_node_list_expands_as_slurm_writes_it(self) -> None:
+        for text, hosts in (
+                ("node[01-03,07],gpu5", ["node01", "node02", "node03", "node07", "gpu5"]),
+                ("rack[1-2]-n[8-10]",
+                 ["rack1-n8", "rack1-n9", "rack1-n10", "rack2-n8", "rack2-n9", "rack2-n10"]),
+                ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+                ("localhost", ["localhost"]),
+                ("a.example.org,b_1", ["a.example.org", "b_1"]),
+                (" n[1-2],\n m , ,", ["n1", "n2", "m"])):
+            with self.subTest(text=text):
+                self.assertEqual(expand_slurm_hostlist(text), hosts)
+        hosts = expand_slurm_hostlist("n[1-100000]", max_hosts=100_000)
+        self.assertEqual(len(hosts), 100_000)
+        self.assertEqual((hosts[0], hosts[-1]), ("n1", "n100000"))
+
+    def test_a_malformed_or_huge_node_list_is_refused_before_anything_is_made(self) -> None:
+        for text in ("", "n[1-3", "n[3-1]", "n[a-b]", "n[1-2]x[", "n[0-999999999]",
+                     "n[1-1000]m[1-1000]", "n[1-99999],m[1-2]", "bad host", "n/1", "n[-1]",
+                     "n[1-1000000000000000000000]",
+                     # Hosts without a range count too: no list gives more than max_hosts.
+                     "n[1-100000],x", "n[1-2],h" + "x" * 253):
+            with self.subTest(text=text):
+                began = time.monotonic()
+                with self.assertRaises(RlmSandboxError) as caught:
+                    expand_slurm_hostlist(text, max_hosts=100_000)
+                self.assertIn(f"the Slurm node list '{text[:200]}': ", str(caught.exception))
+                self.assertLess(time.monotonic() - began, AT_ONCE_SECONDS)
+        for text, why in (("n[1-3", "a '[' is not closed"), ("n[3-1]", "runs backwards"),
+                          ("n[a-b]", "'[a-b]' is not numbers"), (" , ", "no hosts in it"),
+                          ("bad host", "'bad host' is not a host name"),
+                          ("n[0-999999999]", "more than 100000 hosts"),
+                          ("h" + "x" * 252 + "[1-10]", "a host name of 254 bytes")):
+            with self.subTest(why=why), self.assertRaises(RlmSandboxError) as caught:
+                expand_slurm_hostlist(text)
+            self.assertIn(why, str(caught.exception))
+        with self.assertRaises(RlmSandboxError) as caught:
+            expand_slurm_hostlist("x" * 300 + "[")
+        self.assertIn("'" + "x" * 200 + "': ", str(caught.exception))  # the list, cut short
+
+    def test_a_slurm_jobs_nodes_are_a_fleet(self) -> None:
+        with mock.patch.dict(os.environ, {"SLURM_JOB_NODELIST": "node[1-3]"}):
+            expected = ["tls://node1:7443", "tls://node2:7443", "tls://node3:7443"]
+            self.assertEqual(read_fleet("slurm:7443"), expected)
+            fleet = Fleet("slurm:7443")
+            self.assertEqual((fleet.source, fleet.endpoints), ("slurm:7443", expected))
+            os.environ["SLURM_JOB_NODELIST"] = "node[1-2]"
+            self.assertEqual(fleet.refresh(), expected[:2])
+            for bad in ("slurm:", "slurm:0", "slurm:65536", "slurm:74x3", "slurm:-1",
+                        "slurm:123456", "slurm: 7443"):
+                with self.subTest(source=bad), self.assertRaises(RlmSandboxError) as caught:
+                    read_fleet(bad)
+                self.assertEqual(str(caught.exception), f"fleet {bad}: expected slurm:PORT, "
+                                                        f"the port of the nodes' TLS listeners")
+            os.environ["SLURM_JOB_NODELIST"] = "node[1-3"
+            with self.assertRaises(RlmSandboxError) as caught:
+                read_fleet("slurm:7443")
+            self.assertTrue(str(caught.exception).startswith(
+                "fleet slurm:7443: the Slurm node list 'node[1-3': "), caught.exception)
+        # A job step's list when the job's is unset or empty.
+        with mock.patch.dict(os.environ, {"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": "gpu7"}):
+            self.assertEqual(read_fleet("slurm:7443"), ["tls://gpu7:7443"])
+        with mock.patch.dict(os.environ):
+            os.environ.pop("SLURM_JOB_NODELIST", None)
+            os.environ.pop("SLURM_NODELIST", None)
+            with self.assertRaises(RlmSandboxError) as caught:
+                read_fleet("slurm:7443")
+            self.assertIn("SLURM_JOB_NODELIST is not set (is this inside a Slurm job's "
+                          "allocation?)", str(caught.exception))
+            with self.assertRaises(RlmSandboxError):
+                Fleet("slurm:7443")
 
 
 #: Fake nodes that answer their capacity badly, each with the reason placement passes it over

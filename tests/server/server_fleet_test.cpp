@@ -18,7 +18,9 @@
 #include "raw_client.hpp"
 #include "rlm_sandbox/client.hpp"
 #include "rlm_sandbox/fleet.hpp"
+#include "server/slurm_hostlist.hpp"
 #include "server_fixture.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rlm::test {
 namespace {
@@ -27,33 +29,100 @@ using nlohmann::json;
 
 constexpr auto kPatience = std::chrono::seconds(60);
 
-// Three nodes n1..n3, each with its own directory and socket, registered in `registry`.
+// How clients reach the nodes: their unix sockets (endpoints the nodes register themselves), or
+// TLS listeners on loopback ports (a fleet file of tls:// endpoints, clients with a certificate).
+enum class Transport { unix_socket, tls };
+
+std::string transport_name(const testing::TestParamInfo<Transport>& info) {
+  return info.param == Transport::tls ? "tls" : "unix";
+}
+void PrintTo(Transport transport, std::ostream* out) {
+  *out << (transport == Transport::tls ? "tls" : "unix");
+}
+
+// The "tls" address a node's "listening" line gives (it listens on port 0), or "" until it says.
+std::string tls_address_in(const std::string& log) {
+  constexpr std::string_view kKey = "\"tls\":\"";
+  const auto at = log.find(kKey);
+  if (at == std::string::npos) return "";
+  const auto end = log.find('"', at + kKey.size());
+  return end == std::string::npos ? "" : log.substr(at + kKey.size(), end - at - kKey.size());
+}
+
+// Three nodes n1..n3, each with its own directory and socket, registered in `registry`; with
+// Transport::tls each also listens on a loopback port, and fleet() places over TLS as alice.
 class ThreeNodes {
  public:
-  explicit ThreeNodes(std::vector<std::string> extra = {}) {
+  explicit ThreeNodes(std::vector<std::string> extra = {},
+                      Transport transport = Transport::unix_socket)
+      : transport_(transport) {
+    if (transport_ == Transport::tls) {
+      const ProcessOutcome made = run_process(
+          {"/bin/sh", source_path("tests/server/make_tls_certs.sh"), certs.file("tls")});
+      if (made.exit_code != 0) ADD_FAILURE() << "make_tls_certs.sh: " << made.err;
+    }
     for (int i = 0; i < 3; ++i) {
       std::vector<std::string> args = {"--node-id",      "n" + std::to_string(i + 1),
                                        "--register",     registry.path(),
                                        "--session-pool", "python-repl=0",
                                        "--pool",         "default=1"};
+      if (transport_ == Transport::tls)
+        args.insert(args.end(), {"--listen", "127.0.0.1:0", "--tls-cert", cert("node.pem"),
+                                 "--tls-key", cert("node.key"), "--client-ca", cert("ca.pem"),
+                                 "--tls-identity", "alice=" + std::to_string(getuid())});
       args.insert(args.end(), extra.begin(), extra.end());
       servers.push_back(std::make_unique<ServerUnderTest>(dirs[i], args));
     }
   }
-  bool ready() const {
+  bool ready() {
     for (const auto& server : servers)
       if (!server->ready()) return false;
+    if (transport_ == Transport::unix_socket) return true;
+    // Each node's TLS address, from its log (written once it serves), into a fleet file.
+    std::string lines;
+    for (const auto& server : servers) {
+      std::string address;
+      const auto deadline = std::chrono::steady_clock::now() + kPatience;
+      while ((address = tls_address_in(server->log())).empty()) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      lines += "tls://" + address + "\n";
+    }
+    certs.write("fleet.txt", lines);
     return true;
   }
+  // The fleet as a client sees it: the registry of unix endpoints, or the file of tls:// ones.
+  std::vector<std::string> endpoints() const {
+    return read_fleet(transport_ == Transport::tls ? certs.file("fleet.txt") : registry.path());
+  }
+  FleetOptions options() const {
+    FleetOptions options;
+    if (transport_ == Transport::tls)
+      options.tls = TlsFiles{cert("alice.pem"), cert("alice.key"), cert("ca.pem")};
+    return options;
+  }
+  Fleet fleet() const { return Fleet(endpoints(), options()); }
   std::string logs() const {
     std::string text;
     for (const auto& server : servers) text += server->log();
     return text;
   }
+  std::string cert(const std::string& name) const { return certs.file("tls/" + name); }
+
   TempDir registry;
+  TempDir certs;
   TempDir dirs[3];
   std::vector<std::unique_ptr<ServerUnderTest>> servers;
+
+ private:
+  Transport transport_;
 };
+
+// The acceptance lines that hold whichever way clients reach the nodes.
+class FleetOver : public testing::TestWithParam<Transport> {};
+INSTANTIATE_TEST_SUITE_P(Transports, FleetOver,
+                         testing::Values(Transport::unix_socket, Transport::tls), transport_name);
 
 std::map<std::string, int> count_by_node(const std::vector<std::unique_ptr<Session>>& sessions) {
   std::map<std::string, int> counts;
@@ -106,10 +175,10 @@ TEST(Fleet, ReadsEndpointsFromAFileOrADirectoryAndRefusesOthers) {
 // 24 sessions on three nodes of 12 spread 8/8/8 (by room, not by the cap); a node killed with
 // SIGKILL: its sessions say node_lost within 2 s, its stale endpoint is passed over, and the next
 // 24 sessions all land on the other two; a node removes its endpoint file when it stops.
-TEST(Fleet, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
-  ThreeNodes nodes({"--max-sandboxes", "12"});
+TEST_P(FleetOver, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
+  ThreeNodes nodes({"--max-sandboxes", "12"}, GetParam());
   ASSERT_TRUE(nodes.ready()) << nodes.logs();
-  Fleet fleet(read_fleet(nodes.registry.path()));
+  Fleet fleet = nodes.fleet();
   ASSERT_EQ(fleet.endpoints().size(), 3u);
   std::vector<std::unique_ptr<Session>> sessions;
   for (int i = 0; i < 24; ++i) {
@@ -152,10 +221,10 @@ TEST(Fleet, SessionsSpreadByRoomAndADeadNodeIsPassedOver) {
 }
 
 // Runs, 30 at once on 24 slots: 24 run, 6 are refused resource_exhausted at once; none hangs.
-TEST(Fleet, ThirtyRunsOnTwentyFourSlotsRefuseSixCleanly) {
-  ThreeNodes nodes({"--max-sandboxes", "8"});
+TEST_P(FleetOver, ThirtyRunsOnTwentyFourSlotsRefuseSixCleanly) {
+  ThreeNodes nodes({"--max-sandboxes", "8"}, GetParam());
   ASSERT_TRUE(nodes.ready()) << nodes.logs();
-  Fleet fleet(read_fleet(nodes.registry.path()));
+  Fleet fleet = nodes.fleet();
   // Each run holds its slot long after all 30 have asked, so they contend at once.
   std::vector<std::future<std::string>> runs;
   for (int i = 0; i < 30; ++i)
@@ -176,6 +245,90 @@ TEST(Fleet, ThirtyRunsOnTwentyFourSlotsRefuseSixCleanly) {
   }
   EXPECT_EQ(outcomes["resource_exhausted"], 6) << json(outcomes).dump();
   EXPECT_EQ(outcomes["ok:n1"] + outcomes["ok:n2"] + outcomes["ok:n3"], 24) << json(outcomes).dump();
+}
+
+// A Slurm job's node list as Slurm writes it, expanded as Slurm expands it; malformed or huge
+// lists are refused before anything is made.
+TEST(Fleet, ASlurmNodeListExpandsAsSlurmWritesIt) {
+  using server::expand_slurm_hostlist;
+  constexpr std::size_t kMax = 100'000;
+  EXPECT_EQ(expand_slurm_hostlist("node[01-03,07],gpu5", kMax),
+            (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu5"}));
+  EXPECT_EQ(expand_slurm_hostlist("rack[1-2]-n[8-10]", kMax),
+            (std::vector<std::string>{"rack1-n8", "rack1-n9", "rack1-n10", "rack2-n8", "rack2-n9",
+                                      "rack2-n10"}));
+  EXPECT_EQ(expand_slurm_hostlist("n[098-101]", kMax),
+            (std::vector<std::string>{"n098", "n099", "n100", "n101"}));
+  EXPECT_EQ(expand_slurm_hostlist("localhost", kMax), (std::vector<std::string>{"localhost"}));
+  EXPECT_EQ(expand_slurm_hostlist("a.example.org,b_1", kMax),
+            (std::vector<std::string>{"a.example.org", "b_1"}));
+  EXPECT_EQ(expand_slurm_hostlist("n[1-100000]", kMax).size(), kMax);
+  for (const char* bad :
+       {"", "n[1-3", "n[3-1]", "n[a-b]", "n[1-2]x[", "n[0-999999999]", "n[1-1000]m[1-1000]",
+        "n[1-99999],m[1-2]", "bad host", "n/1", "n[-1]", "n[1-1000000000000000000000]"}) {
+    try {
+      const auto hosts = expand_slurm_hostlist(bad, kMax);
+      ADD_FAILURE() << "'" << bad << "' gave " << hosts.size() << " hosts";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("Slurm node list"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
+// --fleet slurm:PORT inside a Slurm job: the TLS listener on PORT of each of the job's nodes
+// (SLURM_JOB_NODELIST); here one node, "localhost", which its certificate names.
+TEST(Fleet, ASlurmJobsNodesAreAFleet) {
+  {
+    ScopedEnv list("SLURM_JOB_NODELIST", "node[1-3]");
+    EXPECT_EQ(
+        read_fleet("slurm:7443"),
+        (std::vector<std::string>{"tls://node1:7443", "tls://node2:7443", "tls://node3:7443"}));
+    for (const char* bad : {"slurm:", "slurm:0", "slurm:65536", "slurm:74x3", "slurm:-1"})
+      EXPECT_THROW(read_fleet(bad), Error) << bad;
+  }
+  {
+    ScopedEnv job("SLURM_JOB_NODELIST", std::nullopt);
+    ScopedEnv step("SLURM_NODELIST", std::nullopt);
+    try {
+      read_fleet("slurm:7443");
+      ADD_FAILURE() << "a Slurm fleet outside a job was taken";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("SLURM_JOB_NODELIST"), std::string::npos)
+          << error.what();
+    }
+  }
+  TempDir certs, dir;
+  ASSERT_EQ(run_process({"/bin/sh", source_path("tests/server/make_tls_certs.sh"), certs.path()})
+                .exit_code,
+            0);
+  ServerUnderTest node(
+      dir, {"--node-id", "s1", "--pool", "default=1", "--listen", "127.0.0.1:0", "--tls-cert",
+            certs.file("node.pem"), "--tls-key", certs.file("node.key"), "--client-ca",
+            certs.file("ca.pem"), "--tls-identity", "alice=" + std::to_string(getuid())});
+  ASSERT_TRUE(node.ready()) << node.log();
+  std::string address;
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while ((address = tls_address_in(node.log())).empty() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::string port = address.substr(address.rfind(':') + 1);
+  ASSERT_FALSE(port.empty()) << node.log();
+  ScopedEnv list("SLURM_JOB_NODELIST", "localhost");
+  FleetOptions options;
+  options.tls = TlsFiles{certs.file("alice.pem"), certs.file("alice.key"), certs.file("ca.pem")};
+  Fleet fleet(read_fleet("slurm:" + port), options);
+  Request request;
+  request.argv = {"/bin/echo", "placed"};
+  const Result result = fleet.run(request, "default");
+  EXPECT_EQ(result.stdout_data, "placed\n");
+  EXPECT_EQ(result.node, "s1");
+  // The CLI takes the same source.
+  auto ran =
+      cli({"run", "--fleet", "slurm:" + port, "--tls-cert", certs.file("alice.pem"), "--tls-key",
+           certs.file("alice.key"), "--tls-ca", certs.file("ca.pem"), "--", "/bin/echo", "hi"});
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_EQ(ran.out, "hi\n");
 }
 
 // A node that answers every connection with `answer` (bytes), then `trickle` one byte a second
@@ -307,10 +460,10 @@ TEST(Fleet, AnEndpointFileReplacedByAFifoDoesNotHoldTheStop) {
 
 // A run whose node dies after it started fails node_lost and is not started again elsewhere (its
 // payload may have run: side effects must not happen twice).
-TEST(Fleet, ARunWhoseNodeDiesIsNotRunAgainElsewhere) {
-  ThreeNodes nodes;
+TEST_P(FleetOver, ARunWhoseNodeDiesIsNotRunAgainElsewhere) {
+  ThreeNodes nodes({}, GetParam());
   ASSERT_TRUE(nodes.ready()) << nodes.logs();
-  Fleet fleet(read_fleet(nodes.registry.path()));
+  Fleet fleet = nodes.fleet();
   auto run = std::async(std::launch::async, [&] {
     Request request;
     request.argv = {"/bin/sleep", "8"};
@@ -353,10 +506,10 @@ TEST(Fleet, ANodeStoppingLeavesAnotherNodesEndpointOfTheSameId) {
 }
 
 // A drained node takes nothing new; its session in progress finishes there and the node exits.
-TEST(Fleet, ADrainingNodeIsPassedOverWhileItsSessionsFinish) {
-  ThreeNodes nodes;
+TEST_P(FleetOver, ADrainingNodeIsPassedOverWhileItsSessionsFinish) {
+  ThreeNodes nodes({}, GetParam());
   ASSERT_TRUE(nodes.ready()) << nodes.logs();
-  Fleet fleet(read_fleet(nodes.registry.path()));
+  Fleet fleet = nodes.fleet();
   std::vector<std::unique_ptr<Session>> sessions;
   for (int i = 0; i < 3; ++i) sessions.push_back(fleet.open_session("python-repl", nullptr, {}));
   EXPECT_EQ(count_by_node(sessions), (std::map<std::string, int>{{"n1", 1}, {"n2", 1}, {"n3", 1}}));

@@ -28,7 +28,8 @@ std::shared_ptr<Fleet> fleet_of(const boost::program_options::variables_map& val
   std::string source;
   if (values.count("fleet")) {
     source = values["fleet"].as<std::string>();
-    if (source.empty()) throw Error("--fleet needs a file of endpoints or a directory of them");
+    if (source.empty())
+      throw Error("--fleet needs a file of endpoints, a directory of them, or slurm:PORT");
   } else if (const char* named = std::getenv("RLM_SANDBOX_FLEET");
              named && *named && !values.count("server")) {  // a --server flag wins over it
     source = named;

@@ -41,10 +41,10 @@ inline constexpr const char* kServerUidFlagHelp =
 // The --fleet flag's description, for run and repl.
 inline constexpr const char* kFleetFlagHelp =
     "SOURCE: place the run or session on one node of a fleet of `rlm-sandbox serve` nodes: a "
-    "file of endpoints (unix:PATH or tls://HOST:PORT, one per line) or a directory of "
-    "NODE.endpoint files (serve "
-    "--register DIR); also $RLM_SANDBOX_FLEET. The best of 3 random nodes by free room; a full, "
-    "draining or dead node is passed over (docs/fleet.md)";
+    "file of endpoints (unix:PATH or tls://HOST:PORT, one per line), a directory of "
+    "NODE.endpoint files (serve --register DIR), or slurm:PORT (the TLS listener on PORT of "
+    "each host in $SLURM_JOB_NODELIST); also $RLM_SANDBOX_FLEET. The best of 3 random nodes by "
+    "free room; a full, draining or dead node is passed over (docs/fleet.md)";
 
 // The fleet named by --fleet, else by $RLM_SANDBOX_FLEET; nullptr for neither. Throws Error
 // when --server or --backend is given too, or the fleet cannot be read.

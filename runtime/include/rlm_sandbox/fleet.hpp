@@ -32,7 +32,9 @@ namespace rlm {
 // A fleet's endpoints from `source`:
 //  - a directory: every regular file named *.endpoint in it holds one endpoint (what
 //    `rlm-sandbox serve --register DIR` writes; a node removes its file when it exits);
-//  - a file: one endpoint per line; blank lines and '#' comments are skipped.
+//  - a file: one endpoint per line; blank lines and '#' comments are skipped;
+//  - "slurm:PORT": tls://HOST:PORT for every host of the Slurm job this runs in
+//    ($SLURM_JOB_NODELIST, e.g. "node[01-03]"), the TLS listeners the pilot's nodes open.
 // An endpoint is "unix:PATH" or an absolute PATH of a server's socket, or "tls://HOST:PORT" of a
 // server's TLS listener. Throws Error naming the
 // source (and line) for one that cannot be read, holds none, or names an endpoint of another kind.
