@@ -26,8 +26,9 @@ using nlohmann::json;
 
 // A client that sends stdin faster than the payload reads it is not read further past this.
 constexpr std::size_t kMaxPendingInput = 1u << 20;
-// After a run's result, how long its output pipes get to reach their end (the sandbox is gone:
-// only a descendant that escaped its kill could hold them).
+// How long output pipes get to reach their end when an op ends, and how long a run's result waits
+// while they are read out (the sandbox is gone: only a descendant that escaped its kill could
+// still write).
 constexpr auto kOutputDrain = std::chrono::seconds(5);
 // How long a connection may wait between ops (clients keep it for 20 s at most).
 constexpr auto kIdleConnection = std::chrono::seconds(30);
@@ -113,7 +114,7 @@ class Gateway {
         if (!frame) {
           // The op is over: what the payload wrote goes first, then "idle": the connection may
           // carry the client's next op (a client keeps it for its next run: no handshake).
-          drain_outputs(Clock::now() + kOutputDrain);
+          drain_outputs(Clock::now() + kOutputDrain, true);
           if (!streams_.empty() || held_) return;  // a stream left open: not reusable
           ops_.reset();
           output_cap_.reset();
@@ -308,17 +309,19 @@ class Gateway {
       if (stream.pending.empty() && stream.ended) streams_.erase(found);
       return;
     }
-    if (!read_output(id, stream)) streams_.erase(found);
+    if (read_output(id, stream) == Output::ended) streams_.erase(found);
   }
 
-  // One read of an out stream, sent on within the run's cap; false at its end (eof sent).
-  bool read_output(std::uint32_t id, Stream& stream) {
+  enum class Output { read, none_now, ended };
+  // One read of an out stream, sent on within the run's cap; ended at its end (eof sent).
+  Output read_output(std::uint32_t id, Stream& stream) {
     std::array<char, kStreamChunk> chunk;
     const ssize_t got = read(stream.fd.get(), chunk.data(), chunk.size());
-    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+    if (got < 0 && errno == EINTR) return Output::read;
+    if (got < 0 && errno == EAGAIN) return Output::none_now;
     if (got <= 0) {
       to_client(eof_frame(id));
-      return false;
+      return Output::ended;
     }
     std::string_view bytes(chunk.data(), static_cast<std::size_t>(got));
     const std::uint64_t before = stream.bytes;
@@ -340,11 +343,15 @@ class Gateway {
       }
     }
     if (!bytes.empty()) to_client(data_frame(id, bytes));
-    return true;
+    return Output::read;
   }
 
-  // Every out stream read to its end (or `deadline`), then ended.
-  void drain_outputs(Clock::time_point deadline) {
+  // Every out stream read to its end, then ended: until its EOF or `deadline`; without
+  // `wait_for_eof` (a run's result has come), only what it holds now. Once the result is in, every
+  // process of the sandbox is dead (a run is reported after its PID 1 is reaped), so nothing more
+  // can come, and the EOF itself may wait for the server to dispose of the used sandbox off the
+  // run's critical path (as the unix client reads its pipes: client_run.cpp).
+  void drain_outputs(Clock::time_point deadline, bool wait_for_eof) {
     for (auto it = streams_.begin(); it != streams_.end();) {
       if (it->second.kind != StreamKind::out) {
         ++it;
@@ -352,11 +359,12 @@ class Gateway {
       }
       bool open = true;
       while (open && Clock::now() < deadline) {
+        const Output got = read_output(it->first, it->second);
+        if (got == Output::ended) open = false;
+        if (got != Output::none_now) continue;
+        if (!wait_for_eof) break;
         pollfd entry{it->second.fd.get(), POLLIN, 0};
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        if (poll(&entry, 1, static_cast<int>(std::max<long long>(left, 0))) <= 0) break;
-        open = read_output(it->first, it->second);
+        if (poll(&entry, 1, sys::poll_timeout_ms(deadline)) <= 0) break;
       }
       if (open) to_client(eof_frame(it->first));
       it = streams_.erase(it);
@@ -390,7 +398,7 @@ class Gateway {
       output_cap_ = frame["output_bytes"].get<std::uint64_t>();
     if (op != "llm_call" && op != "started") send_files();
     if (op == "result") {
-      drain_outputs(Clock::now() + kOutputDrain);
+      drain_outputs(Clock::now() + kOutputDrain, false);
       // The client got the cap's bytes and no more: the result says so even when the run ended
       // before the stop reached it.
       if (!cut_stream_.empty() && frame["result"].is_object()) {

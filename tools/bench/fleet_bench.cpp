@@ -19,8 +19,9 @@
 //
 // And remote access: the lone node also listens for TLS (--listen 127.0.0.1:0, certificates made
 // by tests/server/make_tls_certs.sh); /bin/true run through tls://127.0.0.1:PORT and through the
-// unix socket, alternating, one at a time: the median of each and their difference (what TLS, its
-// handshake -- resumed after the first -- and the streamed stdio add to a run).
+// unix socket, one at a time, in turns (unix, tls, tls, unix, ...: each goes first as often, since
+// the second of a pair finds the node refilling the pool the first drew from): the median of each
+// and their difference (what TLS, its kept connection, and the streamed stdio add to a run).
 //
 //   rlm-fleet-bench [--nodes=N] [--seconds=S] [--rounds=R] [Google Benchmark flags...]
 #include <benchmark/benchmark.h>
@@ -421,8 +422,9 @@ void real_nodes() {
         "\nremote access: skipped (no TLS listener: the certificates or --listen failed)\n");
     return;
   }
-  // One run at a time, alternating, so both see the same machine.
-  std::printf("\nremote access: /bin/true, one at a time, alternating (%d rounds of 200 each)\n",
+  // One run at a time, in turns, so both see the same machine; each pair's order swaps, so that
+  // neither always comes second, into the pool refill the first one started.
+  std::printf("\nremote access: /bin/true, one at a time, in turns ABBA (%d rounds of 200 each)\n",
               g_rounds);
   std::printf("%-8s %-16s %-16s %-12s\n", "round", "unix median ms", "tls median ms", "tls - unix");
   const auto timed = [](const std::function<void()>& run) {
@@ -432,15 +434,26 @@ void real_nodes() {
   };
   for (int round = 1; round <= g_rounds; ++round) {
     std::vector<double> unix_ms, tls_ms;
-    for (int i = 0; i < 200; ++i) {
+    const auto through_unix = [&] {
       unix_ms.push_back(timed([&] {
         benchmark::DoNotOptimize(rlm::ServerConnection(nodes.alone()).run(request, "default"));
       }));
+    };
+    const auto through_tls = [&] {
       tls_ms.push_back(timed([&] {
         benchmark::DoNotOptimize(
             rlm::ServerConnection(nodes.alone_tls(), std::nullopt, nodes.tls_files())
                 .run(request, "default"));
       }));
+    };
+    for (int i = 0; i < 200; ++i) {
+      if (i % 2 == 0) {
+        through_unix();
+        through_tls();
+      } else {
+        through_tls();
+        through_unix();
+      }
     }
     const double unix_median = median(unix_ms), tls_median = median(tls_ms);
     std::printf("%-8d %-16.2f %-16.2f %+.2f ms\n", round, unix_median, tls_median,
