@@ -19,8 +19,10 @@ constexpr const char* kUsage = R"(usage: rlm-sandbox fleet status SOURCE [--json
 Asks every node of a fleet of `rlm-sandbox serve` nodes for its capacity (the node contract,
 docs/fleet.md) and prints one line per node: its id, whether it is ready, what it runs and holds
 warm, its cap (--max-sandboxes) and whether it drains. SOURCE is what `run --fleet` and
-`repl --fleet` take: a file of endpoints (unix:PATH, one per line, '#' comments) or a directory of
-NODE.endpoint files that nodes write themselves (`serve --register DIR`).
+`repl --fleet` take: a file of endpoints (unix:PATH or tls://HOST:PORT, one per line, '#'
+comments), a directory of NODE.endpoint files that nodes write themselves
+(`serve --register DIR`), or slurm:PORT (the TLS listener on PORT of each host in
+$SLURM_JOB_NODELIST). tls:// nodes are asked with --tls-cert, --tls-key and --tls-ca.
 
 Exit status 0 when every node answered, 1 when one or more did not (each is listed with why).
 )";
@@ -29,6 +31,7 @@ constexpr const char* kExamples = R"(
 examples:
   rlm-sandbox fleet status /shared/rlm-nodes/
   rlm-sandbox fleet status fleet.txt --json | jq '.[] | {node_id, running}'
+  rlm-sandbox fleet status slurm:7443 --tls-cert me.pem --tls-key me.key --tls-ca ca.pem
 )";
 
 std::string count_text(const nlohmann::json& value) {
@@ -106,8 +109,9 @@ int fleet_command(const std::vector<std::string>& args) {
   if (words.front() != "status")
     throw UsageError("unknown action '" + words.front() + "'; expected status SOURCE", "fleet");
   if (words.size() != 2)
-    throw UsageError("status takes one SOURCE: a file of endpoints or a directory of them",
-                     "fleet");
+    throw UsageError(
+        "status takes one SOURCE: a file of endpoints, a directory of them, or slurm:PORT",
+        "fleet");
   FleetOptions fleet_options;
   fleet_options.server_uid = server_uid(values);
   fleet_options.tls = tls_files(values);
