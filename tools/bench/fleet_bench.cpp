@@ -44,6 +44,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,8 +176,11 @@ class SimulatedFleet {
       if (node->listener < 0 ||
           bind(node->listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
           listen(node->listener, 64) != 0) {
-        std::fprintf(stderr, "rlm-fleet-bench: cannot listen at %s\n", node->socket.c_str());
-        std::exit(1);
+        // What was made so far goes (a throw out of a constructor runs no destructor).
+        if (node->listener >= 0) close(node->listener);
+        for (auto& made : nodes_) close(made->listener);
+        std::filesystem::remove_all(directory_);
+        throw std::runtime_error("cannot listen at " + node->socket);
       }
       std::ofstream(directory_ / "nodes" / ("n" + std::to_string(i) + ".endpoint"))
           << "unix:" << node->socket << "\n";
@@ -461,9 +465,7 @@ void real_nodes() {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench(int argc, char** argv) {
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--nodes=", 8) == 0) {
@@ -500,4 +502,17 @@ int main(int argc, char** argv) {
   }
   real_nodes();
   return 0;
+}
+
+}  // namespace
+
+// Whatever a benchmark throws is caught here, so that the simulated nodes' and the real servers'
+// destructors run: their sockets, servers and temporary directories go with them.
+int main(int argc, char** argv) {
+  try {
+    return bench(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "rlm-fleet-bench: %s\n", error.what());
+    return 1;
+  }
 }
