@@ -175,12 +175,15 @@ ServerConfig server_config_from_json(const json& document, std::string_view orig
     config.max_sandboxes = reader.count(document["max_sandboxes"], "max_sandboxes", 1'000'000);
   if (document.contains("tls")) {
     const json& tls = document["tls"];
-    reader.only_keys(tls, "tls", {"listen", "cert", "key", "client_ca", "identities"});
+    reader.only_keys(tls, "tls",
+                     {"listen", "cert", "key", "client_ca", "client_crl", "identities"});
     if (tls.contains("listen")) config.tls_listen = reader.text(tls["listen"], "tls.listen");
     if (tls.contains("cert")) config.tls_cert = reader.text(tls["cert"], "tls.cert");
     if (tls.contains("key")) config.tls_key = reader.text(tls["key"], "tls.key");
     if (tls.contains("client_ca"))
       config.tls_client_ca = reader.text(tls["client_ca"], "tls.client_ca");
+    if (tls.contains("client_crl"))
+      config.tls_client_crl = reader.text(tls["client_crl"], "tls.client_crl");
     if (tls.contains("identities"))
       config.tls_identities = identities_from_json(reader, tls["identities"], "tls.identities");
   }

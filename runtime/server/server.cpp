@@ -214,12 +214,12 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
   if (!config.tls_listen.empty()) {
     const int backlog = static_cast<int>(std::min<std::size_t>(config.max_clients * 2, 4096));
     state_->tls = server::listen_tls(config.tls_listen, config.tls_cert, config.tls_key,
-                                     config.tls_client_ca, backlog);
+                                     config.tls_client_ca, config.tls_client_crl, backlog);
   } else if (!config.tls_cert.empty() || !config.tls_key.empty() || !config.tls_client_ca.empty() ||
-             !config.tls_identities.empty()) {
+             !config.tls_client_crl.empty() || !config.tls_identities.empty()) {
     throw Error(
-        "--tls-cert, --tls-key, --client-ca and --tls-identity are for a TLS listener: "
-        "give --listen HOST:PORT too");
+        "--tls-cert, --tls-key, --client-ca, --client-crl and --tls-identity are for a TLS "
+        "listener: give --listen HOST:PORT too");
   }
   // A uid's share is at most the whole (lowering max_bytes_in_flight alone lowers both).
   state_->log = std::make_unique<server::EventLog>(config.log);
@@ -489,7 +489,7 @@ void Server::State::serve_remote(UniqueFd tcp) {
                  "--server tls://HOST:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE)");
     } else {
       // On a copy of the fd: `tcp` stays open (its number ours) until it leaves `handshaking`.
-      stream.emplace(server::TlsStream::accept(tls->context,
+      stream.emplace(server::TlsStream::accept(tls->context->current(),
                                                UniqueFd(fcntl(fd, F_DUPFD_CLOEXEC, 0)), deadline));
     }
   } catch (const server::WireError& refused) {

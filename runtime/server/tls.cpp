@@ -11,6 +11,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
 
 #include <map>
@@ -43,6 +44,8 @@ std::string explain(const std::string& reasons) {
     return "the server requires a client certificate (--tls-cert and --tls-key, or "
            "RLM_SANDBOX_TLS_CERT and RLM_SANDBOX_TLS_KEY): " +
            reasons;
+  if (reasons.find("certificate revoked") != std::string::npos)
+    return "the server has revoked this client certificate (its --client-crl): " + reasons;
   if (reasons.find("unknown ca") != std::string::npos ||
       reasons.find("bad certificate") != std::string::npos ||
       reasons.find("decrypt error") != std::string::npos)
@@ -107,13 +110,25 @@ struct TlsContext::Sessions {
 };
 
 std::shared_ptr<TlsContext> TlsContext::for_server(const std::string& cert, const std::string& key,
-                                                   const std::string& client_ca) {
+                                                   const std::string& client_ca,
+                                                   const std::string& client_crl) {
   if (cert.empty() || key.empty() || client_ca.empty())
     throw Error("a TLS listener needs --tls-cert, --tls-key and --client-ca");
   std::shared_ptr<TlsContext> made(
       new TlsContext(make_context(TLS_server_method(), cert, key, client_ca)));
   SSL_CTX* context = made->context_;
   SSL_CTX_set_verify(context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  if (!client_crl.empty()) {
+    // Every client certificate is looked up in its issuer's list: one revoked is refused, and so
+    // is one whose issuer has no list here or whose list has expired (fail closed).
+    if (access(client_crl.c_str(), R_OK) != 0)
+      throw Error("TLS client CRL " + client_crl + ": " + sys::errno_text(errno));
+    X509_STORE* store = SSL_CTX_get_cert_store(context);
+    X509_LOOKUP* lookup = X509_STORE_add_lookup(store, X509_LOOKUP_file());
+    if (!lookup || X509_load_crl_file(lookup, client_crl.c_str(), X509_FILETYPE_PEM) <= 0)
+      fail_file("client CRL (expected PEM revocation lists)", client_crl);
+    X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+  }
   // Tell clients which CA we accept (what a browser-like client uses to choose a certificate).
   if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str()))
     SSL_CTX_set_client_CA_list(context, names);

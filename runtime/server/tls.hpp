@@ -32,10 +32,12 @@ class TlsRefused : public WireError {
 // chain to. Shared by every connection of a server or client (SSL_CTX is thread-safe once made).
 class TlsContext {
  public:
-  // The server's: requires and verifies a client certificate chained to `client_ca`. Throws Error
-  // naming the file that cannot be used and OpenSSL's reason.
+  // The server's: requires and verifies a client certificate chained to `client_ca`, and not
+  // revoked by the lists in `client_crl` (PEM; "": none checked). Throws Error naming the file
+  // that cannot be used and OpenSSL's reason.
   static std::shared_ptr<TlsContext> for_server(const std::string& cert, const std::string& key,
-                                                const std::string& client_ca);
+                                                const std::string& client_ca,
+                                                const std::string& client_crl = "");
   // A client's: presents `cert`/`key`, verifies the server against `ca`.
   static std::shared_ptr<TlsContext> for_client(const std::string& cert, const std::string& key,
                                                 const std::string& ca);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "rlm_sandbox/error.hpp"
 #include "rlm_sys/sys.hpp"
@@ -31,8 +32,45 @@ std::string address_text(const sockaddr_storage& address) {
 
 }  // namespace
 
+bool ServerTlsContext::FileVersion::operator==(const FileVersion& other) const {
+  return device == other.device && inode == other.inode && size == other.size &&
+         changed.tv_sec == other.changed.tv_sec && changed.tv_nsec == other.changed.tv_nsec;
+}
+
+ServerTlsContext::FileVersion ServerTlsContext::version_of(const std::string& path) {
+  struct stat status {};
+  if (stat(path.c_str(), &status) != 0) return {};
+  return {status.st_dev, status.st_ino, status.st_size, status.st_mtim};
+}
+
+ServerTlsContext::ServerTlsContext(std::string cert, std::string key, std::string client_ca,
+                                   std::string client_crl)
+    : cert_(std::move(cert)),
+      key_(std::move(key)),
+      client_ca_(std::move(client_ca)),
+      client_crl_(std::move(client_crl)),
+      crl_version_(client_crl_.empty() ? FileVersion{} : version_of(client_crl_)),
+      next_look_(Clock::now() + std::chrono::seconds(1)) {
+  context_ = TlsContext::for_server(cert_, key_, client_ca_, client_crl_);
+}
+
+std::shared_ptr<TlsContext> ServerTlsContext::current() {
+  std::lock_guard lock(mutex_);
+  if (client_crl_.empty() || Clock::now() < next_look_) return context_;
+  next_look_ = Clock::now() + std::chrono::seconds(1);
+  const FileVersion now = version_of(client_crl_);
+  if (now == crl_version_) return context_;
+  try {
+    context_ = TlsContext::for_server(cert_, key_, client_ca_, client_crl_);
+    crl_version_ = now;
+  } catch (const Error&) {  // not whole yet, or gone: the list in force stays
+  }
+  return context_;
+}
+
 TlsListener listen_tls(const std::string& host_port, const std::string& cert,
-                       const std::string& key, const std::string& client_ca, int backlog) {
+                       const std::string& key, const std::string& client_ca,
+                       const std::string& client_crl, int backlog) {
   const auto where = split_host_port(host_port);
   HostPort bind_to;
   if (where) {
@@ -47,7 +85,7 @@ TlsListener listen_tls(const std::string& host_port, const std::string& cert,
     bind_to.port = "0";
   }
   TlsListener listener;
-  listener.context = TlsContext::for_server(cert, key, client_ca);
+  listener.context = std::make_unique<ServerTlsContext>(cert, key, client_ca, client_crl);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <sys/types.h>
+#include <time.h>
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <variant>
@@ -17,16 +19,47 @@
 
 namespace rlm::server {
 
+// The server's TLS context. With a client CRL file, it is made anew when that file changes
+// (looked at when a client connects, at most once a second): a revocation takes effect without a
+// restart, a list about to expire can be replaced, and no session cached under the old list is
+// resumed (the session cache goes with its context). A changed file that cannot be loaded (being
+// written, say) leaves the context in force, and is tried again a second later.
+class ServerTlsContext {
+ public:
+  // Throws Error as TlsContext::for_server does.
+  ServerTlsContext(std::string cert, std::string key, std::string client_ca,
+                   std::string client_crl);
+  std::shared_ptr<TlsContext> current();
+
+ private:
+  struct FileVersion {
+    dev_t device = 0;
+    ino_t inode = 0;
+    off_t size = 0;
+    timespec changed{};
+    bool operator==(const FileVersion& other) const;
+  };
+  static FileVersion version_of(const std::string& path);
+
+  const std::string cert_, key_, client_ca_, client_crl_;
+  std::mutex mutex_;
+  std::shared_ptr<TlsContext> context_;
+  FileVersion crl_version_;
+  Clock::time_point next_look_;
+};
+
 struct TlsListener {
   host::UniqueFd fd;
-  std::shared_ptr<TlsContext> context;
+  std::unique_ptr<ServerTlsContext> context;
   std::string address;  // as bound: "127.0.0.1:7443" (the port chosen when 0 was asked for)
 };
 
 // Binds and listens on `host_port` ("HOST:PORT", "[V6]:PORT"; port 0 picks one) with the
-// server's certificate, key and client CA loaded. Throws Error saying what is wrong.
+// server's certificate, key, client CA and client CRL ("": none) loaded. Throws Error saying
+// what is wrong.
 TlsListener listen_tls(const std::string& host_port, const std::string& cert,
-                       const std::string& key, const std::string& client_ca, int backlog);
+                       const std::string& key, const std::string& client_ca,
+                       const std::string& client_crl, int backlog);
 
 // Whether the connection's first byte is a TLS handshake record (0x16), waiting until `deadline`
 // for it; false for anything else (a plain-protocol client), EOF or silence.

@@ -261,5 +261,19 @@ TEST(ServerConfigFile, TheTenantCapsAreReadAndDefaulted) {
   EXPECT_THROW(server_config_from_json({{"max_clients_per_uid", "many"}}, "test"), Error);
 }
 
+TEST(ServerConfigFile, TheTlsListenerIsReadWithItsRevocationList) {
+  const ServerConfig config = server_config_from_json(json::parse(R"({"tls": {
+      "listen": "0.0.0.0:7443", "cert": "/etc/rlm/node.pem", "key": "/etc/rlm/node.key",
+      "client_ca": "/etc/rlm/ca.pem", "client_crl": "/etc/rlm/crl.pem",
+      "identities": {"ci": 1000}}})"),
+                                                      "test");
+  EXPECT_EQ(config.tls_listen, "0.0.0.0:7443");
+  EXPECT_EQ(config.tls_client_ca, "/etc/rlm/ca.pem");
+  EXPECT_EQ(config.tls_client_crl, "/etc/rlm/crl.pem");
+  EXPECT_EQ(config.tls_identities.at("ci"), 1000u);
+  EXPECT_THROW(server_config_from_json({{"tls", {{"crl", "/etc/rlm/crl.pem"}}}}, "test"), Error);
+  EXPECT_THROW(server_config_from_json({{"tls", {{"client_crl", 7}}}}, "test"), Error);
+}
+
 }  // namespace
 }  // namespace rlm::test

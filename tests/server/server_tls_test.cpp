@@ -435,5 +435,81 @@ TEST_F(ServerTls, ALoadOutsideASessionIsRefused) {
       << answer->dump();
 }
 
+// --client-crl: a certificate on the CA's revocation list is refused, saying so. The list is read
+// again when its file changes (replaced by rename): a certificate revoked while the server runs is
+// refused from then on -- a resumption of a session it made before included -- while others are
+// served; a file put in its place that is no revocation list leaves the list in force.
+TEST(ServerTlsRevocation, ARevokedCertificateIsRefusedAndANewListTakesEffect) {
+  ServerProcess server({"--pool", "default=1", "--allow-uid", std::to_string(kBob)}, 60s,
+                       TlsListenerSetup{::getuid(), kBob, true});
+  const std::string endpoint = server.tls_endpoint();
+  const auto files = [&](const std::string& who) {
+    return TlsFiles{server.tls_file(who + ".pem"), server.tls_file(who + ".key"),
+                    server.tls_file("ca.pem")};
+  };
+  const auto served = [&](const std::string& who) {
+    try {
+      ServerConnection(endpoint, std::nullopt, files(who)).hello();
+      return std::string("served");
+    } catch (const ServerRefused& refused) {
+      return std::string(refused.what());
+    }
+  };
+  const std::string revoked = served("revoked");
+  EXPECT_NE(revoked.find("revoked this client certificate"), std::string::npos) << revoked;
+
+  // alice, on connections of our own whose context keeps her session to resume.
+  const TlsFiles alice = files("alice");
+  const auto context = server::TlsContext::for_client(alice.cert, alice.key, alice.ca);
+  const auto hello_answered = [&] {
+    const auto where = server::split_host_port(endpoint.substr(6));
+    const auto deadline = Clock::now() + 10s;
+    try {
+      server::TlsStream stream = server::TlsStream::connect(
+          context, server::connect_tcp(*where, deadline), where->host, endpoint, deadline);
+      server::send_tls_frame(stream, {{"op", "hello"}, {"version", server::kProtocolVersion}},
+                             deadline);
+      server::TlsFrameReader reader{1u << 20};
+      while (Clock::now() < deadline) {
+        if (auto frame = reader.next()) return frame->value("op", "") == "hello";
+        if (!reader.fill(stream)) return false;
+        std::this_thread::sleep_for(2ms);
+      }
+    } catch (const server::WireError&) {
+    }
+    return false;
+  };
+  ASSERT_TRUE(hello_answered()) << server.log();
+  ASSERT_TRUE(hello_answered()) << server.log();  // resumed
+
+  // alice revoked: a new list, renamed into place.
+  const std::string dir = server.tls_file("");
+  const auto ca = [&](const std::string& args) {
+    return run_process({"/bin/sh", "-c",
+                        "cd '" + dir + "' && openssl ca -config crl-db/ca.cnf -cert ca.pem " +
+                            "-keyfile ca.key " + args + " 2>&1"});
+  };
+  ASSERT_EQ(ca("-revoke alice.pem").exit_code, 0);
+  ASSERT_EQ(ca("-gencrl -out crl.new && mv crl.new crl.pem").exit_code, 0);
+  // The file is looked at once a second, when a client connects.
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    refused = !hello_answered();
+    if (!refused) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(refused) << "alice was still served 10 s after her certificate was revoked";
+  EXPECT_EQ(served("bob"), "served");
+
+  // Not a revocation list: the one in force stays (alice refused, bob served).
+  {
+    std::ofstream(dir + "/crl.bad")
+        << "-----BEGIN X509 CRL-----\ngarbage\n-----END X509 CRL-----\n";
+  }
+  ASSERT_EQ(std::rename((dir + "/crl.bad").c_str(), (dir + "/crl.pem").c_str()), 0);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(hello_answered());
+  EXPECT_EQ(served("bob"), "served");
+}
+
 }  // namespace
 }  // namespace rlm::test

@@ -45,6 +45,7 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args,
                              "--tls-key", tls_file("node.key"), "--client-ca", tls_file("ca.pem"),
                              "--tls-identity", "alice=" + std::to_string(tls->alice_uid),
                              "--tls-identity", "bob=" + std::to_string(tls->bob_uid)});
+    if (tls->client_crl) argv.insert(argv.end(), {"--client-crl", tls_file("crl.pem")});
   }
   std::vector<char*> pointers;
   for (auto& arg : argv) pointers.push_back(arg.data());

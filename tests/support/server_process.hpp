@@ -17,10 +17,12 @@ namespace rlm::test {
 
 // A TLS listener beside the socket (--listen 127.0.0.1:0): certificates made fresh in the
 // server's directory by tests/server/make_tls_certs.sh, and the identities "alice" and "bob"
-// standing for these uids.
+// standing for these uids; with `client_crl`, the CA's revocation list (tls/crl.pem, revoking
+// the certificate "revoked") given as --client-crl.
 struct TlsListenerSetup {
   uid_t alice_uid = 0;
   uid_t bob_uid = 65534;
+  bool client_crl = false;
 };
 
 class ServerProcess {

@@ -54,9 +54,10 @@ SIGKILL, it leaves no sandbox behind (they die with it), and a restart replaces 
 Under systemd, socket activation (LISTEN_FDS) replaces --socket: packaging/systemd/.
 
 Remote clients (another host, a fleet across machines) come in through --listen HOST:PORT: TLS 1.3
-only, a client certificate issued by --client-ca required. The certificate's identity (its common
-name or a subject alternative name) stands for the uid --tls-identity NAME=UID gives it, with
-exactly that uid's permits and shares; an identity not given is refused. Over TLS the payload's
+only, a client certificate issued by --client-ca (and not revoked by --client-crl) required. The
+certificate's identity (its common name or a subject alternative name) stands for the uid
+--tls-identity NAME=UID gives it, with exactly that uid's permits and shares; an identity not
+given is refused. Over TLS the payload's
 stdio is streamed, with the same output cap; everything else is as on the socket.
 
 It says what it does on stderr, one JSON object per line: {"event":"request"} for each run,
@@ -221,6 +222,10 @@ int serve_command(const std::vector<std::string>& args) {
       ("tls-key", po::value<std::string>(), "FILE: its private key (PEM)")                    //
       ("client-ca", po::value<std::string>(),
        "FILE: the CA (PEM) client certificates must be issued by")  //
+      ("client-crl", po::value<std::string>(),
+       "FILE: revocation lists (PEM) of the client CA: a revoked certificate is refused, and so "
+       "is every one while the list has expired; read again when the file changes (replace it "
+       "by rename)")  //
       ("tls-identity", po::value<std::vector<std::string>>()->composing(),
        "NAME=UID: a client certificate whose common name or subject alternative name is NAME "
        "acts as uid UID, with that uid's permits (--allow-uid, --permit-bind, shares); "
@@ -295,6 +300,7 @@ int serve_command(const std::vector<std::string>& args) {
   if (values.count("tls-cert")) config.tls_cert = values["tls-cert"].as<std::string>();
   if (values.count("tls-key")) config.tls_key = values["tls-key"].as<std::string>();
   if (values.count("client-ca")) config.tls_client_ca = values["client-ca"].as<std::string>();
+  if (values.count("client-crl")) config.tls_client_crl = values["client-crl"].as<std::string>();
   if (values.count("tls-identity-file"))
     for (const auto& [name, uid] :
          load_tls_identities(values["tls-identity-file"].as<std::string>()))

@@ -65,11 +65,15 @@ struct ServerConfig {
   // port 0 picks a free one, Server::tls_address() says which), the server's certificate and
   // key, the CA client certificates must chain to, and the uid each client identity (a
   // certificate's common name or subject alternative name) stands for, with that uid's permits;
-  // an identity not listed is refused. TLS 1.3 only; a client certificate is required.
+  // an identity not listed is refused. TLS 1.3 only; a client certificate is required. With
+  // `tls_client_crl` (PEM revocation lists of the client CA, and of any CA under it that issues
+  // client certificates), a revoked certificate is refused too; the file is read again when it
+  // changes.
   std::string tls_listen;
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  std::string tls_client_crl;
   std::map<std::string, uid_t> tls_identities;
 
   // Who may connect, besides the server's own uid: a peer whose uid is listed, or whose primary
@@ -122,7 +126,7 @@ struct ServerConfig {
 //    "max_bytes_in_flight": SIZE, "max_bytes_in_flight_per_uid": SIZE,
 //    "node_id": ID, "max_sandboxes": N, "drain_grace": DURATION,
 //    "tls": {"listen": "HOST:PORT", "cert": FILE, "key": FILE, "client_ca": FILE,
-//            "identities": {IDENTITY: UID}}}
+//            "client_crl": FILE, "identities": {IDENTITY: UID}}}
 // Throws Error naming the key that is wrong.
 ServerConfig server_config_from_json(const nlohmann::json& document, std::string_view origin);
 ServerConfig load_server_config(const std::string& path);
