@@ -130,9 +130,11 @@ def explain(reasons: str) -> str:
     if "certificate required" in low:
         return ("the server requires a client certificate (tls_cert= and tls_key=, or "
                 "RLM_SANDBOX_TLS_CERT and RLM_SANDBOX_TLS_KEY): " + reasons)
+    if "certificate revoked" in low:
+        return "the server has revoked this client certificate (its --client-crl): " + reasons
     if "unknown ca" in low or "bad certificate" in low or "decrypt error" in low:
         return ("the server does not accept this client certificate (not issued by its "
-                "--client-ca): " + reasons)
+                "--client-ca, or its --client-crl has no current list for that CA): " + reasons)
     if "wrong version number" in low or "http request" in low or "packet length too long" in low:
         return "the peer does not speak TLS: " + reasons
     if "certificate verify failed" in low:

@@ -213,8 +213,15 @@ Server::Server(ServerConfig config) : state_(std::make_unique<State>()) {
   }
   if (!config.tls_listen.empty()) {
     const int backlog = static_cast<int>(std::min<std::size_t>(config.max_clients * 2, 4096));
-    state_->tls = server::listen_tls(config.tls_listen, config.tls_cert, config.tls_key,
-                                     config.tls_client_ca, config.tls_client_crl, backlog);
+    // A new revocation list, loaded or not, is logged (the log is made below, before any client).
+    const auto reloaded = [state = state_.get()](bool loaded, const std::string& why) {
+      json event{{"event", "client_crl"}, {"loaded", loaded}};
+      if (!loaded) event["error"] = why + " (the list loaded before stays in force)";
+      if (state->log) state->log->record(std::move(event));
+    };
+    state_->tls =
+        server::listen_tls(config.tls_listen, config.tls_cert, config.tls_key, config.tls_client_ca,
+                           config.tls_client_crl, backlog, reloaded);
   } else if (!config.tls_cert.empty() || !config.tls_key.empty() || !config.tls_client_ca.empty() ||
              !config.tls_client_crl.empty() || !config.tls_identities.empty()) {
     throw Error(
@@ -444,11 +451,13 @@ void Server::State::accept_remote() {
   {
     std::lock_guard lock(mutex);
     // Before a certificate names anyone, connections are bounded as a whole (max_clients of
-    // them shaking hands at once, each for a few seconds) and per source address (an eighth), so
-    // one host holding connections open does not shut every other out.
+    // them shaking hands at once, each for a few seconds) and, once half of those are taken, per
+    // source address (an eighth), so one host holding connections open does not shut every other
+    // out, while one client host opening many at once (a burst of placements) is not turned away
+    // from an idle listener.
     const std::size_t per_source = std::max<std::size_t>(1, config.max_clients / 8);
     if (stopping || handshaking.size() >= config.max_clients ||
-        handshakes_from[source] >= per_source) {
+        (handshakes_from[source] >= per_source && handshaking.size() >= config.max_clients / 2)) {
       if (handshakes_from[source] == 0) handshakes_from.erase(source);
       return;
     }

@@ -1,6 +1,5 @@
 #include "server/slurm_hostlist.hpp"
 
-#include <cctype>
 #include <charconv>
 
 #include "rlm_sandbox/error.hpp"
@@ -94,7 +93,8 @@ void expand_item(std::string_view list, std::string_view item, std::vector<std::
   }
   for (std::string_view piece : pieces)
     for (char c : piece)
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_'))
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '.' || c == '_'))  // ASCII, whatever the locale
         throw malformed(list, "'" + std::string(item) + "' is not a host name");
   // How many hosts this item makes, before making any.
   std::size_t count = 1;

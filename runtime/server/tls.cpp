@@ -49,7 +49,8 @@ std::string explain(const std::string& reasons) {
   if (reasons.find("unknown ca") != std::string::npos ||
       reasons.find("bad certificate") != std::string::npos ||
       reasons.find("decrypt error") != std::string::npos)
-    return "the server does not accept this client certificate (not issued by its --client-ca): " +
+    return "the server does not accept this client certificate (not issued by its --client-ca, "
+           "or its --client-crl has no current list for that CA): " +
            reasons;
   if (reasons.find("wrong version number") != std::string::npos ||
       reasons.find("http request") != std::string::npos ||
@@ -128,6 +129,9 @@ std::shared_ptr<TlsContext> TlsContext::for_server(const std::string& cert, cons
     if (!lookup || X509_load_crl_file(lookup, client_crl.c_str(), X509_FILETYPE_PEM) <= 0)
       fail_file("client CRL (expected PEM revocation lists)", client_crl);
     X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+    // A resumed session skips the check: resumption is kept to 5 minutes after the handshake that
+    // checked it (a new list flushes the cache at once: ServerTlsContext).
+    SSL_CTX_set_timeout(context, 300);
   }
   // Tell clients which CA we accept (what a browser-like client uses to choose a certificate).
   if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str()))
@@ -308,6 +312,10 @@ TlsStream TlsStream::connect(std::shared_ptr<TlsContext> context, host::UniqueFd
 
 bool TlsStream::buffered() const {
   return SSL_pending(ssl_) > 0;
+}
+
+bool TlsStream::resumed() const {
+  return SSL_session_reused(ssl_) == 1;
 }
 
 std::optional<std::size_t> TlsStream::read_some(char* buffer, std::size_t size) {

@@ -76,6 +76,8 @@ class TlsStream {
   int fd() const { return socket_.get(); }
   // Bytes decrypted and waiting: poll() on fd() does not see them.
   bool buffered() const;
+  // Whether the handshake resumed an earlier session (no certificate was checked in it).
+  bool resumed() const;
 
   // Reads what is there without waiting: the count (0: nothing now), or nullopt at the peer's
   // end of stream. Throws WireError for a broken connection.

@@ -40,15 +40,16 @@ bool ServerTlsContext::FileVersion::operator==(const FileVersion& other) const {
 ServerTlsContext::FileVersion ServerTlsContext::version_of(const std::string& path) {
   struct stat status {};
   if (stat(path.c_str(), &status) != 0) return {};
-  return {status.st_dev, status.st_ino, status.st_size, status.st_mtim};
+  return {status.st_dev, status.st_ino, status.st_size, status.st_ctim};
 }
 
 ServerTlsContext::ServerTlsContext(std::string cert, std::string key, std::string client_ca,
-                                   std::string client_crl)
+                                   std::string client_crl, Report report)
     : cert_(std::move(cert)),
       key_(std::move(key)),
       client_ca_(std::move(client_ca)),
       client_crl_(std::move(client_crl)),
+      report_(std::move(report)),
       crl_version_(client_crl_.empty() ? FileVersion{} : version_of(client_crl_)),
       next_look_(Clock::now() + std::chrono::seconds(1)) {
   context_ = TlsContext::for_server(cert_, key_, client_ca_, client_crl_);
@@ -60,17 +61,20 @@ std::shared_ptr<TlsContext> ServerTlsContext::current() {
   next_look_ = Clock::now() + std::chrono::seconds(1);
   const FileVersion now = version_of(client_crl_);
   if (now == crl_version_) return context_;
+  crl_version_ = now;  // loaded or not, this version is not tried again
   try {
     context_ = TlsContext::for_server(cert_, key_, client_ca_, client_crl_);
-    crl_version_ = now;
-  } catch (const Error&) {  // not whole yet, or gone: the list in force stays
+    if (report_) report_(true, "");
+  } catch (const Error& error) {  // not whole yet, or gone: the list in force stays
+    if (report_) report_(false, error.what());
   }
   return context_;
 }
 
 TlsListener listen_tls(const std::string& host_port, const std::string& cert,
                        const std::string& key, const std::string& client_ca,
-                       const std::string& client_crl, int backlog) {
+                       const std::string& client_crl, int backlog,
+                       ServerTlsContext::Report report) {
   const auto where = split_host_port(host_port);
   HostPort bind_to;
   if (where) {
@@ -85,7 +89,8 @@ TlsListener listen_tls(const std::string& host_port, const std::string& cert,
     bind_to.port = "0";
   }
   TlsListener listener;
-  listener.context = std::make_unique<ServerTlsContext>(cert, key, client_ca, client_crl);
+  listener.context =
+      std::make_unique<ServerTlsContext>(cert, key, client_ca, client_crl, std::move(report));
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,15 +21,17 @@
 namespace rlm::server {
 
 // The server's TLS context. With a client CRL file, it is made anew when that file changes
-// (looked at when a client connects, at most once a second): a revocation takes effect without a
-// restart, a list about to expire can be replaced, and no session cached under the old list is
-// resumed (the session cache goes with its context). A changed file that cannot be loaded (being
-// written, say) leaves the context in force, and is tried again a second later.
+// (looked at when a client connects, at most once a second; its inode, size and ctime, which no
+// copy tool sets back): a revocation takes effect without a restart, a list about to expire can be
+// replaced, and no session cached under the old list is resumed (the session cache goes with its
+// context). A changed file that cannot be loaded leaves the context in force until the file
+// changes again. Each outcome is told to `report` (the server's event log).
 class ServerTlsContext {
  public:
+  using Report = std::function<void(bool loaded, const std::string& why)>;
   // Throws Error as TlsContext::for_server does.
-  ServerTlsContext(std::string cert, std::string key, std::string client_ca,
-                   std::string client_crl);
+  ServerTlsContext(std::string cert, std::string key, std::string client_ca, std::string client_crl,
+                   Report report = {});
   std::shared_ptr<TlsContext> current();
 
  private:
@@ -42,6 +45,7 @@ class ServerTlsContext {
   static FileVersion version_of(const std::string& path);
 
   const std::string cert_, key_, client_ca_, client_crl_;
+  const Report report_;
   std::mutex mutex_;
   std::shared_ptr<TlsContext> context_;
   FileVersion crl_version_;
@@ -59,7 +63,8 @@ struct TlsListener {
 // what is wrong.
 TlsListener listen_tls(const std::string& host_port, const std::string& cert,
                        const std::string& key, const std::string& client_ca,
-                       const std::string& client_crl, int backlog);
+                       const std::string& client_crl, int backlog,
+                       ServerTlsContext::Report report = {});
 
 // Whether the connection's first byte is a TLS handshake record (0x16), waiting until `deadline`
 // for it; false for anything else (a plain-protocol client), EOF or silence.

@@ -45,13 +45,14 @@ class ServeProcess:
     With ``tls=True``, a TLS listener too, as the C++ tests' ServerProcess makes one:
     certificates made fresh in DIR/tls by tests/server/make_tls_certs.sh (:meth:`tls_file`),
     ``--listen 127.0.0.1:0`` with the node's certificate, ``--client-ca ca.pem`` and the
-    identities alice (this process's uid) and bob (BOB_UID); :meth:`wait_for_socket` then waits
+    identities alice (this process's uid) and bob (BOB_UID), and with ``client_crl`` the CA's
+    revocation list (``--client-crl``, revoking "revoked"); :meth:`wait_for_socket` then waits
     for the listener's address too (:attr:`tls_endpoint`, ``"tls://127.0.0.1:PORT"``)."""
 
     def __init__(self, args: Sequence[str] = (), *, node_id: Optional[str] = None,
                  register: Optional[str] = None, prefix: str = "rlm-serve-",
                  socket_name: str = "s.sock", name: str = "the server",
-                 tls: bool = False) -> None:
+                 tls: bool = False, client_crl: bool = False) -> None:
         self.node_id = node_id
         self.registry = register
         self.name = name
@@ -80,6 +81,8 @@ class ServeProcess:
                         "--client-ca", self.tls_file("ca.pem"),
                         "--tls-identity", f"alice={os.getuid()}",
                         "--tls-identity", f"bob={BOB_UID}"]
+            if client_crl:  # the CA's list, revoking the certificate "revoked"
+                command += ["--client-crl", self.tls_file("crl.pem")]
         try:
             with open(self.log_path, "wb") as log:
                 self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,

@@ -66,7 +66,8 @@ def setUpModule() -> None:  # noqa: N802 - unittest's name
             json.dump(policy, file)
         _server = ServeProcess(("--pool", "default=1", "--session-pool", "python-repl=1",
                                 "--pool", f"{_large_policy}=0", "--allow-uid", str(BOB_UID)),
-                               tls=True, prefix="rlm-tls-", name="the TLS server")
+                               tls=True, client_crl=True, prefix="rlm-tls-",
+                               name="the TLS server")
         _server.wait_for_socket(STARTUP_SECONDS)
     except BaseException:
         if _server is not None:
@@ -471,6 +472,12 @@ class RefusalTest(TlsTestCase):
         # stranger.pem says CN=alice, but another CA issued it.
         error = self.refused("unavailable", lambda: tls_server("stranger").run(["true"]))
         self.assertIn("does not accept this client certificate", str(error))
+
+    def test_a_revoked_certificate(self) -> None:
+        # The server checks its --client-crl, which lists "revoked" (and not alice or bob, whom
+        # every other test of this module connects as).
+        error = self.refused("unavailable", lambda: tls_server("revoked").run(["true"]))
+        self.assertIn("has revoked this client certificate", str(error))
 
     def test_an_identity_without_permits(self) -> None:
         error = self.refused("refused", lambda: tls_server("nobody").hello())

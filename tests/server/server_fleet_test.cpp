@@ -262,10 +262,29 @@ TEST(Fleet, ASlurmNodeListExpandsAsSlurmWritesIt) {
   EXPECT_EQ(expand_slurm_hostlist("localhost", kMax), (std::vector<std::string>{"localhost"}));
   EXPECT_EQ(expand_slurm_hostlist("a.example.org,b_1", kMax),
             (std::vector<std::string>{"a.example.org", "b_1"}));
+  EXPECT_EQ(expand_slurm_hostlist(" n[1-2],\n m , ,", kMax),
+            (std::vector<std::string>{"n1", "n2", "m"}));
+  EXPECT_EQ(expand_slurm_hostlist("n[007-010]", kMax),
+            (std::vector<std::string>{"n007", "n008", "n009", "n010"}));
   EXPECT_EQ(expand_slurm_hostlist("n[1-100000]", kMax).size(), kMax);
-  for (const char* bad :
-       {"", "n[1-3", "n[3-1]", "n[a-b]", "n[1-2]x[", "n[0-999999999]", "n[1-1000]m[1-1000]",
-        "n[1-99999],m[1-2]", "bad host", "n/1", "n[-1]", "n[1-1000000000000000000000]"}) {
+  EXPECT_EQ(expand_slurm_hostlist("h" + std::string(251, 'x') + "[1-2]", kMax).size(), 2u);
+  const std::vector<std::string> bad_lists = {"",
+                                              " , ",
+                                              "n[1-3",
+                                              "n[3-1]",
+                                              "n[a-b]",
+                                              "n[]",
+                                              "n[1-2]x[",
+                                              "n[0-999999999]",
+                                              "n[1-1000]m[1-1000]",
+                                              "n[1-99999],m[1-2]",
+                                              "n[1-100000],x",
+                                              "bad host",
+                                              "n/1",
+                                              "n[-1]",
+                                              "n[1-1000000000000000000000]",
+                                              "h" + std::string(252, 'x') + "[1-10]"};
+  for (const std::string& bad : bad_lists) {
     try {
       const auto hosts = expand_slurm_hostlist(bad, kMax);
       ADD_FAILURE() << "'" << bad << "' gave " << hosts.size() << " hosts";
@@ -286,6 +305,11 @@ TEST(Fleet, ASlurmJobsNodesAreAFleet) {
         (std::vector<std::string>{"tls://node1:7443", "tls://node2:7443", "tls://node3:7443"}));
     for (const char* bad : {"slurm:", "slurm:0", "slurm:65536", "slurm:74x3", "slurm:-1"})
       EXPECT_THROW(read_fleet(bad), Error) << bad;
+  }
+  {  // A job step's list when the job's is unset or empty.
+    ScopedEnv job("SLURM_JOB_NODELIST", "");
+    ScopedEnv step("SLURM_NODELIST", "gpu7");
+    EXPECT_EQ(read_fleet("slurm:7443"), (std::vector<std::string>{"tls://gpu7:7443"}));
   }
   {
     ScopedEnv job("SLURM_JOB_NODELIST", std::nullopt);

@@ -419,8 +419,12 @@ TEST_F(ServerTls, StalledHandshakesFromOneAddressDoNotShutOutAnother) {
     stalled.push_back(std::move(socket));
   }
   std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(ServerConnection(endpoint(), std::nullopt, files("alice")).hello().value("op", ""),
-            "hello");
+  // A new connection (not one kept from an earlier test), with a handshake of its own.
+  auto client = raw();
+  send(*client, {{"op", "hello"}, {"version", server::kProtocolVersion}});
+  const auto answer = reply(*client);
+  ASSERT_TRUE(answer) << server_->log();
+  EXPECT_EQ(answer->value("op", ""), "hello");
 }
 
 // A load's file is for a session: sent as a connection's first op it is refused at once, never
@@ -461,17 +465,22 @@ TEST(ServerTlsRevocation, ARevokedCertificateIsRefusedAndANewListTakesEffect) {
   // alice, on connections of our own whose context keeps her session to resume.
   const TlsFiles alice = files("alice");
   const auto context = server::TlsContext::for_client(alice.cert, alice.key, alice.ca);
+  bool resumed = false;  // whether the last connection resumed alice's session
   const auto hello_answered = [&] {
     const auto where = server::split_host_port(endpoint.substr(6));
     const auto deadline = Clock::now() + 10s;
     try {
       server::TlsStream stream = server::TlsStream::connect(
           context, server::connect_tcp(*where, deadline), where->host, endpoint, deadline);
+      resumed = stream.resumed();
       server::send_tls_frame(stream, {{"op", "hello"}, {"version", server::kProtocolVersion}},
                              deadline);
       server::TlsFrameReader reader{1u << 20};
       while (Clock::now() < deadline) {
-        if (auto frame = reader.next()) return frame->value("op", "") == "hello";
+        if (auto frame = reader.next()) {
+          stream.close_now();  // a clean end: the session stays resumable
+          return frame->value("op", "") == "hello";
+        }
         if (!reader.fill(stream)) return false;
         std::this_thread::sleep_for(2ms);
       }
@@ -480,7 +489,17 @@ TEST(ServerTlsRevocation, ARevokedCertificateIsRefusedAndANewListTakesEffect) {
     return false;
   };
   ASSERT_TRUE(hello_answered()) << server.log();
-  ASSERT_TRUE(hello_answered()) << server.log();  // resumed
+  EXPECT_FALSE(resumed);
+  ASSERT_TRUE(hello_answered()) << server.log();
+  EXPECT_TRUE(resumed) << "the second connection did not resume: the test would not show that "
+                          "a session made before the revocation is not resumed after it";
+  const auto logged = [&](const json& fields) {
+    for (int i = 0; i < 500; ++i) {
+      if (find_line(log_lines(server.log()), fields)) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
 
   // alice revoked: a new list, renamed into place.
   const std::string dir = server.tls_file("");
@@ -498,6 +517,10 @@ TEST(ServerTlsRevocation, ARevokedCertificateIsRefusedAndANewListTakesEffect) {
     if (!refused) std::this_thread::sleep_for(100ms);
   }
   EXPECT_TRUE(refused) << "alice was still served 10 s after her certificate was revoked";
+  // Her client still offers the session it resumed above; the server, with the new list, did
+  // not take it (a full handshake, refused).
+  EXPECT_FALSE(resumed);
+  EXPECT_TRUE(logged({{"event", "client_crl"}, {"loaded", true}})) << server.log();
   EXPECT_EQ(served("bob"), "served");
 
   // Not a revocation list: the one in force stays (alice refused, bob served).
@@ -508,6 +531,7 @@ TEST(ServerTlsRevocation, ARevokedCertificateIsRefusedAndANewListTakesEffect) {
   ASSERT_EQ(std::rename((dir + "/crl.bad").c_str(), (dir + "/crl.pem").c_str()), 0);
   std::this_thread::sleep_for(1500ms);
   EXPECT_FALSE(hello_answered());
+  EXPECT_TRUE(logged({{"event", "client_crl"}, {"loaded", false}})) << server.log();
   EXPECT_EQ(served("bob"), "served");
 }
 

@@ -224,8 +224,8 @@ int serve_command(const std::vector<std::string>& args) {
        "FILE: the CA (PEM) client certificates must be issued by")  //
       ("client-crl", po::value<std::string>(),
        "FILE: revocation lists (PEM) of the client CA: a revoked certificate is refused, and so "
-       "is every one while the list has expired; read again when the file changes (replace it "
-       "by rename)")  //
+       "is every new handshake while the list has expired; read again when the file changes "
+       "(replace it by rename), each new list logged")  //
       ("tls-identity", po::value<std::vector<std::string>>()->composing(),
        "NAME=UID: a client certificate whose common name or subject alternative name is NAME "
        "acts as uid UID, with that uid's permits (--allow-uid, --permit-bind, shares); "
