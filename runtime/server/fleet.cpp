@@ -106,10 +106,7 @@ json ask_capacity(const std::string& socket_path, const FleetOptions& options) {
 // (the pilot's nodes, packaging/slurm), from SLURM_JOB_NODELIST.
 std::vector<std::string> slurm_job_endpoints(const std::string& source) {
   const std::string port = source.substr(6);
-  const bool digits =
-      !port.empty() && port.size() <= 5 &&
-      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits || std::stoul(port) == 0 || std::stoul(port) > 65535)
+  if (!server::split_host_port("host:" + port))  // the port as any tls:// endpoint's
     throw Error("fleet " + source + ": expected slurm:PORT, the port of the nodes' TLS listeners");
   const char* list = std::getenv("SLURM_JOB_NODELIST");
   if (list == nullptr || *list == '\0') list = std::getenv("SLURM_NODELIST");
