@@ -22,6 +22,7 @@
 #include "server/remote_wire.hpp"
 #include "server/wire.hpp"
 #include "session/frame_decoder.hpp"
+#include "support/subprocess.hpp"
 
 namespace rlm::test {
 namespace {
@@ -29,7 +30,7 @@ namespace {
 using nlohmann::json;
 
 json corpus(const std::string& name) {
-  std::ifstream in(std::string(RLM_TEST_SOURCE_DIR) + "/tests/golden/" + name + ".json");
+  std::ifstream in(source_path("tests/golden/" + name + ".json"));
   EXPECT_TRUE(in) << name;
   std::stringstream text;
   text << in.rdbuf();
