@@ -100,10 +100,21 @@ std::size_t Activities::count() const {
 }
 
 std::size_t Activities::kill_all(const std::string& why) {
+  return kill_where([](const Record&) { return true; }, why);
+}
+
+std::size_t Activities::kill_connection(std::uint64_t connection, const std::string& why) {
+  if (connection == 0) return 0;
+  return kill_where(
+      [connection](const Record& record) { return record.owner.connection == connection; }, why);
+}
+
+std::size_t Activities::kill_where(const std::function<bool(const Record&)>& which,
+                                   const std::string& why) {
   std::lock_guard lock(mutex_);
   std::size_t killed = 0;
   for (auto& [id, record] : records_) {
-    if (record->killed) continue;
+    if (record->killed || !which(*record)) continue;
     record->killed = why;
     if (record->kill) record->kill(why);
     ++killed;

@@ -63,8 +63,11 @@ class Activities {
   // Kills every activity not killed yet, each saying `why` (a drain's grace ran out). Returns how
   // many it killed.
   std::size_t kill_all(const std::string& why);
+  // Kills every activity that TLS connection `connection` (Peer::connection, not 0) started.
+  std::size_t kill_connection(std::uint64_t connection, const std::string& why);
 
  private:
+  std::size_t kill_where(const std::function<bool(const Record&)>& which, const std::string& why);
   mutable std::mutex mutex_;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, std::shared_ptr<Record>> records_;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,9 @@ struct Peer {
   // ("HOST:PORT"); "" for a unix socket's peer.
   std::string identity;
   std::string remote;
+  // A TLS client's connection, numbered by the server (0: a unix socket's peer): a revocation ends
+  // what that connection started (Activities::kill_connection).
+  std::uint64_t connection = 0;
 };
 
 // The kernel's SO_PEERCRED of a connected unix socket (pid, uid, gid at connect or listen time);

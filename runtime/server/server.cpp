@@ -41,6 +41,7 @@ struct Server::State {
   std::optional<server::TlsListener> tls;  // --listen: TLS clients over TCP
   UniqueFd wake;                           // an eventfd: stop() and drain()
   std::atomic<bool> stop_requested{false};
+  std::atomic<std::uint64_t> tls_connections{0};  // numbers each (Peer::connection)
 
   uid_t own_uid = geteuid();
   std::unique_ptr<server::FrameBudget> frame_budget;  // every connection's frames count in it
@@ -534,6 +535,7 @@ void Server::State::serve_tls_client(server::TlsStream& stream, json who) {
   if (auto* why = std::get_if<std::string>(&mapped)) return refuse("refused", *why);
   server::Peer peer = std::get<server::Peer>(mapped);
   peer.remote = who.value("remote", "");
+  peer.connection = ++tls_connections;
   who["uid"] = peer.uid;
   who["gid"] = peer.gid;
   who["identity"] = peer.identity;
@@ -575,11 +577,29 @@ void Server::State::serve_tls_client(server::TlsStream& stream, json who) {
     }
     return gateway;
   };
-  server::relay_tls_client(stream, open_ops,
-                           {config.max_frame_bytes,
-                            config.frame_timeout,
-                            config.max_context_bytes,
-                            {frame_budget.get(), peer.uid}});
+  // A revocation reaches connections already open, sessions and kept connections alike: when the
+  // listener's context is made anew from a changed --client-crl, this client's certificate is
+  // checked against it, once.
+  std::shared_ptr<server::TlsContext> checked_against = stream.context();
+  const auto withdrawn = [&]() -> std::string {
+    auto now_in_force = tls->context->current();
+    if (now_in_force == checked_against) return "";
+    checked_against = now_in_force;
+    std::string why = stream.peer_verification_failure(*now_in_force);
+    if (why.empty()) return why;
+    log->record_limited(refusal_event(who, "", "refused", "connection cut: " + why), peer.uid);
+    // What it started ends now, a cell in progress included (a client that merely left would
+    // have its cell finish first).
+    activities.kill_connection(peer.connection, "connection cut: " + why);
+    return why;
+  };
+  server::relay_tls_client(
+      stream, open_ops,
+      {config.max_frame_bytes,
+       config.frame_timeout,
+       config.max_context_bytes,
+       {frame_budget.get(), peer.uid},
+       config.tls_client_crl.empty() ? std::function<std::string()>() : withdrawn});
   std::lock_guard lock(mutex);
   remove_connection(tcp);
   idle.notify_all();

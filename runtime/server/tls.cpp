@@ -396,6 +396,27 @@ std::vector<std::string> TlsStream::peer_identities() const {
   return names;
 }
 
+std::string TlsStream::peer_verification_failure(const TlsContext& context) const {
+  X509* certificate = SSL_get0_peer_certificate(ssl_);  // kept in a resumed session too
+  if (!certificate) return "no client certificate";
+  X509_STORE_CTX* check = X509_STORE_CTX_new();
+  if (!check) return "out of memory checking the client certificate";
+  // The certificates the client sent besides its own (none from a resumed session: its CA is
+  // the server's --client-ca, so the chain is whole without them).
+  STACK_OF(X509)* sent = SSL_get_peer_cert_chain(ssl_);
+  std::string failure;
+  // The store carries the context's CRL flags, as at a handshake.
+  if (X509_STORE_CTX_init(check, SSL_CTX_get_cert_store(context.get()), certificate, sent) != 1 ||
+      X509_STORE_CTX_set_purpose(check, X509_PURPOSE_SSL_CLIENT) != 1) {
+    failure = "cannot check the client certificate: " + openssl_reasons();
+  } else if (X509_verify_cert(check) != 1) {
+    failure = explain(X509_verify_cert_error_string(X509_STORE_CTX_get_error(check)));
+  }
+  X509_STORE_CTX_free(check);
+  ERR_clear_error();
+  return failure;
+}
+
 std::optional<HostPort> split_host_port(std::string_view text) {
   HostPort where;
   std::size_t colon;

@@ -74,6 +74,8 @@ class TlsStream {
   ~TlsStream();
 
   int fd() const { return socket_.get(); }
+  // The context the handshake was made with.
+  const std::shared_ptr<TlsContext>& context() const { return context_; }
   // Bytes decrypted and waiting: poll() on fd() does not see them.
   bool buffered() const;
   // Whether the handshake resumed an earlier session (no certificate was checked in it).
@@ -90,6 +92,9 @@ class TlsStream {
   // The peer certificate's identities: its subject's common name, then its subject alternative
   // names (DNS, URI, email; IP addresses as text). Empty without a certificate.
   std::vector<std::string> peer_identities() const;
+  // Checks the peer's certificate again, now, against `context`'s CA and revocation lists (a
+  // server's context made anew from a changed list): "" when it still verifies, else why not.
+  std::string peer_verification_failure(const TlsContext& context) const;
 
  private:
   TlsStream(std::shared_ptr<TlsContext> context, host::UniqueFd socket);

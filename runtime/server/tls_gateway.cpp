@@ -34,6 +34,8 @@ constexpr auto kOutputDrain = std::chrono::seconds(5);
 constexpr auto kIdleConnection = std::chrono::seconds(30);
 // How long the file of a load may take to arrive (as a session's context: 60 s).
 constexpr auto kFileDeadline = std::chrono::seconds(60);
+// How often a connection asks whether its client is still served (GatewayLimits::withdrawn).
+constexpr auto kTrustLook = std::chrono::seconds(1);
 
 struct Stream {
   StreamKind kind;
@@ -90,6 +92,17 @@ class Gateway {
         frame_until_.reset();
       } else if (!frame_until_) {
         frame_until_ = Clock::now() + limits_.frame_timeout;
+      }
+      if (limits_.withdrawn) {
+        if (Clock::now() >= next_trust_look_) {
+          next_trust_look_ = Clock::now() + kTrustLook;
+          // "unavailable", as when the server stops: a client's session ends saying why.
+          // Closing ops_ ends the op, and its sandbox goes.
+          if (const std::string why = limits_.withdrawn(); !why.empty())
+            throw Refused("unavailable", why);
+        }
+        const int left = sys::poll_timeout_ms(next_trust_look_);
+        if (timeout < 0 || left < timeout) timeout = left;
       }
       for (const auto& until : {frame_until_, held_until_}) {
         if (!until) continue;
@@ -427,6 +440,7 @@ class Gateway {
   bool in_session_ = false;  // the op in progress is a session (load's file_in is for one only)
   std::optional<Clock::time_point> held_until_;   // a file_in must be whole by then
   std::optional<Clock::time_point> frame_until_;  // a frame begun must end by then
+  Clock::time_point next_trust_look_ = Clock::now() + kTrustLook;
 };
 
 }  // namespace

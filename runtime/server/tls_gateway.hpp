@@ -23,6 +23,10 @@ struct GatewayLimits {
   std::chrono::milliseconds frame_timeout;  // a frame begun must end; a write must be taken
   std::uint64_t max_file_bytes;             // a file_in stream (a save file to load)
   FrameAccount account;                     // the client's frames count in the server's budget
+  // Asked about once a second while the connection lasts (a kept one between ops included):
+  // why its client may no longer be served (its certificate revoked by a list loaded since), or
+  // "". The connection is then cut with that error, ending its op. Unset: never asked.
+  std::function<std::string()> withdrawn;
 };
 
 // What `open_ops` throws when the server will not take the connection's next op (its uid's share
@@ -33,10 +37,10 @@ struct Refused : Error {
 };
 
 // Relays between `tls` and the ops until the client leaves, breaks this protocol (it is sent an
-// error frame and dropped) or idles 30 s between ops. Each op -- a run, a session, a status... --
-// gets a connection of its own to the ops from `open_ops` (the socket's far end is served as a
-// unix client's is); when the ops close it, the client is told {"op":"idle"} and may send its next
-// op on the same TLS connection. Never throws.
+// error frame and dropped), is withdrawn (`limits.withdrawn`) or idles 30 s between ops. Each op --
+// a run, a session, a status... -- gets a connection of its own to the ops from `open_ops` (the
+// socket's far end is served as a unix client's is); when the ops close it, the client is told
+// {"op":"idle"} and may send its next op on the same TLS connection. Never throws.
 void relay_tls_client(TlsStream& tls, const std::function<host::UniqueFd()>& open_ops,
                       const GatewayLimits& limits);
 

@@ -21,11 +21,13 @@
 namespace rlm::server {
 
 // The server's TLS context. With a client CRL file, it is made anew when that file changes
-// (looked at when a client connects, at most once a second; its inode, size and ctime, which no
-// copy tool sets back): a revocation takes effect without a restart, a list about to expire can be
-// replaced, and no session cached under the old list is resumed (the session cache goes with its
-// context). A changed file that cannot be loaded leaves the context in force until the file
-// changes again. Each outcome is told to `report` (the server's event log).
+// (looked at when a client connects and by each open connection, at most once a second; its
+// inode, size and ctime, which no copy tool sets back): a revocation takes effect without a
+// restart, a list about to expire can be replaced, no session cached under the old list is
+// resumed (the session cache goes with its context), and each open connection checks its
+// certificate against the new context (the server cuts those it revokes). A changed file that
+// cannot be loaded leaves the context in force until the file changes again. Each outcome is told
+// to `report` (the server's event log).
 class ServerTlsContext {
  public:
   using Report = std::function<void(bool loaded, const std::string& why)>;

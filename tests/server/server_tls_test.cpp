@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <set>
 #include <string>
@@ -533,6 +534,60 @@ TEST(ServerTlsRevocation, ARevokedCertificateIsRefusedAndANewListTakesEffect) {
   EXPECT_FALSE(hello_answered());
   EXPECT_TRUE(logged({{"event", "client_crl"}, {"loaded", false}})) << server.log();
   EXPECT_EQ(served("bob"), "served");
+}
+
+// A revocation reaches connections already open, not only new ones: a cell of alice's running
+// when her certificate is revoked ends within seconds (not its 60 s), her session and its sandbox
+// with it, saying why; bob's session on the same server goes on.
+TEST(ServerTlsRevocation, ARevocationEndsTheSessionsItsCertificateHoldsOpen) {
+  ServerProcess server({"--session-pool", "python-repl=1", "--allow-uid", std::to_string(kBob)},
+                       60s, TlsListenerSetup{::getuid(), kBob, true});
+  const auto open = [&](const std::string& who) {
+    return ServerConnection(server.tls_endpoint(), std::nullopt,
+                            TlsFiles{server.tls_file(who + ".pem"), server.tls_file(who + ".key"),
+                                     server.tls_file("ca.pem")})
+        .open_session("python-repl", nullptr, SessionOptions{});
+  };
+  auto alice = open("alice");
+  auto bob = open("bob");
+  ASSERT_EQ(alice->execute("x = 1").status, CellStatus::ok);
+  ASSERT_EQ(bob->execute("y = 2").status, CellStatus::ok);
+
+  auto cell =
+      std::async(std::launch::async, [&] { return alice->execute("import time\ntime.sleep(60)"); });
+  std::this_thread::sleep_for(300ms);  // the cell under way (were it not, the cut is the same)
+  const std::string dir = server.tls_file("");
+  const auto ca = [&](const std::string& args) {
+    return run_process({"/bin/sh", "-c",
+                        "cd '" + dir + "' && openssl ca -config crl-db/ca.cnf -cert ca.pem " +
+                            "-keyfile ca.key " + args + " 2>&1"});
+  };
+  ASSERT_EQ(ca("-revoke alice.pem").exit_code, 0);
+  ASSERT_EQ(ca("-gencrl -out crl.new && mv crl.new crl.pem").exit_code, 0);
+
+  ASSERT_EQ(cell.wait_for(30s), std::future_status::ready)
+      << "alice's cell still ran 30 s after her certificate was revoked\n"
+      << server.log();
+  const CellResult cut = cell.get();
+  EXPECT_EQ(cut.status, CellStatus::session_error) << cut.error;
+  EXPECT_NE(cut.error.find("revoked"), std::string::npos) << cut.error;
+  const CellResult after = alice->execute("print(x)");
+  EXPECT_EQ(after.status, CellStatus::session_error) << after.stdout_data;
+  // The session's end is logged once its sandbox is gone: at once, not when the cell's 60 s end.
+  bool ended = false;
+  for (int i = 0; i < 1000 && !ended; ++i) {
+    for (const auto& line : log_lines(server.log()))
+      ended = ended || (line.value("event", "") == "end" && line.value("identity", "") == "alice" &&
+                        line.value("reason", "")
+                            .starts_with("connection cut: the server has "
+                                         "revoked this client certificate"));
+    if (!ended) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(ended) << server.log();
+
+  const CellResult other = bob->execute("print(y)");
+  EXPECT_EQ(other.status, CellStatus::ok) << other.error;
+  EXPECT_EQ(other.stdout_data, "2\n");
 }
 
 }  // namespace
