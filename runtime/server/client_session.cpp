@@ -101,16 +101,8 @@ class RelayedSession final : public Session {
   }
 
  private:
-  // A cell (execute, add_context): its frame, its result; a lost connection is a session_error,
-  // and so is every cell after it.
+  // A cell (execute, add_context): its frame, its result; a lost connection is a session_error.
   CellResult cell(const json& frame, std::span<const int> fds) {
-    const auto ended = [this] {
-      CellResult lost;
-      lost.status = CellStatus::session_error;
-      lost.error = ended_;
-      return lost;
-    };
-    if (!ended_.empty()) return ended();
     auto cancelled = std::make_shared<std::atomic<bool>>(false);
     try {
       const json reply = call(frame, cancelled, fds);
@@ -120,7 +112,12 @@ class RelayedSession final : public Session {
       return cell_result_from_json(reply["result"]);
     } catch (const ServerRefused& refused) {
       cancelled->store(true);
-      if (!ended_.empty()) return ended();
+      if (!ended_.empty()) {
+        CellResult lost;
+        lost.status = CellStatus::session_error;
+        lost.error = ended_;
+        return lost;
+      }
       throw Error(refused.what());
     }
   }
