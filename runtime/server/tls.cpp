@@ -401,8 +401,8 @@ std::string TlsStream::peer_verification_failure(const TlsContext& context) cons
   if (!certificate) return "no client certificate";
   X509_STORE_CTX* check = X509_STORE_CTX_new();
   if (!check) return "out of memory checking the client certificate";
-  // The certificates the client sent besides its own (none from a resumed session: its CA is
-  // the server's --client-ca, so the chain is whole without them).
+  // The certificates the client sent besides its own: intermediates, if any (a resumed session
+  // keeps them with the certificate).
   STACK_OF(X509)* sent = SSL_get_peer_cert_chain(ssl_);
   std::string failure;
   // The store carries the context's CRL flags, as at a handshake.
