@@ -66,6 +66,16 @@ class CellTest(WorkerTestCase):
         self.assertLess(time.monotonic() - started, 3.0)
         self.assertEqual(result['stdout'], 'go\n0\n')
 
+    def test_cells_back_to_back_leave_no_fds_or_threads_behind(self):
+        # Each cell's output capture ends its drain thread without waiting for it; its pipes
+        # are closed before the next fork, so no generation inherits them.
+        worker = self.start()
+        count = "import os\nprint(len(os.listdir('/proc/self/fd')), len(os.listdir('/proc/self/task')))"
+        first = self.stdout_of(worker, count)
+        for _ in range(40):
+            self.run_ok(worker, 'pass')
+        self.assertEqual(self.stdout_of(worker, count), first)
+
     def test_cpu_ms_counts_the_cells_cpu_time(self):
         worker = self.start()
         result = self.run_ok(worker, (

@@ -162,7 +162,11 @@ void BM_InterleavedRlmSteps(benchmark::State& state) {
 BENCHMARK(BM_InterleavedRlmSteps)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // What an orchestrator's loop does to a live session, each on its own (issue 13's "Speed"):
-//   back_to_back_cell  Session::execute("pass") sent the moment the previous result is in
+//   back_to_back_cell  Session::execute("pass") sent the moment the previous result is in, on a
+//                      session holding only the REPL (the fork before each cell copies its page
+//                      tables, so the state's size is measured separately:)
+//   back_to_back_5mb   the same with a 5 MB context loaded (the RLM loop's benchmark context)
+//   back_to_back_50mb  the same on the session that also takes add_context_50mb below
 //   batched_50         llm_query_batched of 50 prompts answered at once (echo), timed in the cell
 //   prompt_50mb        one llm_query of a 50 MB prompt to a handler that answers its length, timed
 //                      in the cell: the bytes' trip to the host (MB/s printed)
@@ -202,6 +206,9 @@ void BM_OrchestratorSteps(benchmark::State& state) {
   rlm::SessionOptions options;
   options.llm = rlm::make_llm_handler("echo");
   auto session = backend->open_session(policy, options);
+  auto small = backend->open_session(policy, options);
+  auto medium = backend->open_session(policy, options);
+  medium->execute("_c = 'c' * 5_000_000");
   rlm::SessionOptions bulk_options;
   bulk_options.llm = std::make_shared<LengthHandler>();
   bulk_options.max_frame_bytes = 64u << 20;
@@ -220,9 +227,13 @@ void BM_OrchestratorSteps(benchmark::State& state) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       const double paused = cell_ms(*session, "pass");
       if (paused >= 0) g_samples_ms["paused_cell"].push_back(paused);
-      for (int i = 0; i < 10; ++i) {
-        const double ms = cell_ms(*session, "pass");
-        if (ms >= 0) g_samples_ms["back_to_back_cell"].push_back(ms);
+      for (auto [on, name] : {std::pair{small.get(), "back_to_back_cell"},
+                              std::pair{medium.get(), "back_to_back_5mb"},
+                              std::pair{session.get(), "back_to_back_50mb"}}) {
+        for (int i = 0; i < 10; ++i) {
+          const double ms = cell_ms(*on, "pass");
+          if (ms >= 0) g_samples_ms[name].push_back(ms);
+        }
       }
       const double batch = printed_ms(*session, batched);
       if (batch >= 0) g_samples_ms["batched_50"].push_back(batch);
@@ -236,9 +247,11 @@ void BM_OrchestratorSteps(benchmark::State& state) {
     }
   }
   session->close();
+  small->close();
+  medium->close();
   bulk->close();
-  for (const char* name :
-       {"paused_cell", "back_to_back_cell", "batched_50", "prompt_50mb", "add_context_50mb"})
+  for (const char* name : {"paused_cell", "back_to_back_cell", "back_to_back_5mb",
+                           "back_to_back_50mb", "batched_50", "prompt_50mb", "add_context_50mb"})
     state.counters[std::string(name) + "_median_ms"] = percentile(g_samples_ms[name], 0.5);
 }
 BENCHMARK(BM_OrchestratorSteps)->Iterations(1)->Unit(benchmark::kMillisecond);
@@ -265,7 +278,8 @@ void print_steps(const char* title, const char* ratio_title,
 
 void print_orchestrator_table() {
   print_steps("orchestrator step", "ratio to paused_cell",
-              {"paused_cell", "back_to_back_cell", "batched_50", "prompt_50mb", "add_context_50mb"},
+              {"paused_cell", "back_to_back_cell", "back_to_back_5mb", "back_to_back_50mb",
+               "batched_50", "prompt_50mb", "add_context_50mb"},
               "paused_cell");
   const double bulk = percentile(g_samples_ms["prompt_50mb"], 0.5);
   if (bulk > 0)

@@ -64,6 +64,7 @@ def fork_standby(channel: Channel, fork_id):
     if SESSION.pending_handover is not None:
         apply_pending_handover()  # the standby must have the caller's context
     flush_std_streams()  # else buffered output would be written twice
+    close_finished_captures()  # else the child would inherit their pipes
     make_undumpable()  # the cell that ran here may have undone it; both sides inherit it
     mine, theirs = socket.socketpair()
     # `random` reseeds itself in every forked child (os.register_at_fork): a standby is the
@@ -134,6 +135,7 @@ def warm_up(channel: Channel) -> None:
         run_source('pass', scratch)
     finally:
         capture.finish()
+        close_finished_captures()  # off the cell's path: no op came
     json.dumps({'type': 'cell_result', 'id': 0, 'status': 'ok', 'stdout': '', 'stderr': '',
                 'error': None, 'cpu_ms': cpu_seconds()})
 
@@ -243,7 +245,4 @@ def serve(channel: Channel) -> None:
             fit_cell_result(channel, run_add_context(op))
         else:
             fit_cell_result(channel, run_state_op(op))
-        # The host takes the result first; the next standby's fork (a page-table copy of
-        # the whole interpreter) would otherwise compete with it for the CPU.
-        time.sleep(HANDOVER_PAUSE)
         channel = become_checkpoint(channel, op_id)
