@@ -201,7 +201,13 @@ TEST_P(SessionTest, ATimedOutCellIsRolledBackAndTheStateBeforeItSurvives) {
   const auto took = Clock::now() - start;
   EXPECT_EQ(spin.status, CellStatus::timeout) << dump(spin);
   EXPECT_TRUE(spin.rolled_back);
+  // The loop never ends on its own; the margin is for the kill and the rollback on a loaded
+  // machine, more under a sanitizer (where the host's side runs several times slower).
+#ifdef RLM_TEST_SANITIZED
+  EXPECT_LT(took, 3000ms);
+#else
   EXPECT_LT(took, 1500ms);
+#endif
   EXPECT_EQ(session->execute("print(kept)").stdout_data, "before\n");
 }
 
