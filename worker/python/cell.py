@@ -97,7 +97,12 @@ class OutputCapture:
                 by_fd[stream.read_fd] = stream
             poller.register(self.stop_r, select.POLLIN)
             while True:
-                ready = {fd for fd, _ in poller.poll()}
+                events = poller.poll()
+                for fd, event in events:
+                    if event & select.POLLNVAL:  # a cell closed it: never poll it again
+                        poller.unregister(fd)
+                        by_fd.pop(fd, None)
+                ready = {fd for fd, event in events if not event & select.POLLNVAL}
                 with self.lock:
                     if self.stopped:  # finish() has taken the output
                         return
