@@ -1,5 +1,6 @@
 """A cell: its output, errors, CPU time, frame cap, FINAL, SHOW_VARS."""
 
+import os
 import time
 import unittest
 
@@ -75,6 +76,36 @@ class CellTest(WorkerTestCase):
         for _ in range(40):
             self.run_ok(worker, 'pass')
         self.assertEqual(self.stdout_of(worker, count), first)
+        # A standby that ran add_context made a capture no cell used: retired at its fork.
+        for i in range(10):
+            worker.add_context('more', index=i + 1)
+        self.assertEqual(self.stdout_of(worker, count), first)
+
+    def test_a_byte_in_a_capture_pipe_leaves_no_thread_spinning_in_a_checkpoint(self):
+        # A standby that ran add_context becomes a checkpoint holding a capture no cell used;
+        # its drain thread must be ended and its pipes closed at the fork, or a later cell
+        # writing into every pipe it can see would leave the thread spinning in the checkpoint.
+        worker = self.start()
+        worker.add_context('more', index=1)
+        poke_and_watch = (
+            "import os, stat, time\n"
+            "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+            "    try:\n"
+            "        if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+            "            os.write(fd, b'x')\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "def ticks():\n"
+            "    with open('/proc/%d/stat' % os.getppid()) as f:\n"
+            "        fields = f.read().rsplit(')', 1)[1].split()\n"
+            "    return int(fields[11]) + int(fields[12])\n"
+            "time.sleep(0.2)\n"
+            "start = ticks()\n"
+            "time.sleep(1)\n"
+            "print(ticks() - start)")
+        spent = int(self.stdout_of(worker, poke_and_watch))
+        hz = os.sysconf('SC_CLK_TCK')
+        self.assertLess(spent, hz // 4, 'the checkpoint used %d of %d ticks' % (spent, hz))
 
     def test_cpu_ms_counts_the_cells_cpu_time(self):
         worker = self.start()

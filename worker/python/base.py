@@ -20,8 +20,8 @@ init lets a process signal only itself and processes started after it (docs/sess
 
 import os
 
-# Seconds between a cell's result and the next standby's fork (and the old checkpoint's exit):
-# both are heavy on the CPU, and the host is taking the result.
+# Seconds a discarded interpreter waits before it exits (unmapping a whole interpreter is heavy
+# on the CPU, and the host is taking the result that made it obsolete).
 HANDOVER_PAUSE = 0.0005
 EXIT_STARTUP = 1   # the worker could not start (bad environment, unreadable context)
 EXIT_PROTOCOL = 2  # the host broke the protocol (oversize or malformed frame, unexpected op)

@@ -19,6 +19,22 @@ CELL_FILE = '<cell>'
 WORKER_FILE = (lambda: None).__code__.co_filename  # '<string>' under `python3 -c`
 
 
+def fd_identity(fd: int):
+    """(device, inode) of what fd refers to: a cell sees the worker's fds while it runs and may
+    close one and reuse its number, so the worker checks a number still names its own pipe
+    before it reads or closes it."""
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
+
+
+def close_if_same(fd: int, identity) -> None:
+    try:
+        if fd_identity(fd) == identity:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 class CapturedStream:
     """One of fds 1 and 2 pointed at a pipe, keeping at most `cap` bytes of what is written."""
 
@@ -30,6 +46,7 @@ class CapturedStream:
         self.open = True
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
+        self.pipe = fd_identity(self.read_fd)  # both ends of a pipe share it
         self.saved = -1
 
     def activate(self, cap: int) -> None:
@@ -37,13 +54,25 @@ class CapturedStream:
         self.saved = os.dup(self.fd)
         os.dup2(self.write_fd, self.fd)  # inheritable: subprocesses write here too
         os.close(self.write_fd)
+        self.write_fd = -1
 
     def read_some(self, max_reads: int) -> None:
-        """Reads what the pipe holds (at most max_reads chunks); at EOF marks it closed."""
+        """Reads what the pipe holds (at most max_reads chunks); at EOF marks it closed, and
+        also when its number no longer names the pipe (a cell closed it)."""
+        try:
+            if fd_identity(self.read_fd) != self.pipe:
+                self.open = False
+                return
+        except OSError:
+            self.open = False
+            return
         for _ in range(max_reads):
             try:
                 chunk = os.read(self.read_fd, 1 << 16)
             except BlockingIOError:
+                return
+            except OSError:
+                self.open = False
                 return
             if not chunk:
                 self.open = False  # every writer is gone
@@ -58,6 +87,11 @@ class CapturedStream:
         os.dup2(self.saved, self.fd)
         os.close(self.saved)
 
+    def close(self) -> None:
+        close_if_same(self.read_fd, self.pipe)
+        if self.write_fd >= 0:  # never activated: the write end is still ours
+            close_if_same(self.write_fd, self.pipe)
+
     def text(self):
         return bytes(self.data).decode('utf-8', 'replace'), self.truncated
 
@@ -66,17 +100,19 @@ class OutputCapture:
     """Points fds 1 and 2 at pipes drained by one thread for the duration of a cell. Made (pipes
     and thread) by a standby while it waits; activate() is all a cell pays for.
 
-    With cells sent back to back a standby is made and its first cell arrives at once, so
-    neither thread waits for the other on that path: the drain thread is started without
-    waiting for it to run (threading.Thread.start() would), and finish() takes the rest of the
-    pipes itself under the lock instead of joining the thread. Each wait was a switch between
-    threads, 0.2-0.4 ms here. The thread ends when woken by the stop pipe; its fds are closed
-    once it has ended, by close_finished_captures() before the next fork (a child must not
-    inherit them, and no fd may be closed while the thread could still poll its number)."""
+    With cells sent back to back a standby is made and its first cell arrives at once, so the
+    cell's path does not wait for the thread: it is started without the handshake
+    threading.Thread.start() makes, and finish() takes the rest of the pipes itself under the
+    lock instead of joining it. Each of those waits was a switch between threads, 0.2-0.4 ms
+    here. The thread ends when the stop pipe wakes it; its fds are closed once it has ended,
+    by close_finished_captures() before the next fork (a child must not inherit them, and no
+    number may be closed while the thread could still poll it). A capture no cell used (the
+    standby ran add_context, save or load) is retired the same way."""
 
     def __init__(self):
         self.streams = (CapturedStream(1), CapturedStream(2))
         self.stop_r, self.stop_w = os.pipe()
+        self.stop_pipe = fd_identity(self.stop_r)
         self.lock = threading.Lock()
         self.stopped = False
         self.ended = _thread.allocate_lock()
@@ -98,22 +134,34 @@ class OutputCapture:
             poller.register(self.stop_r, select.POLLIN)
             while True:
                 events = poller.poll()
-                for fd, event in events:
-                    if event & select.POLLNVAL:  # a cell closed it: never poll it again
-                        poller.unregister(fd)
-                        by_fd.pop(fd, None)
-                ready = {fd for fd, event in events if not event & select.POLLNVAL}
                 with self.lock:
-                    if self.stopped:  # finish() has taken the output
+                    # The stop pipe readable also ends it: a byte a cell wrote there must not
+                    # leave the thread spinning (finish() takes the pipes itself anyway).
+                    if self.stopped or any(fd == self.stop_r for fd, _ in events):
                         return
-                    for fd in ready & by_fd.keys():
-                        stream = by_fd[fd]
-                        stream.read_some(16)
+                    for fd, event in events:
+                        stream = by_fd.get(fd)
+                        if stream is None:
+                            continue
+                        if event & select.POLLNVAL:  # a cell closed it: never poll it again
+                            stream.open = False
+                        else:
+                            stream.read_some(16)
                         if not stream.open:
                             poller.unregister(fd)
                             del by_fd[fd]
         finally:
             self.ended.release()
+
+    def _stop(self) -> None:
+        """Under the lock: nothing more is read by the thread, and it is woken to end."""
+        self.stopped = True
+        try:
+            if fd_identity(self.stop_w) == self.stop_pipe:
+                os.write(self.stop_w, b'.')
+        except OSError:
+            pass
+        FINISHED_CAPTURES.append(self)
 
     def finish(self):
         """Puts fds 1 and 2 back; ((stdout, truncated), (stderr, truncated)). What is already in
@@ -125,18 +173,24 @@ class OutputCapture:
             for stream in self.streams:
                 if stream.open:
                     stream.read_some(64)
-            self.stopped = True
-            os.write(self.stop_w, b'.')
-        FINISHED_CAPTURES.append(self)
+            self._stop()
         return tuple(stream.text() for stream in self.streams)
 
+    def retire(self) -> None:
+        """For a capture no cell used."""
+        with self.lock:
+            self._stop()
+
     def close(self) -> None:
-        self.ended.acquire()
-        for fd in (self.stop_r, self.stop_w, *(stream.read_fd for stream in self.streams)):
-            try:
-                os.close(fd)
-            except OSError:  # a cell may have closed it (it sees the fds while it runs)
-                pass
+        """Once the thread has ended: closes the pipes. A thread that does not end within a
+        second (a cell took its stop pipe away) keeps them: a leak in this interpreter's line,
+        never a number closed under a thread that may still poll it."""
+        if not self.ended.acquire(timeout=1.0):
+            return
+        close_if_same(self.stop_r, self.stop_pipe)
+        close_if_same(self.stop_w, self.stop_pipe)
+        for stream in self.streams:
+            stream.close()
 
 
 FINISHED_CAPTURES = []

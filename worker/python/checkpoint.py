@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import sys
-import time
 
 
 def is_op_id(value) -> bool:
@@ -64,6 +63,9 @@ def fork_standby(channel: Channel, fork_id):
     if SESSION.pending_handover is not None:
         apply_pending_handover()  # the standby must have the caller's context
     flush_std_streams()  # else buffered output would be written twice
+    if SESSION.next_capture is not None:  # made by warm_up, but no cell ran here
+        SESSION.next_capture.retire()
+        SESSION.next_capture = None
     close_finished_captures()  # else the child would inherit their pipes
     make_undumpable()  # the cell that ran here may have undone it; both sides inherit it
     mine, theirs = socket.socketpair()
