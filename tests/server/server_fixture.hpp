@@ -43,6 +43,16 @@ inline std::vector<pid_t> processes_running(const std::vector<std::string>& word
   return found;
 }
 
+// Whether `condition` holds within 30 s (checked every 100 ms): what a sandbox does is seen from
+// the host only after the kernel has done it (an exec's command line, a process's exit).
+inline bool eventually(const std::function<bool()>& condition) {
+  for (int i = 0; i < 300; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return condition();
+}
+
 // Starts argv[0] with argv, its stdout and stderr on the given fds (-1: /dev/null), stdin on
 // /dev/null; as uid and gid 65534 with no supplementary groups when `as_nobody`. Returns its pid.
 inline pid_t spawn(std::vector<std::string> argv, int out = -1, int err = -1,

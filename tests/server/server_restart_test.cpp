@@ -37,14 +37,6 @@ std::vector<std::string> sandbox_groups_of(pid_t pid) {
   return groups;
 }
 
-bool eventually(const std::function<bool()>& condition) {
-  for (int i = 0; i < 300; ++i) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return condition();
-}
-
 TEST(ServerRestart, SigkillMidRunLeavesNothingAndTheNextServerServes) {
   TempDir dir;
   auto server =
