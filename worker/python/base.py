@@ -20,8 +20,9 @@ init lets a process signal only itself and processes started after it (docs/sess
 
 import os
 
-# Seconds a discarded interpreter waits before it exits (unmapping a whole interpreter is heavy
-# on the CPU, and the host is taking the result that made it obsolete).
+# Seconds a standby waits after a paused caller's result before it forks (twice that, a
+# discarded interpreter before it exits): both are heavy on the CPU, and the caller is taking
+# the result.
 HANDOVER_PAUSE = 0.0005
 EXIT_STARTUP = 1   # the worker could not start (bad environment, unreadable context)
 EXIT_PROTOCOL = 2  # the host broke the protocol (oversize or malformed frame, unexpected op)

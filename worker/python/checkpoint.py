@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import time
 
 
 def is_op_id(value) -> bool:
@@ -129,7 +130,8 @@ def warm_up(channel: Channel) -> None:
     delay it), one empty cell runs through the same path with nothing sent."""
     gc.freeze()
     SESSION.next_capture = OutputCapture()
-    if channel.has_input(WARM_UP_DELAY):
+    SESSION.op_came_at_once = channel.has_input(WARM_UP_DELAY)
+    if SESSION.op_came_at_once:
         return
     scratch = {'__builtins__': builtins}
     capture = OutputCapture().activate(0)
@@ -247,4 +249,10 @@ def serve(channel: Channel) -> None:
             fit_cell_result(channel, run_add_context(op))
         else:
             fit_cell_result(channel, run_state_op(op))
+        if not SESSION.op_came_at_once:
+            # A caller that paused before this op is likely waiting on the result alone: the
+            # fork (a page-table copy of the whole interpreter, then this standby's and the
+            # next one's CPU) would keep it off a CPU for a scheduler slice, 1-2 ms on two
+            # CPUs. With ops back to back the next cell waits for the fork instead.
+            time.sleep(HANDOVER_PAUSE)
         channel = become_checkpoint(channel, op_id)

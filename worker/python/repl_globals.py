@@ -50,6 +50,7 @@ class Session:
         self.answer_content = None  # str(answer["content"]) when a cell set answer["ready"]
         self.shown_vars = None      # SHOW_VARS()'s last text: echoed as text, not as a repr
         self.next_capture = None  # made by the standby's warm_up for its cell
+        self.op_came_at_once = False  # this standby's op came before it warmed up (warm_up)
         self.rolled_back = set()  # rollback ids this interpreter (or its ancestor) took
         self.watches = []         # a frozen interpreter's children (pidfds), armed or not
         self.handed_over = False  # the caller's hand-over has come (startup.py)
