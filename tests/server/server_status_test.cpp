@@ -182,8 +182,7 @@ TEST(ServerStatus, AKilledSessionsCellEndsAtOnceSayingWho) {
   EXPECT_NE(ended.error.find("killed by uid " + std::to_string(getuid())), std::string::npos)
       << ended.error;
   session->close();
-  for (int i = 0; i < 100 && !ServerConnection(server.socket()).status()["running"].empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  eventually([&] { return ServerConnection(server.socket()).status()["running"].empty(); });
   const auto lines = log_lines(server.log());
   const auto end = find_line(lines, {{"event", "end"}, {"op", "session"}, {"id", id}});
   ASSERT_TRUE(end) << server.log();

@@ -27,7 +27,6 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -189,25 +188,21 @@ class LengthHandler : public rlm::LlmHandler {
 
 constexpr std::size_t kBulkBytes = 50'000'000;
 
-double monotonic_us() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<double>(now.tv_sec) * 1e6 + static_cast<double>(now.tv_nsec) / 1e3;
-}
-
 // Writes one byte of each of `pages` pages of `region` in a forked child (every write a copy
 // fault: the page is shared with this process), then the same pages here once the child is gone
 // (reuse faults: still write-protected, no longer shared). Microseconds per fault into
 // "copy_fault_us" and "reuse_fault_us"; nothing when the fork fails. The child only writes memory,
-// reads the clock, writes a pipe and _exits (this process has threads).
+// reads the clock (the vDSO), writes a pipe and _exits (this process has threads).
 void sample_fault_costs(char* region, std::size_t pages, std::size_t page_size) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return;
   const pid_t child = fork();
   if (child == 0) {
-    const double start = monotonic_us();
+    const auto start = Clock::now();
     for (std::size_t page = 0; page < pages; ++page) region[page * page_size] += 1;
-    const double per_fault = (monotonic_us() - start) / static_cast<double>(pages);
+    const double per_fault =
+        std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+        static_cast<double>(pages);
     [[maybe_unused]] const ssize_t sent = write(pipe_fds[1], &per_fault, sizeof per_fault);
     _exit(0);
   }
@@ -218,9 +213,10 @@ void sample_fault_costs(char* region, std::size_t pages, std::size_t page_size) 
   if (child < 0) return;
   int status = 0;
   waitpid(child, &status, 0);
-  const double start = monotonic_us();
+  const auto start = Clock::now();
   for (std::size_t page = 0; page < pages; ++page) region[page * page_size] += 1;
-  const double reuse_us = (monotonic_us() - start) / static_cast<double>(pages);
+  const double reuse_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                          static_cast<double>(pages);
   if (copy_us > 0) {
     g_samples_ms["copy_fault_us"].push_back(copy_us);
     g_samples_ms["reuse_fault_us"].push_back(reuse_us);
